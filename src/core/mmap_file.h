@@ -1,0 +1,34 @@
+// Read-only memory mapping of a whole file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace woq {
+
+/// A file mapped read-only into memory for the lifetime of the object.
+/// Movable, not copyable. An empty file maps to an empty span.
+class MappedFile {
+ public:
+  /// Maps `path`. Throws woq::Error naming the path if it cannot be opened,
+  /// stat'ed or mapped.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  /// The file's bytes.
+  std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace woq

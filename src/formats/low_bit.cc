@@ -1,0 +1,180 @@
+#include "formats/low_bit.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "formats/asym_int4.h"
+#include "formats/sym_int4.h"
+#include "formats/sym_int8.h"
+
+namespace woq {
+
+namespace {
+
+constexpr std::array<std::pair<LowBit, std::string_view>, 6> kNames{{
+    {LowBit::kFp32, "fp32"},
+    {LowBit::kFp16, "fp16"},
+    {LowBit::kBf16, "bf16"},
+    {LowBit::kSymInt4, "sym_int4"},
+    {LowBit::kAsymInt4, "asym_int4"},
+    {LowBit::kSymInt8, "sym_int8"},
+}};
+
+bool is_int4(LowBit type) { return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4; }
+
+std::int64_t packed_row_bytes(LowBit type, std::int64_t cols) {
+  switch (type) {
+    case LowBit::kFp32: return 4 * cols;
+    case LowBit::kFp16:
+    case LowBit::kBf16: return 2 * cols;
+    case LowBit::kSymInt4:
+    case LowBit::kAsymInt4: return (cols + 1) / 2;
+    case LowBit::kSymInt8: return cols;
+  }
+  return 0;
+}
+
+// Stores one row of fp32 values in `w`'s format.
+void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
+  std::uint8_t* dst = w.data.data() + r * w.row_bytes;
+  std::uint16_t* scales = w.scales.data() + r * w.groups_per_row;
+  const std::int64_t k = w.cols;
+  switch (w.type) {
+    case LowBit::kFp32: std::memcpy(dst, x, static_cast<std::size_t>(4 * k)); break;
+    case LowBit::kFp16:
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::uint16_t h = fp32_to_fp16(x[j]);
+        std::memcpy(dst + 2 * j, &h, 2);
+      }
+      break;
+    case LowBit::kBf16:
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::uint16_t h = fp32_to_bf16(x[j]);
+        std::memcpy(dst + 2 * j, &h, 2);
+      }
+      break;
+    case LowBit::kSymInt4:
+      sym_int4::quantize_row(x, k, w.group_size, w.int4_range, dst, scales);
+      break;
+    case LowBit::kAsymInt4:
+      asym_int4::quantize_row(x, k, w.group_size, dst, scales,
+                              w.zeros.data() + r * w.groups_per_row);
+      break;
+    case LowBit::kSymInt8:
+      sym_int8::quantize_row(x, k, w.group_size, reinterpret_cast<std::int8_t*>(dst), scales);
+      break;
+  }
+}
+
+}  // namespace
+
+std::string_view low_bit_name(LowBit type) {
+  for (const auto& [t, name] : kNames)
+    if (t == type) return name;
+  return "?";
+}
+
+LowBit parse_low_bit(std::string_view name) {
+  for (const auto& [t, n] : kNames)
+    if (n == name) return t;
+  fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8)",
+       name);
+}
+
+bool is_quantized(LowBit type) {
+  return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4 || type == LowBit::kSymInt8;
+}
+
+std::string_view int4_range_name(Int4Range range) {
+  return range == Int4Range::kFull ? "full" : "clip";
+}
+
+Int4Range parse_int4_range(std::string_view name) {
+  if (name == "full") return Int4Range::kFull;
+  if (name == "clip") return Int4Range::kClip;
+  fail("unknown int4 range '{}' (expected full or clip)", name);
+}
+
+std::size_t QuantMatrix::bytes() const {
+  return data.size() + scales.size() * sizeof(std::uint16_t) + zeros.size();
+}
+
+QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
+                            const QuantSpec& spec, ThreadPool* pool) {
+  if (rows <= 0 || cols <= 0) fail("cannot store an empty matrix [{}, {}]", rows, cols);
+  QuantMatrix w;
+  w.type = spec.type;
+  w.int4_range = spec.int4_range;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = packed_row_bytes(spec.type, cols);
+  if (is_quantized(spec.type)) {
+    const std::int64_t g = spec.group_size;
+    if (g != -1 && (g < 1 || (is_int4(spec.type) && g % 2 != 0)))
+      fail("group_size {} is invalid for {} (use -1 for per-channel or a positive{} number)", g,
+           low_bit_name(spec.type), is_int4(spec.type) ? " even" : "");
+    w.group_size = (g == -1 || g > cols) ? cols : g;
+    w.groups_per_row = (cols + w.group_size - 1) / w.group_size;
+    w.scales.resize(static_cast<std::size_t>(rows * w.groups_per_row));
+    if (spec.type == LowBit::kAsymInt4) w.zeros.resize(w.scales.size());
+  }
+  w.data.assign(static_cast<std::size_t>(rows * w.row_bytes), 0);
+
+  auto encode = [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* x = src + r * cols;
+      for (std::int64_t j = 0; j < cols; ++j)
+        if (!std::isfinite(x[j])) fail("non-finite weight {} at row {}, column {}", x[j], r, j);
+      try {
+        encode_row(w, r, x);
+      } catch (const Error& e) {
+        fail("row {}: {}", r, e.what());
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(rows, encode, 16);
+  } else {
+    encode(0, rows);
+  }
+  return w;
+}
+
+void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out) {
+  const std::uint8_t* src = w.data.data() + row * w.row_bytes;
+  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  const std::int64_t k = w.cols;
+  switch (w.type) {
+    case LowBit::kFp32: std::memcpy(out, src, static_cast<std::size_t>(4 * k)); break;
+    case LowBit::kFp16:
+      for (std::int64_t j = 0; j < k; ++j) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * j, 2);
+        out[j] = fp16_to_fp32(h);
+      }
+      break;
+    case LowBit::kBf16:
+      for (std::int64_t j = 0; j < k; ++j) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * j, 2);
+        out[j] = bf16_to_fp32(h);
+      }
+      break;
+    case LowBit::kSymInt4: sym_int4::dequantize_row(src, scales, k, w.group_size, out); break;
+    case LowBit::kAsymInt4:
+      asym_int4::dequantize_row(src, scales, w.zeros.data() + row * w.groups_per_row, k,
+                                w.group_size, out);
+      break;
+    case LowBit::kSymInt8:
+      sym_int8::dequantize_row(reinterpret_cast<const std::int8_t*>(src), scales, k, w.group_size,
+                               out);
+      break;
+  }
+}
+
+}  // namespace woq

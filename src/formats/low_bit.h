@@ -1,0 +1,81 @@
+// The weight formats woq stores linear layers in, and the container that
+// holds one quantized matrix. Each low-bit format's codec (layout and
+// round-to-nearest rule) lives in its own header beside this one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace woq {
+
+class ThreadPool;
+
+/// Storage format of a weight matrix. The quantized ones are group-wise
+/// along the input dimension K with one fp16 scale per group.
+enum class LowBit {
+  kFp32,      ///< IEEE float32, unquantized.
+  kFp16,      ///< IEEE binary16, unquantized.
+  kBf16,      ///< bfloat16, unquantized.
+  kSymInt4,   ///< 4-bit symmetric, ggml Q4_0 rule (see sym_int4.h).
+  kAsymInt4,  ///< 4-bit with a zero point per group, GPTQ/AWQ rule (see asym_int4.h).
+  kSymInt8,   ///< 8-bit symmetric, per group or per output channel (see sym_int8.h).
+};
+
+/// Which integer range sym_int4 uses: ggml Q4_0's full [-8, 7] (scale =
+/// signed max / -8), or the clipped [-7, 7] (scale = amax / 7, "S4_Clip").
+enum class Int4Range { kFull, kClip };
+
+/// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8.
+std::string_view low_bit_name(LowBit type);
+/// Inverse of low_bit_name. Throws woq::Error listing the valid names.
+LowBit parse_low_bit(std::string_view name);
+/// True for the integer formats.
+bool is_quantized(LowBit type);
+/// "full" or "clip".
+std::string_view int4_range_name(Int4Range range);
+/// Inverse of int4_range_name. Throws woq::Error on anything else.
+Int4Range parse_int4_range(std::string_view name);
+
+/// How to store one matrix.
+struct QuantSpec {
+  LowBit type = LowBit::kSymInt4;
+  /// Elements sharing one scale along K; -1 = one group per row (per output
+  /// channel). Ignored for fp32/fp16/bf16. For 4-bit types it must be even
+  /// so that groups start on a byte boundary.
+  std::int64_t group_size = 32;
+  Int4Range int4_range = Int4Range::kFull;
+};
+
+/// A weight matrix W of shape [rows = N output features, cols = K input
+/// features], stored row by row in one of the LowBit formats. Row n starts at
+/// data[n * row_bytes]; its groups are [g*group_size, min((g+1)*group_size, K)),
+/// so the last group of a row may be shorter. Rows never share a byte.
+struct QuantMatrix {
+  LowBit type = LowBit::kFp32;
+  Int4Range int4_range = Int4Range::kFull;  ///< meaningful for kSymInt4 only
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t group_size = 0;      ///< effective group length (K when per channel); 0 for float types
+  std::int64_t groups_per_row = 0;  ///< ceil(K / group_size); 0 for float types
+  std::int64_t row_bytes = 0;       ///< bytes of one packed row in `data`
+  std::vector<std::uint8_t> data;   ///< [rows, row_bytes]
+  std::vector<std::uint16_t> scales;  ///< fp16 bits [rows, groups_per_row]; empty for float types
+  std::vector<std::uint8_t> zeros;    ///< asym_int4 zero points in [0, 15], [rows, groups_per_row]
+
+  /// Bytes of weight storage (data + scales + zeros).
+  std::size_t bytes() const;
+};
+
+/// Stores the fp32 matrix `src` ([rows, cols], row-major) in `spec`'s format
+/// by round-to-nearest. Rows are processed in parallel when `pool` is given.
+/// Throws woq::Error on an invalid group size, on a NaN/Inf input (naming
+/// the row and column) or when a group's scale overflows fp16.
+QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
+                            const QuantSpec& spec, ThreadPool* pool = nullptr);
+
+/// Reference dequantization of row `row` of `w` into out[0, cols).
+void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out);
+
+}  // namespace woq

@@ -1,0 +1,33 @@
+#include "formats/sym_int8.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "formats/scale.h"
+
+namespace woq::sym_int8 {
+
+void quantize_row(const float* x, std::int64_t k, std::int64_t group, std::int8_t* q,
+                  std::uint16_t* scales) {
+  const std::int64_t groups = (k + group - 1) / group;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const float* xg = x + g * group;
+    const std::int64_t n = codec::group_len(g, k, group);
+    float amax = 0.0f;
+    for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(xg[j]));
+    scales[g] = codec::encode_scale(amax / 127.0f);
+    const float d = fp16_to_fp32(scales[g]);
+    for (std::int64_t j = 0; j < n; ++j) {
+      q[g * group + j] = static_cast<std::int8_t>(codec::round_div(xg[j], d, -127, 127));
+    }
+  }
+}
+
+void dequantize_row(const std::int8_t* q, const std::uint16_t* scales, std::int64_t k,
+                    std::int64_t group, float* out) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    out[j] = static_cast<float>(q[j]) * fp16_to_fp32(scales[j / group]);
+  }
+}
+
+}  // namespace woq::sym_int8

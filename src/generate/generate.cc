@@ -1,0 +1,60 @@
+#include "generate/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace woq {
+
+GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(std::string_view)>& on_text) {
+  using Clock = std::chrono::steady_clock;
+  GenerateResult result;
+  result.prompt_ids = tokenizer.encode(prompt);
+  if (result.prompt_ids.empty()) fail("the prompt is empty and the tokenizer adds no BOS");
+  const auto prompt_len = static_cast<std::int64_t>(result.prompt_ids.size());
+  if (options.max_new_tokens < 0) fail("the number of tokens to generate must be >= 0");
+  const std::int64_t needed = prompt_len + options.max_new_tokens;
+  if (needed > model.context_limit())
+    fail("prompt ({} tokens) + tokens to generate ({}) = {} exceeds the model's context of {} tokens",
+         prompt_len, options.max_new_tokens, needed, model.context_limit());
+
+  std::vector<std::int32_t> stops = options.stop_ids;
+  if (stops.empty())
+    for (const auto id : model.config().eos_token_ids) stops.push_back(static_cast<std::int32_t>(id));
+
+  TextStream stream(tokenizer);
+  const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();
+  for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i)
+    on_text(stream.push(result.prompt_ids[i]));
+  if (options.max_new_tokens == 0) {
+    on_text(stream.flush());
+    return result;
+  }
+
+  KVCache cache = model.make_cache(needed);
+  Sampler sampler(options.sampling);
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  model.forward(result.prompt_ids, cache, /*all_logits=*/false, logits);
+  result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
+  for (;;) {
+    const std::int32_t next = sampler.sample(logits);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      result.stopped = true;
+      break;
+    }
+    result.generated_ids.push_back(next);
+    on_text(stream.push(next));
+    if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.max_new_tokens) break;
+    model.forward(std::span(&next, 1), cache, false, logits);
+  }
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  on_text(stream.flush());
+  return result;
+}
+
+}  // namespace woq

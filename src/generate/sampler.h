@@ -1,0 +1,38 @@
+// Choosing the next token from logits: greedy, or temperature with top-k
+// and top-p (nucleus, Holtzman et al. 2019) filtering.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+
+namespace woq {
+
+/// Sampling settings. temperature <= 0 means greedy (argmax).
+struct SamplingParams {
+  float temperature = 0.8f;
+  std::int32_t top_k = 40;  ///< keep the k most likely tokens; <= 0 keeps all
+  float top_p = 0.95f;      ///< keep the smallest set with probability >= top_p; >= 1 keeps all
+  std::uint64_t seed = 0;
+};
+
+/// A seeded sampler; the same seed and logits give the same tokens on any machine.
+class Sampler {
+ public:
+  /// Throws woq::Error when top_p is not in (0, 1] or temperature is NaN.
+  explicit Sampler(const SamplingParams& params);
+
+  /// Picks a token id from logits[0, vocab). Ties in greedy mode go to the lowest id.
+  std::int32_t sample(std::span<const float> logits);
+
+ private:
+  double uniform();  ///< in [0, 1), from 53 random bits
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+};
+
+/// Index of the largest logit (lowest index on ties).
+std::int32_t argmax(std::span<const float> logits);
+
+}  // namespace woq

@@ -1,0 +1,54 @@
+// The Hugging Face config.json / generation_config.json of a Llama-family
+// checkpoint (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), with
+// the defaults of transformers' LlamaConfig for absent fields.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace woq {
+
+/// RoPE frequency scaling (config.json "rope_scaling").
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                     ///< llama3 only
+  double high_freq_factor = 4.0;                    ///< llama3 only
+  std::int64_t original_max_position_embeddings = 8192;  ///< llama3 only
+};
+
+/// Architecture hyper-parameters and special token ids.
+struct ModelConfig {
+  std::string architecture;  ///< e.g. "LlamaForCausalLM"
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;  ///< GQA: < num_attention_heads
+  std::int64_t head_dim = 0;             ///< hidden_size / num_attention_heads unless given
+  std::int64_t vocab_size = 0;
+  std::int64_t max_position_embeddings = 2048;  ///< tokens
+  std::int64_t sliding_window = 0;   ///< Mistral; 0 = none. Longer contexts are refused.
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;  ///< lm_head shares model.embed_tokens.weight
+  bool attention_bias = false;       ///< q/k/v projections have biases (Qwen2)
+  std::int64_t bos_token_id = -1;    ///< -1 = none
+  std::vector<std::int64_t> eos_token_ids;  ///< generation stops on any of these
+
+  std::int64_t q_dim() const { return num_attention_heads * head_dim; }
+  std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+};
+
+/// Reads DIR/config.json and, if present, DIR/generation_config.json (whose
+/// bos/eos ids take precedence; eos_token_id may be a number or a list).
+/// Throws woq::Error naming the file and field for malformed JSON, missing or
+/// mistyped fields, an unsupported architecture or rope_scaling type, and
+/// inconsistent shapes (num_attention_heads not dividing hidden_size,
+/// num_key_value_heads not dividing num_attention_heads, odd head_dim).
+ModelConfig read_model_config(const std::string& dir);
+
+}  // namespace woq

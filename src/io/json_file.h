@@ -1,0 +1,48 @@
+// Reading JSON files (config.json and friends) with errors that name the
+// file and the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace woq {
+
+/// Parses the JSON file at `path`. Throws woq::Error "PATH: cannot open"
+/// or "PATH: malformed JSON: <parser message>".
+nlohmann::json read_json_file(const std::string& path);
+
+/// A JSON object read from a file, with typed field accessors whose errors
+/// read "config.json: field 'hidden_size' must be an integer, got string".
+class JsonFields {
+ public:
+  /// Throws woq::Error if `json` is not an object.
+  JsonFields(nlohmann::json json, std::string path);
+
+  const nlohmann::json& json() const { return json_; }
+  const std::string& path() const { return path_; }
+  /// True when the field exists and is not null.
+  bool has(const std::string& key) const;
+
+  /// Required integer field; throws if missing or not an integer.
+  std::int64_t integer(const std::string& key) const;
+  /// Optional integer field (absent or null -> nullopt).
+  std::optional<std::int64_t> opt_integer(const std::string& key) const;
+  /// Required or defaulted number (integer or float).
+  double number(const std::string& key, std::optional<double> fallback = std::nullopt) const;
+  /// Defaulted boolean.
+  bool boolean(const std::string& key, bool fallback) const;
+  /// Defaulted string.
+  std::string string(const std::string& key, const std::string& fallback) const;
+
+  /// Throws woq::Error "PATH: field 'KEY' WHAT".
+  [[noreturn]] void field_error(const std::string& key, const std::string& what) const;
+
+ private:
+  nlohmann::json json_;
+  std::string path_;
+};
+
+}  // namespace woq

@@ -1,0 +1,228 @@
+#include "io/safetensors.h"
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "io/json_file.h"
+
+namespace woq {
+
+namespace {
+
+constexpr std::array<std::pair<DType, std::string_view>, 10> kDTypes{{
+    {DType::kF64, "F64"},
+    {DType::kF32, "F32"},
+    {DType::kF16, "F16"},
+    {DType::kBF16, "BF16"},
+    {DType::kI64, "I64"},
+    {DType::kI32, "I32"},
+    {DType::kI16, "I16"},
+    {DType::kI8, "I8"},
+    {DType::kU8, "U8"},
+    {DType::kBool, "BOOL"},
+}};
+
+// Headers larger than this are rejected rather than parsed (the format's
+// reference implementation uses the same 100 MB bound).
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+TensorView parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e,
+                       std::span<const std::uint8_t> data) {
+  auto bad = [&](const std::string& what) -> Error {
+    return Error(fmt::format("{}: tensor '{}': {}", path, name, what));
+  };
+  if (!e.is_object()) throw bad("header entry is not an object");
+  TensorView t;
+  t.name = name;
+  t.file = path;
+  const auto dt = e.find("dtype");
+  if (dt == e.end() || !dt->is_string()) throw bad("missing or non-string 'dtype'");
+  const std::string dtype = dt->get<std::string>();
+  bool known = false;
+  for (const auto& [d, n] : kDTypes) {
+    if (n == dtype) {
+      t.dtype = d;
+      known = true;
+    }
+  }
+  if (!known) throw bad(fmt::format("unsupported dtype '{}'", dtype));
+
+  const auto sh = e.find("shape");
+  if (sh == e.end() || !sh->is_array()) throw bad("missing or non-array 'shape'");
+  std::uint64_t numel = 1;
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned()) throw bad(fmt::format("shape {} has a non-integer or negative dimension", sh->dump()));
+    const std::uint64_t v = d.get<std::uint64_t>();
+    if (v != 0 && numel > std::numeric_limits<std::uint64_t>::max() / 16 / v)
+      throw bad(fmt::format("shape {} is too large", sh->dump()));
+    numel *= v;
+    t.shape.push_back(static_cast<std::int64_t>(v));
+  }
+
+  const auto off = e.find("data_offsets");
+  if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+      !(*off)[1].is_number_unsigned())
+    throw bad("'data_offsets' must be two non-negative integers");
+  const std::uint64_t begin = (*off)[0].get<std::uint64_t>();
+  const std::uint64_t end = (*off)[1].get<std::uint64_t>();
+  if (begin > end) throw bad(fmt::format("data_offsets [{}, {}] are reversed", begin, end));
+  if (end > data.size())
+    throw bad(fmt::format("data_offsets [{}, {}] point past the end of the data ({} bytes; file truncated?)",
+                          begin, end, data.size()));
+  const std::uint64_t want = numel * dtype_size(t.dtype);
+  if (end - begin != want)
+    throw bad(fmt::format("data_offsets span {} bytes but shape {} of {} needs {}", end - begin,
+                          sh->dump(), dtype, want));
+  t.bytes = data.subspan(begin, end - begin);
+  return t;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  for (const auto& [d, n] : kDTypes)
+    if (d == dtype) return n;
+  return "?";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64: return 8;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16: return 2;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: return 1;
+  }
+  return 1;
+}
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+std::string TensorView::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+  const auto bytes = file_.bytes();
+  if (bytes.size() < 8)
+    fail("{}: truncated safetensors file ({} bytes; the 8-byte header length is missing)", path,
+         bytes.size());
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<std::size_t>(i)];
+  if (header_len > kMaxHeaderBytes)
+    fail("{}: header length {} is implausible (limit {} bytes); not a safetensors file?", path,
+         header_len, kMaxHeaderBytes);
+  if (header_len > bytes.size() - 8)
+    fail("{}: header length {} exceeds the file size {} (file truncated?)", path, header_len,
+         bytes.size());
+  const auto header = bytes.subspan(8, header_len);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(header.begin(), header.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: malformed JSON header: {}", path, e.what());
+  }
+  if (!json.is_object()) fail("{}: header is not a JSON object", path);
+  const auto data = bytes.subspan(8 + header_len);
+  for (const auto& [name, entry] : json.items()) {
+    if (name == "__metadata__") continue;
+    tensors_.emplace(name, parse_entry(path, name, entry, data));
+  }
+}
+
+TensorStore TensorStore::open_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  TensorStore store;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    store.source_ = index.string();
+    const JsonFields idx(read_json_file(index.string()), index.string());
+    const auto it = idx.json().find("weight_map");
+    if (it == idx.json().end() || !it->is_object()) idx.field_error("weight_map", "is missing or not an object");
+    std::map<std::string, std::string> wanted;  // tensor -> shard
+    std::set<std::string> shards;
+    for (const auto& [name, file] : it->items()) {
+      if (!file.is_string()) idx.field_error("weight_map", fmt::format("entry '{}' is not a file name", name));
+      const std::string f = file.get<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f == "..")
+        idx.field_error("weight_map", fmt::format("entry '{}' names '{}', not a file in {}", name, f, dir));
+      wanted[name] = f;
+      shards.insert(f);
+    }
+    std::map<std::string, const SafetensorsFile*> by_name;
+    for (const auto& shard : shards) {
+      store.files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / shard).string()));
+      by_name[shard] = store.files_.back().get();
+    }
+    for (const auto& [name, shard] : wanted) {
+      const auto& tensors = by_name[shard]->tensors();
+      const auto t = tensors.find(name);
+      if (t == tensors.end())
+        fail("{}: weight_map puts '{}' in {}, but that shard has no such tensor", index.string(), name, shard);
+      store.index_[name] = &t->second;
+    }
+    return store;
+  }
+  if (!fs::exists(single))
+    fail("{}: no model.safetensors or model.safetensors.index.json (is this a Hugging Face model directory?)",
+         dir);
+  store.source_ = single.string();
+  store.files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
+  for (const auto& [name, t] : store.files_.back()->tensors()) store.index_[name] = &t;
+  return store;
+}
+
+const TensorView* TensorStore::find(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+const TensorView& TensorStore::get(const std::string& name) const {
+  const TensorView* t = find(name);
+  if (t == nullptr) fail("{}: tensor '{}' is missing", source_, name);
+  return *t;
+}
+
+void tensor_to_f32(const TensorView& t, float* out) {
+  const std::int64_t n = t.numel();
+  const std::uint8_t* p = t.bytes.data();
+  switch (t.dtype) {
+    case DType::kF32: std::memcpy(out, p, static_cast<std::size_t>(n) * 4); return;
+    case DType::kF64:
+      for (std::int64_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, 8);
+        out[i] = static_cast<float>(v);
+      }
+      return;
+    case DType::kF16:
+    case DType::kBF16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = t.dtype == DType::kF16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+      }
+      return;
+    default:
+      fail("{}: tensor '{}' has dtype {}; a floating-point dtype (F32, F16, BF16) is needed here",
+           t.file, t.name, dtype_name(t.dtype));
+  }
+}
+
+}  // namespace woq

@@ -1,0 +1,94 @@
+// The Llama-family decoder (Llama 2/3, Mistral, Qwen2) in Hugging Face
+// conventions, with its linear layers in any LowBit format.
+//
+// Forward pass, per layer (Touvron et al. 2023, "Llama 2"; HF modeling_llama.py):
+//   h = x + o_proj(Attention(RoPE(q_proj(RMSNorm(x))), RoPE(k_proj(..)), v_proj(..)))
+//   x = h + down_proj(silu(gate_proj(RMSNorm(h))) * up_proj(RMSNorm(h)))
+// then a final RMSNorm and lm_head (tied to the embedding when the config says so).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/low_bit.h"
+#include "io/hf_config.h"
+#include "model/kv_cache.h"
+
+namespace woq {
+
+/// Weights of one decoder layer. Shapes are [out, in].
+struct LayerWeights {
+  std::vector<float> attn_norm;  ///< (hidden)
+  QuantMatrix wq;                ///< (q_dim, hidden)
+  QuantMatrix wk;                ///< (kv_dim, hidden)
+  QuantMatrix wv;                ///< (kv_dim, hidden)
+  QuantMatrix wo;                ///< (hidden, q_dim)
+  std::vector<float> bq, bk, bv;  ///< (q_dim), (kv_dim), (kv_dim); empty without attention_bias
+  std::vector<float> mlp_norm;   ///< (hidden)
+  QuantMatrix gate;              ///< (intermediate, hidden)
+  QuantMatrix up;                ///< (intermediate, hidden)
+  QuantMatrix down;              ///< (hidden, intermediate)
+};
+
+/// How to load a checkpoint.
+struct LoadOptions {
+  QuantSpec linear;  ///< format of q/k/v/o/gate/up/down; embeddings, norms and lm_head keep theirs
+};
+
+/// What loading did, for the one line the CLI prints.
+struct LoadReport {
+  std::int64_t linear_matrices = 0;       ///< matrices stored in `linear`'s format
+  std::uint64_t linear_source_bytes = 0;  ///< their size in the checkpoint's dtype
+  std::uint64_t linear_bytes = 0;         ///< their size after conversion
+  std::uint64_t other_bytes = 0;          ///< embeddings, norms, lm_head (kept at source precision)
+  std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
+  double seconds = 0;                     ///< wall time of loading and quantizing
+};
+
+/// A loaded model. Thread-safe for concurrent forward() calls on different caches
+/// only if they use different thread pools; intended use is one caller.
+class LlamaModel {
+ public:
+  /// Loads DIR (config.json, generation_config.json, model.safetensors or
+  /// sharded) and converts the linear layers of every block per `options`.
+  /// Throws woq::Error naming the file and tensor for missing tensors, wrong
+  /// shapes, non-float dtypes, non-finite weights and the config errors of
+  /// read_model_config.
+  static std::unique_ptr<LlamaModel> load(const std::string& dir, const LoadOptions& options,
+                                          ThreadPool& pool, LoadReport* report = nullptr);
+
+  const ModelConfig& config() const { return config_; }
+
+  /// A cache for up to `capacity` tokens; throws woq::Error if capacity is not
+  /// in [1, context_limit()].
+  KVCache make_cache(std::int64_t capacity) const;
+  /// Longest sequence the model supports: max_position_embeddings (or the
+  /// sliding window, when smaller, since sliding-window attention is not implemented).
+  std::int64_t context_limit() const;
+
+  /// Runs `tokens` at positions [cache.size(), cache.size() + T) and appends
+  /// their keys/values to the cache. Writes logits to `logits`: [T, vocab]
+  /// when `all_logits`, else [1, vocab] for the last token. Throws woq::Error
+  /// for an empty input, a token id outside [0, vocab) or a full cache.
+  void forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
+               std::vector<float>& logits);
+
+ private:
+  LlamaModel(ModelConfig config, ThreadPool& pool);
+  void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
+                 KVCache& cache, float* out);
+
+  ModelConfig config_;
+  ThreadPool& pool_;
+  QuantMatrix embed_;                     ///< (vocab, hidden), source precision
+  std::unique_ptr<QuantMatrix> lm_head_;  ///< (vocab, hidden); null when tied to embed_
+  std::vector<LayerWeights> layers_;
+  std::vector<float> final_norm_;  ///< (hidden)
+  std::vector<float> inv_freq_;    ///< (head_dim / 2) RoPE frequencies after rope_scaling
+};
+
+}  // namespace woq

@@ -1,0 +1,117 @@
+// LlamaModel::load: from a Hugging Face checkpoint directory to weights in
+// woq's formats.
+#include <chrono>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
+
+namespace woq {
+
+namespace {
+
+// Checks that `t` has exactly `shape`, naming the config fields it comes from.
+void expect_shape(const TensorView& t, const std::vector<std::int64_t>& shape, const char* from) {
+  if (t.shape != shape)
+    fail("{}: tensor '{}' has shape {}, expected [{}] (from config.json {})", t.file, t.name,
+         t.shape_str(), fmt::join(shape, ", "), from);
+}
+
+std::vector<float> to_f32(const TensorView& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  tensor_to_f32(t, out.data());
+  return out;
+}
+
+// The unquantized format matching a checkpoint dtype.
+LowBit float_format(const TensorView& t) {
+  switch (t.dtype) {
+    case DType::kF16: return LowBit::kFp16;
+    case DType::kBF16: return LowBit::kBf16;
+    default: return LowBit::kFp32;
+  }
+}
+
+QuantMatrix load_matrix(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
+                        const QuantSpec& spec, ThreadPool& pool) {
+  expect_shape(t, {rows, cols}, from);
+  const std::vector<float> f = to_f32(t);
+  try {
+    return quantize_matrix(f.data(), rows, cols, spec, &pool);
+  } catch (const Error& e) {
+    fail("{}: tensor '{}': {}", t.file, t.name, e.what());
+  }
+}
+
+std::vector<float> load_vector(const TensorStore& store, const std::string& name, std::int64_t n,
+                               const char* from) {
+  const TensorView& t = store.get(name);
+  expect_shape(t, {n}, from);
+  return to_f32(t);
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
+                                             ThreadPool& pool, LoadReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  ModelConfig config = read_model_config(dir);
+  const TensorStore store = TensorStore::open_dir(dir);
+  std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
+  const ModelConfig& c = m->config_;
+  LoadReport rep;
+
+  const TensorView& embed = store.get("model.embed_tokens.weight");
+  const QuantSpec keep{float_format(embed), 0, Int4Range::kFull};
+  m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", keep, pool);
+  rep.other_bytes += m->embed_.bytes();
+  const TensorView* head = store.find("lm_head.weight");
+  if (!c.tie_word_embeddings || head != nullptr) {
+    if (head == nullptr)
+      fail("{}: tensor 'lm_head.weight' is missing and config.json tie_word_embeddings is false",
+           store.source());
+    m->lm_head_ = std::make_unique<QuantMatrix>(load_matrix(
+        *head, c.vocab_size, c.hidden_size, "vocab_size, hidden_size",
+        QuantSpec{float_format(*head), 0, Int4Range::kFull}, pool));
+    rep.other_bytes += m->lm_head_->bytes();
+  }
+  m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
+  rep.other_bytes += m->final_norm_.size() * sizeof(float);
+
+  auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
+    const TensorView& t = store.get(name);
+    if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));
+    rep.linear_source_bytes += t.bytes.size();
+    QuantMatrix w = load_matrix(t, rows, cols, from, options.linear, pool);
+    rep.linear_bytes += w.bytes();
+    ++rep.linear_matrices;
+    return w;
+  };
+  const std::int64_t h = c.hidden_size;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    LayerWeights w;
+    w.attn_norm = load_vector(store, p + "input_layernorm.weight", h, "hidden_size");
+    w.mlp_norm = load_vector(store, p + "post_attention_layernorm.weight", h, "hidden_size");
+    rep.other_bytes += 2 * static_cast<std::uint64_t>(h) * sizeof(float);
+    w.wq = linear(p + "self_attn.q_proj.weight", c.q_dim(), h, "num_attention_heads * head_dim, hidden_size");
+    w.wk = linear(p + "self_attn.k_proj.weight", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size");
+    w.wv = linear(p + "self_attn.v_proj.weight", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size");
+    w.wo = linear(p + "self_attn.o_proj.weight", h, c.q_dim(), "hidden_size, num_attention_heads * head_dim");
+    if (c.attention_bias) {
+      w.bq = load_vector(store, p + "self_attn.q_proj.bias", c.q_dim(), "num_attention_heads * head_dim");
+      w.bk = load_vector(store, p + "self_attn.k_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
+      w.bv = load_vector(store, p + "self_attn.v_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
+      rep.other_bytes += (w.bq.size() + w.bk.size() + w.bv.size()) * sizeof(float);
+    }
+    w.gate = linear(p + "mlp.gate_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
+    w.up = linear(p + "mlp.up_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
+    w.down = linear(p + "mlp.down_proj.weight", h, c.intermediate_size, "hidden_size, intermediate_size");
+    m->layers_.push_back(std::move(w));
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (report != nullptr) *report = rep;
+  return m;
+}
+
+}  // namespace woq

@@ -1,0 +1,112 @@
+#include "tokenizer/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/json_file.h"
+
+namespace woq {
+
+Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+Tokenizer Tokenizer::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string model = (fs::path(dir) / "tokenizer.model").string();
+  if (!fs::exists(model))
+    fail("{}: not found (woq reads SentencePiece tokenizer.model; tokenizer.json is not supported yet)", model);
+  Tokenizer tok;
+  const auto status = tok.sp_->Load(model);
+  if (!status.ok()) fail("{}: not a SentencePiece model: {}", model, status.ToString());
+  const std::string cfg = (fs::path(dir) / "tokenizer_config.json").string();
+  if (fs::exists(cfg)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
+  return tok;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> pieces;
+  const auto status = sp_->Encode(text, &pieces);
+  if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
+  std::vector<std::int32_t> ids;
+  ids.reserve(pieces.size() + 1);
+  if (add_bos_ && bos_id() >= 0) ids.push_back(bos_id());
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  std::string text;
+  std::vector<int> run;
+  auto flush_run = [&] {
+    if (run.empty()) return;
+    std::string piece;
+    const auto status = sp_->Decode(run, &piece);
+    if (!status.ok()) fail("tokenizer: cannot decode: {}", status.ToString());
+    text += piece;
+    run.clear();
+  };
+  for (const auto id : ids) {
+    if (id < 0 || id >= sp_->GetPieceSize()) {
+      flush_run();
+      text += fmt::format("<{}?>", id);
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush_run();
+  return text;
+}
+
+std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
+std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+namespace {
+
+// Length of the longest prefix of s that does not end inside a UTF-8 sequence.
+std::size_t complete_utf8_prefix(std::string_view s) {
+  std::size_t i = s.size();
+  std::size_t back = 0;
+  while (i > 0 && back < 4) {
+    const auto c = static_cast<unsigned char>(s[i - 1]);
+    ++back;
+    if ((c & 0xc0) != 0x80) {  // lead byte or ASCII
+      const std::size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+      return back >= need ? s.size() : i - 1;
+    }
+    --i;
+  }
+  return s.size();
+}
+
+}  // namespace
+
+std::string TextStream::push(std::int32_t id) {
+  ids_.push_back(id);
+  const std::string text = tokenizer_.decode(ids_);
+  std::size_t end = complete_utf8_prefix(text);
+  // An incomplete byte-fallback sequence may decode as U+FFFD: hold it back
+  // until the following tokens complete (or replace) it.
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  while (end >= emitted_ + kReplacement.size() &&
+         std::string_view(text).substr(end - kReplacement.size(), kReplacement.size()) == kReplacement)
+    end -= kReplacement.size();
+  if (end <= emitted_) return {};
+  // Decoding more tokens can, in rare SentencePiece cases, rewrite earlier
+  // text; what was already streamed stays, and only the new tail is added.
+  std::string delta = text.substr(emitted_, end - emitted_);
+  emitted_ = end;
+  return delta;
+}
+
+std::string TextStream::flush() {
+  const std::string text = tokenizer_.decode(ids_);
+  std::string rest = emitted_ < text.size() ? text.substr(emitted_) : std::string();
+  emitted_ = text.size();
+  return rest;
+}
+
+}  // namespace woq

@@ -1,0 +1,61 @@
+// Text <-> token ids for a model directory, through SentencePiece
+// (tokenizer.model, as shipped with Llama 2 / Mistral checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace woq {
+
+class Tokenizer {
+ public:
+  /// Loads DIR/tokenizer.model and reads add_bos_token (default true) from
+  /// DIR/tokenizer_config.json if present. Throws woq::Error naming the file
+  /// when tokenizer.model is missing or not a SentencePiece model.
+  static Tokenizer load(const std::string& dir);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  /// Token ids of `text`, preceded by BOS when add_bos_token is set.
+  std::vector<std::int32_t> encode(std::string_view text) const;
+  /// The text of `ids`. Ids outside the vocabulary (e.g. from a model whose
+  /// vocab_size exceeds the tokenizer's) decode as the placeholder "<ID?>".
+  std::string decode(const std::vector<std::int32_t>& ids) const;
+
+  std::int32_t bos_id() const;
+  bool add_bos() const { return add_bos_; }
+  std::int64_t vocab_size() const;
+
+ private:
+  Tokenizer();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  bool add_bos_ = true;
+};
+
+/// Turns a growing list of generated ids into text deltas for streaming.
+/// SentencePiece decodes a leading "▁" differently at the start of a text
+/// and byte-fallback tokens form a character only together, so the whole
+/// list is decoded each time and only the new, complete suffix is returned.
+class TextStream {
+ public:
+  explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  /// Appends `id`; returns the text it completes (possibly empty).
+  std::string push(std::int32_t id);
+  /// Text held back so far (an incomplete UTF-8 sequence), decoded as is.
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<std::int32_t> ids_;
+  std::size_t emitted_ = 0;  ///< bytes of decode(ids_) already returned
+};
+
+}  // namespace woq

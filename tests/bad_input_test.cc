@@ -1,0 +1,272 @@
+// Every kind of bad checkpoint gives one clear woq::Error naming the file and
+// the field or tensor; sharded and half-precision checkpoints load.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "model/llama.h"
+#include "test_files.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq {
+namespace {
+
+using test::RawTensor;
+using test::TempDir;
+
+// A copy of the bundled model, to be damaged by one test.
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override { test::copy_model(WOQ_MODEL_DIR, dir_.path()); }
+
+  std::string file(const std::string& name) const { return dir_.file(name); }
+
+  // Loads the model and returns the error message ("" if it loaded).
+  std::string load_error() {
+    try {
+      LlamaModel::load(dir_.path(), LoadOptions{}, pool_);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  void edit_tensors(const std::function<void(std::vector<RawTensor>&)>& edit) {
+    auto tensors = test::read_safetensors(file("model.safetensors"));
+    edit(tensors);
+    test::write_safetensors(file("model.safetensors"), tensors);
+  }
+
+  void edit_config(const std::string& from, const std::string& to) {
+    std::string cfg = test::read_file(file("config.json"));
+    const auto pos = cfg.find(from);
+    ASSERT_NE(pos, std::string::npos) << from;
+    cfg.replace(pos, from.size(), to);
+    test::write_file(file("config.json"), cfg);
+  }
+
+  // Replaces `from` with `to` (same length) inside the safetensors header.
+  void patch_header(const std::string& from, const std::string& to) {
+    ASSERT_EQ(from.size(), to.size());
+    std::string data = test::read_file(file("model.safetensors"));
+    const auto pos = data.find(from);
+    ASSERT_NE(pos, std::string::npos) << from;
+    data.replace(pos, from.size(), to);
+    test::write_file(file("model.safetensors"), data);
+  }
+
+  TempDir dir_;
+  ThreadPool pool_{2};
+};
+
+#define EXPECT_MENTIONS(msg, a, b)                                   \
+  do {                                                               \
+    const std::string m_ = (msg);                                    \
+    EXPECT_NE(m_.find(a), std::string::npos) << "message: " << m_;   \
+    EXPECT_NE(m_.find(b), std::string::npos) << "message: " << m_;   \
+  } while (0)
+
+TEST_F(BadInputTest, BundledModelLoads) { EXPECT_EQ(load_error(), ""); }
+
+TEST_F(BadInputTest, MissingSafetensors) {
+  std::filesystem::remove(file("model.safetensors"));
+  EXPECT_MENTIONS(load_error(), dir_.path(), "no model.safetensors");
+}
+
+TEST_F(BadInputTest, TruncatedData) {
+  const std::string data = test::read_file(file("model.safetensors"));
+  test::write_file(file("model.safetensors"), data.substr(0, data.size() / 2));
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "past the end of the data");
+}
+
+TEST_F(BadInputTest, TruncatedInsideHeader) {
+  test::write_file(file("model.safetensors"), test::read_file(file("model.safetensors")).substr(0, 100));
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "exceeds the file size");
+}
+
+TEST_F(BadInputTest, TooShortForHeaderLength) {
+  test::write_file(file("model.safetensors"), "abc");
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "truncated");
+}
+
+TEST_F(BadInputTest, OffsetsPastEnd) {
+  edit_tensors([](auto&) {});
+  const std::string data = test::read_file(file("model.safetensors"));
+  // Drop the last 4 bytes: the last tensor's end offset now points past the end.
+  test::write_file(file("model.safetensors"), data.substr(0, data.size() - 4));
+  EXPECT_MENTIONS(load_error(), "model.norm.weight", "past the end");
+}
+
+TEST_F(BadInputTest, UnknownDtype) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.0.mlp.up_proj.weight") x.dtype = "F8_E9";
+  });
+  EXPECT_MENTIONS(load_error(), "model.layers.0.mlp.up_proj.weight", "unsupported dtype 'F8_E9'");
+}
+
+TEST_F(BadInputTest, IntegerDtypeForWeights) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.1.self_attn.v_proj.weight") x.dtype = "I32";
+  });
+  EXPECT_MENTIONS(load_error(), "model.layers.1.self_attn.v_proj.weight", "dtype I32");
+}
+
+TEST_F(BadInputTest, SizeDisagreesWithShape) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.2.mlp.down_proj.weight") x.shape = {64, 171};
+  });
+  EXPECT_MENTIONS(load_error(), "model.layers.2.mlp.down_proj.weight", "needs");
+}
+
+TEST_F(BadInputTest, WrongShape) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.3.mlp.gate_proj.weight") x.shape = {64, 172};
+  });
+  const std::string msg = load_error();
+  EXPECT_MENTIONS(msg, "model.layers.3.mlp.gate_proj.weight", "has shape [64, 172], expected [172, 64]");
+  EXPECT_MENTIONS(msg, "intermediate_size", "model.safetensors");
+}
+
+TEST_F(BadInputTest, MissingTensor) {
+  edit_tensors([](auto& t) {
+    std::erase_if(t, [](const RawTensor& x) { return x.name == "model.layers.4.self_attn.o_proj.weight"; });
+  });
+  EXPECT_MENTIONS(load_error(), "model.layers.4.self_attn.o_proj.weight", "missing");
+}
+
+TEST_F(BadInputTest, NonFiniteWeight) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.0.self_attn.q_proj.weight") {
+        const float inf = std::numeric_limits<float>::infinity();
+        std::memcpy(x.bytes.data() + 4 * 70, &inf, 4);
+      }
+  });
+  EXPECT_MENTIONS(load_error(), "model.layers.0.self_attn.q_proj.weight", "row 1, column 6");
+}
+
+TEST_F(BadInputTest, MalformedHeaderJson) {
+  patch_header("\"dtype\"", "\"dtype'");
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "malformed JSON header");
+}
+
+TEST_F(BadInputTest, MalformedConfigJson) {
+  const std::string cfg = test::read_file(file("config.json"));
+  test::write_file(file("config.json"), cfg.substr(0, cfg.size() / 2));
+  EXPECT_MENTIONS(load_error(), "config.json", "malformed JSON");
+}
+
+TEST_F(BadInputTest, HeadsDoNotDivideHidden) {
+  edit_config("\"num_attention_heads\": 8", "\"num_attention_heads\": 7");
+  EXPECT_MENTIONS(load_error(), "config.json", "'num_attention_heads' (7) does not divide hidden_size (64)");
+}
+
+TEST_F(BadInputTest, KvHeadsDoNotDivideHeads) {
+  edit_config("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3");
+  EXPECT_MENTIONS(load_error(), "config.json", "'num_key_value_heads' (3) does not divide num_attention_heads (8)");
+}
+
+TEST_F(BadInputTest, MistypedField) {
+  edit_config("\"hidden_size\": 64", "\"hidden_size\": \"64\"");
+  EXPECT_MENTIONS(load_error(), "config.json", "'hidden_size' must be an integer");
+}
+
+TEST_F(BadInputTest, UnsupportedArchitecture) {
+  edit_config("LlamaForCausalLM", "GPT2LMHeadModel");
+  EXPECT_MENTIONS(load_error(), "config.json", "GPT2LMHeadModel");
+}
+
+TEST_F(BadInputTest, MissingLmHeadWhenUntied) {
+  edit_config("\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
+  EXPECT_MENTIONS(load_error(), "lm_head.weight", "tie_word_embeddings");
+}
+
+TEST_F(BadInputTest, BadTokenizerModel) {
+  test::write_file(file("tokenizer.model"), "this is not a protobuf");
+  try {
+    Tokenizer::load(dir_.path());
+    FAIL() << "garbage tokenizer.model accepted";
+  } catch (const Error& e) {
+    EXPECT_MENTIONS(std::string(e.what()), "tokenizer.model", "not a SentencePiece model");
+  }
+}
+
+TEST_F(BadInputTest, TokenOutOfVocabulary) {
+  auto model = LlamaModel::load(dir_.path(), LoadOptions{}, pool_);
+  KVCache cache = model->make_cache(8);
+  std::vector<float> logits;
+  const std::vector<std::int32_t> bad = {1, 512};
+  EXPECT_THROW(model->forward(bad, cache, false, logits), Error);
+  EXPECT_THROW(model->make_cache(513), Error);  // beyond max_position_embeddings
+}
+
+// Logits of a fixed prompt, all positions.
+std::vector<float> logits_of(const std::string& dir, LowBit type, ThreadPool& pool) {
+  auto model = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull}}, pool);
+  KVCache cache = model->make_cache(16);
+  std::vector<float> logits;
+  const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 432};
+  model->forward(ids, cache, true, logits);
+  return logits;
+}
+
+TEST_F(BadInputTest, ShardedCheckpointMatchesSingleFile) {
+  const auto single = logits_of(dir_.path(), LowBit::kFp32, pool_);
+  const auto tensors = test::read_safetensors(file("model.safetensors"));
+  std::vector<RawTensor> a(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(tensors.size() / 2));
+  std::vector<RawTensor> b(tensors.begin() + static_cast<std::ptrdiff_t>(tensors.size() / 2), tensors.end());
+  test::write_safetensors(file("model-00001-of-00002.safetensors"), a);
+  test::write_safetensors(file("model-00002-of-00002.safetensors"), b);
+  nlohmann::json index;
+  for (const auto& t : a) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& t : b) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  test::write_file(file("model.safetensors.index.json"), index.dump());
+  std::filesystem::remove(file("model.safetensors"));
+  EXPECT_EQ(logits_of(dir_.path(), LowBit::kFp32, pool_), single);
+
+  index["weight_map"]["model.norm.weight"] = "model-00003-of-00002.safetensors";
+  test::write_file(file("model.safetensors.index.json"), index.dump());
+  EXPECT_MENTIONS(load_error(), "model-00003-of-00002.safetensors", "cannot open");
+}
+
+// F16 and BF16 checkpoints load; their logits track the F32 ones to the
+// precision of the dtype.
+TEST_F(BadInputTest, HalfPrecisionCheckpoints) {
+  const auto f32 = logits_of(dir_.path(), LowBit::kFp32, pool_);
+  for (const std::string dtype : {"F16", "BF16"}) {
+    TempDir half;
+    test::copy_model(WOQ_MODEL_DIR, half.path());
+    auto tensors = test::read_safetensors(half.file("model.safetensors"));
+    for (auto& t : tensors) {
+      std::vector<std::uint8_t> out(t.bytes.size() / 2);
+      for (std::size_t i = 0; i < out.size() / 2; ++i) {
+        float v;
+        std::memcpy(&v, t.bytes.data() + 4 * i, 4);
+        const std::uint16_t h = dtype == "F16" ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      t.bytes = out;
+      t.dtype = dtype;
+    }
+    test::write_safetensors(half.file("model.safetensors"), tensors);
+    const auto got = logits_of(half.path(), LowBit::kFp32, pool_);
+    ASSERT_EQ(got.size(), f32.size());
+    double max_diff = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - f32[i])));
+    EXPECT_LT(max_diff, dtype == "F16" ? 0.05 : 0.5) << dtype;
+    EXPECT_GT(max_diff, 0.0) << dtype << " weights were not actually rounded";
+  }
+}
+
+}  // namespace
+}  // namespace woq

@@ -1,0 +1,91 @@
+// The woq binary as a user runs it: the acceptance command, help, and exit
+// codes and messages for bad input.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_files.h"
+
+namespace woq {
+namespace {
+
+struct RunResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+RunResult run(const std::string& args, const std::string& env = "") {
+  test::TempDir tmp;
+  const std::string cmd = env + " " WOQ_BIN " " + args + " > " + tmp.file("out") + " 2> " + tmp.file("err");
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, test::read_file(tmp.file("out")),
+          test::read_file(tmp.file("err"))};
+}
+
+const std::string kModel = WOQ_MODEL_DIR;
+
+TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {
+  std::ifstream in(WOQ_TEST_DATA "/stories260K_greedy_once_upon_a_time.json");
+  const auto ref = nlohmann::json::parse(in);
+  for (const std::string env : {"", "WOQ_ISA=scalar"}) {
+    const RunResult r = run("generate -m " + kModel + " -p \"Once upon a time\" -n 60 --temperature 0 --low-bit fp32", env);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, ref["text"].get<std::string>() + "\n") << env;
+    EXPECT_NE(r.err.find("generated 60 tokens"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Cli, DefaultIsSymInt4AndSaysSo) {
+  const RunResult r = run("generate -m " + kModel + " -p \"Once upon a time\" -n 20 --seed 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("Once upon a time").size() + 20);
+  EXPECT_NE(r.err.find("35 linear layers (q/k/v/o/gate/up/down) F32 -> sym_int4 (group_size 32, full range)"),
+            std::string::npos)
+      << r.err;
+  // Same seed, same story.
+  EXPECT_EQ(run("generate -m " + kModel + " -p \"Once upon a time\" -n 20 --seed 3").out, r.out);
+}
+
+TEST(Cli, HelpDocumentsEveryFlag) {
+  const RunResult r = run("generate --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--model", "--prompt", "--n-predict", "--temperature", "--top-k", "--top-p", "--seed",
+                           "--low-bit", "--group-size", "--int4-range", "--threads"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  EXPECT_NE(run("--help").out.find("generate"), std::string::npos);
+}
+
+TEST(Cli, BadInputExitsNonZeroWithMessage) {
+  test::TempDir empty;
+  struct Bad {
+    std::string args, env, expect;
+  };
+  const Bad cases[] = {
+      {"generate -m " + empty.path() + " -p hi", "", "config.json: not found"},
+      {"generate -m " + kModel + " -p hi --low-bit int3", "", "unknown low-bit type 'int3'"},
+      {"generate -m " + kModel + " -p hi --group-size 0", "", "group_size 0 is invalid"},
+      {"generate -m " + kModel + " -p hi --int4-range half", "", "unknown int4 range"},
+      {"generate -m " + kModel + " -p hi -n 600", "", "exceeds the model's context of 512 tokens"},
+      {"generate -m " + kModel + " -p hi --top-p 0", "", "top_p must be in (0, 1]"},
+      {"generate -m " + kModel + " -p hi", "WOQ_ISA=sse9", "WOQ_ISA='sse9' is not one of"},
+  };
+  for (const auto& c : cases) {
+    const RunResult r = run(c.args, c.env);
+    EXPECT_EQ(r.code, 1) << c.args;
+    EXPECT_NE(r.err.find("woq: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+  }
+  const RunResult usage = run("generate -p hi");  // missing -m: a usage error
+  EXPECT_NE(usage.code, 0);
+  EXPECT_NE(usage.err.find("--model"), std::string::npos) << usage.err;
+}
+
+}  // namespace
+}  // namespace woq

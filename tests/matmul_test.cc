@@ -1,0 +1,86 @@
+// Every ISA's matmul against an f64 reference over the dequantized weights,
+// for every format, odd shapes, several input counts and thread counts.
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace woq {
+namespace {
+
+std::vector<float> random_vector(std::int64_t n, std::uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+struct Case {
+  LowBit type;
+  std::int64_t group;
+};
+
+class MatmulTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatmulTest, MatchesF64Reference) {
+  const Case c = GetParam();
+  const bool have_avx2 = active_isa() == Isa::kAvx2;
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {1, 1}, {1, 64}, {7, 33}, {13, 172}, {3, 4096 + 17}, {64, 96}, {33, 40}};
+  for (const auto& [n, k] : shapes) {
+    const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 1000 + k), 0.02f);
+    const QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+    std::vector<float> deq(static_cast<std::size_t>(n * k));
+    for (std::int64_t r = 0; r < n; ++r) dequantize_row(w, r, deq.data() + r * k);
+    for (const std::int64_t m : {1, 3, 7, 16}) {
+      const auto x = random_vector(m * k, static_cast<std::uint32_t>(m + k), 1.0f);
+      std::vector<double> ref(static_cast<std::size_t>(m * n)), bound(ref.size());
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t r = 0; r < n; ++r) {
+          double s = 0, a = 0;
+          for (std::int64_t j = 0; j < k; ++j) {
+            const double p = static_cast<double>(deq[static_cast<std::size_t>(r * k + j)]) * x[static_cast<std::size_t>(i * k + j)];
+            s += p;
+            a += std::fabs(p);
+          }
+          ref[static_cast<std::size_t>(i * n + r)] = s;
+          bound[static_cast<std::size_t>(i * n + r)] = a;
+        }
+      for (const int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        for (const Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+          if (isa == Isa::kAvx2 && !have_avx2) continue;
+          SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k << " m=" << m << " threads="
+                                            << threads << " isa=" << isa_name(isa));
+          std::vector<float> y(static_cast<std::size_t>(m * n), std::nanf(""));
+          matmul(w, x.data(), m, y.data(), pool, isa);
+          for (std::size_t i = 0; i < y.size(); ++i) {
+            // float accumulation error: a few ulps of the sum of |terms| per term count.
+            const double tol = 1e-6 * bound[i] * std::sqrt(static_cast<double>(k)) + 1e-30;
+            ASSERT_NEAR(y[i], ref[i], tol) << "at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, MatmulTest,
+    ::testing::Values(Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},
+                      Case{LowBit::kSymInt4, 32}, Case{LowBit::kSymInt4, 128}, Case{LowBit::kSymInt4, -1},
+                      Case{LowBit::kAsymInt4, 32}, Case{LowBit::kAsymInt4, -1},
+                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}),
+    [](const auto& param_info) {
+      const Case& c = param_info.param;
+      return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group));
+    });
+
+}  // namespace
+}  // namespace woq

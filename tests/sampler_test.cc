@@ -1,0 +1,68 @@
+#include "generate/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace woq {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
+
+TEST(Sampler, GreedyTakesFirstMaximum) {
+  Sampler s({0.0f, 40, 0.95f, 1});
+  EXPECT_EQ(s.sample(kLogits), 1);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  Sampler a({1.0f, 0, 1.0f, 42}), b({1.0f, 0, 1.0f, 42}), c({1.0f, 0, 1.0f, 43});
+  std::vector<std::int32_t> ta, tb, tc;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(a.sample(kLogits));
+    tb.push_back(b.sample(kLogits));
+    tc.push_back(c.sample(kLogits));
+  }
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, FrequenciesFollowSoftmax) {
+  const float temperature = 0.7f;
+  Sampler s({temperature, 0, 1.0f, 9});
+  std::vector<double> p(kLogits.size());
+  double z = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) z += p[i] = std::exp(kLogits[i] / temperature);
+  std::vector<int> count(p.size());
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) count[static_cast<std::size_t>(s.sample(kLogits))]++;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double want = p[i] / z;
+    EXPECT_NEAR(count[i] / static_cast<double>(n), want, 5 * std::sqrt(want * (1 - want) / n) + 1e-4) << i;
+  }
+}
+
+TEST(Sampler, TopKAndTopPRestrictTheSupport) {
+  Sampler k2({5.0f, 2, 1.0f, 3});  // high temperature, only ids 1 and 3 may appear
+  Sampler p({5.0f, 0, 0.3f, 3});   // ids 1 and 3 hold 0.44 > 0.3 of the mass at T = 5
+  std::map<std::int32_t, int> seen_k, seen_p;
+  for (int i = 0; i < 2000; ++i) {
+    seen_k[k2.sample(kLogits)]++;
+    seen_p[p.sample(kLogits)]++;
+  }
+  EXPECT_EQ(seen_k.size(), 2u);
+  EXPECT_TRUE(seen_k.count(1) && seen_k.count(3));
+  EXPECT_EQ(seen_p.size(), 2u);
+  EXPECT_TRUE(seen_p.count(1) && seen_p.count(3));
+}
+
+TEST(Sampler, RejectsBadTopP) {
+  EXPECT_THROW(Sampler({1.0f, 0, 0.0f, 1}), Error);
+  EXPECT_THROW(Sampler({1.0f, 0, 1.5f, 1}), Error);
+}
+
+}  // namespace
+}  // namespace woq

@@ -1,0 +1,43 @@
+// Helpers for tests that build model directories on disk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace woq::test {
+
+/// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// One tensor to write: dtype is the safetensors name ("F32", ...).
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& content);
+
+/// Reads every tensor of a safetensors file, in file order.
+std::vector<RawTensor> read_safetensors(const std::string& path);
+/// Writes a valid safetensors file holding `tensors`.
+void write_safetensors(const std::string& path, const std::vector<RawTensor>& tensors);
+
+/// Copies the files of the bundled stories260K model into `dir`.
+void copy_model(const std::string& src_dir, const std::string& dir);
+
+}  // namespace woq::test

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs woq's build and test dependencies from Debian 12 (bookworm) packages.
+set -euo pipefail
+packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libsentencepiece-dev libcli11-dev
+          libfmt-dev libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
