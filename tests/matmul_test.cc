@@ -32,20 +32,32 @@ TEST_P(MatmulTest, MatchesF64Reference) {
   const Case c = GetParam();
   const bool have_avx2 = active_isa() == Isa::kAvx2;
   const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
-      {1, 1}, {1, 64}, {7, 33}, {13, 172}, {3, 4096 + 17}, {64, 96}, {33, 40}};
+      {1, 1}, {1, 64}, {7, 33}, {13, 172}, {3, 4096 + 17}, {64, 96}, {33, 40}, {5, 256}};
   for (const auto& [n, k] : shapes) {
     const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 1000 + k), 0.02f);
     const QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
     std::vector<float> deq(static_cast<std::size_t>(n * k));
     for (std::int64_t r = 0; r < n; ++r) dequantize_row(w, r, deq.data() + r * k);
-    for (const std::int64_t m : {1, 3, 7, 16}) {
+    for (const std::int64_t m : {1, 3, 4, 7, 16}) {
       const auto x = random_vector(m * k, static_cast<std::uint32_t>(m + k), 1.0f);
+      // The integer path multiplies by int8-quantized activations: the
+      // reference uses exactly those values (dequantized), in f64.
+      std::vector<float> xe = x;
+      if (uses_q8_path(w)) {
+        Q8Activations a;
+        quantize_activations(x.data(), m, k, false, a, Isa::kScalar);
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < k; ++j)
+            xe[static_cast<std::size_t>(i * k + j)] =
+                a.d[static_cast<std::size_t>(i * a.blocks + j / kQ8Block)] *
+                a.q[static_cast<std::size_t>(i * a.blocks * kQ8Block + j)];
+      }
       std::vector<double> ref(static_cast<std::size_t>(m * n)), bound(ref.size());
       for (std::int64_t i = 0; i < m; ++i)
         for (std::int64_t r = 0; r < n; ++r) {
           double s = 0, a = 0;
           for (std::int64_t j = 0; j < k; ++j) {
-            const double p = static_cast<double>(deq[static_cast<std::size_t>(r * k + j)]) * x[static_cast<std::size_t>(i * k + j)];
+            const double p = static_cast<double>(deq[static_cast<std::size_t>(r * k + j)]) * xe[static_cast<std::size_t>(i * k + j)];
             s += p;
             a += std::fabs(p);
           }
@@ -71,12 +83,37 @@ TEST_P(MatmulTest, MatchesF64Reference) {
   }
 }
 
+TEST(Q8Activations, Avx2MatchesScalarBitForBitAndRoundsToNearest) {
+  if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {
+    for (const bool nibble : {false, true}) {
+      auto x = random_vector(3 * k, static_cast<std::uint32_t>(k), 2.0f);
+      x[0] = 0.0f;
+      Q8Activations s, v;
+      quantize_activations(x.data(), 3, k, nibble, s, Isa::kScalar);
+      quantize_activations(x.data(), 3, k, nibble, v, Isa::kAvx2);
+      ASSERT_EQ(s.q, v.q) << k;
+      ASSERT_EQ(s.d, v.d) << k;
+      ASSERT_EQ(s.sum, v.sum) << k;
+      for (std::int64_t r = 0; r < 3; ++r)
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int64_t b = j / kQ8Block, i = j % kQ8Block;
+          const std::int64_t slot = nibble ? (i % 2 == 0 ? i / 2 : 16 + i / 2) : i;
+          const float d = s.d[static_cast<std::size_t>(r * s.blocks + b)];
+          const float xq = d * s.q[static_cast<std::size_t>((r * s.blocks + b) * kQ8Block + slot)];
+          ASSERT_LE(std::fabs(xq - x[static_cast<std::size_t>(r * k + j)]), d * 0.5001f + 1e-30f);
+        }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatmulTest,
     ::testing::Values(Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},
                       Case{LowBit::kSymInt4, 32}, Case{LowBit::kSymInt4, 128}, Case{LowBit::kSymInt4, -1},
                       Case{LowBit::kAsymInt4, 32}, Case{LowBit::kAsymInt4, -1},
-                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}),
+                      Case{LowBit::kAsymInt4, 64}, Case{LowBit::kSymInt4, 16},
+                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}, Case{LowBit::kSymInt8, 48}),
     [](const auto& param_info) {
       const Case& c = param_info.param;
       return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group));

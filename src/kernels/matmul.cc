@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/half.h"
 #include "core/thread_pool.h"
 
 namespace woq {
@@ -22,10 +23,47 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
   return dot_f32_scalar(scratch, x, w.cols);
 }
 
+// Reference integer path: Σ_blocks s_w · (d_a · Σ q_w q_a − zero · d_a Σ q_a),
+// with q_w the stored integer (nibble 0..15 or int8) and zero 8, z or 0.
+float dot_q8_scalar(const QuantMatrix& w, std::int64_t row, const Q8Activations& a, std::int64_t t) {
+  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
+  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < a.blocks; ++b) {
+    const std::int64_t g = b * kQ8Block / w.group_size;
+    const std::int8_t* qa = a.q.data() + (t * a.blocks + b) * kQ8Block;
+    const std::int64_t n = std::min(kQ8Block, w.cols - b * kQ8Block);
+    int isum = 0;
+    int zero = 0;
+    if (w.type == LowBit::kSymInt8) {
+      const auto* qw = reinterpret_cast<const std::int8_t*>(p) + b * kQ8Block;
+      for (std::int64_t i = 0; i < n; ++i) isum += qw[i] * qa[i];
+    } else {
+      zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)];
+      const std::uint8_t* qw = p + b * (kQ8Block / 2);
+      for (std::int64_t i = 0; i < n; ++i) {
+        // Value i sits in byte i/2 (low nibble if even); the activation block is in nibble order.
+        const int v = (i % 2 == 0) ? (qw[i / 2] & 0x0f) : (qw[i / 2] >> 4);
+        isum += v * qa[(i % 2 == 0) ? i / 2 : 16 + i / 2];
+      }
+    }
+    const float da = a.d[static_cast<std::size_t>(t * a.blocks + b)];
+    const float sa = a.sum[static_cast<std::size_t>(b * a.m + t)];
+    sum += fp16_to_fp32(scales[g]) * (da * static_cast<float>(isum) - static_cast<float>(zero) * sa);
+  }
+  return sum;
+}
+
+void tile_q8_scalar(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+                    std::int64_t t0, std::int64_t tokens, float* y) {
+  for (std::int64_t t = t0; t < t0 + tokens; ++t)
+    for (std::int64_t r = r0; r < r0 + rows; ++r) y[t * w.rows + r] = dot_q8_scalar(w, r, a, t);
+}
+
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_f32_scalar};
+  static const RowKernels k{dot_row_scalar, dot_f32_scalar, tile_q8_scalar};
   return k;
 }
 
@@ -33,17 +71,18 @@ const RowKernels& scalar_kernels() {
 
 namespace {
 
-// Inputs at or above this count take the dequantize-a-tile-once path.
+// Inputs at or above this count take the tiled (prefill) path.
 constexpr std::int64_t kTiledMinRows = 4;
-// Weight rows dequantized together on the tiled path.
+// Weight rows dequantized together on the float tiled path.
 constexpr std::int64_t kTileRows = 8;
+// Rows per work item of the integer path (a multiple of the AVX2 tile's 2 rows).
+constexpr std::int64_t kQ8RowGrain = 16;
+// Bytes of int8 activations a token chunk may occupy, to stay in L2 while
+// every weight row of a thread's range passes over it.
+constexpr std::int64_t kQ8ChunkBytes = 192 * 1024;
 
-}  // namespace
-
-void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
-            Isa isa) {
-  const detail::RowKernels& kern =
-      isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels();
+void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
+                  const detail::RowKernels& kern) {
   const std::int64_t n = w.rows;
   const std::int64_t k = w.cols;
   if (m < kTiledMinRows) {
@@ -67,6 +106,42 @@ void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, Thre
         }
       },
       kTileRows);
+}
+
+void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
+               const detail::RowKernels& kern, Isa isa) {
+  // Reused between calls; workers see it through the reference (a
+  // thread_local named inside the lambda would be each worker's own).
+  thread_local Q8Activations buffer;
+  Q8Activations& a = buffer;
+  quantize_activations(x, m, w.cols, w.type != LowBit::kSymInt8, a, isa);
+  const std::int64_t chunk =
+      std::max<std::int64_t>(4, kQ8ChunkBytes / (a.blocks * kQ8Block) / 4 * 4);
+  pool.parallel_for(
+      w.rows,
+      [&a, &kern, &w, m, chunk, y](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
+          for (std::int64_t r = r0; r < r1; r += kQ8RowGrain)
+            kern.tile_q8(w, r, std::min(kQ8RowGrain, r1 - r), a, t0, std::min(chunk, m - t0), y);
+      },
+      kQ8RowGrain);
+}
+
+}  // namespace
+
+bool uses_q8_path(const QuantMatrix& w) {
+  return is_quantized(w.type) && (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
+}
+
+void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
+            Isa isa) {
+  const detail::RowKernels& kern =
+      isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels();
+  if (uses_q8_path(w)) {
+    matmul_q8(w, x, m, y, pool, kern, isa);
+  } else {
+    matmul_float(w, x, m, y, pool, kern);
+  }
 }
 
 }  // namespace woq

@@ -6,6 +6,7 @@
 
 #include "core/cpu.h"
 #include "formats/low_bit.h"
+#include "kernels/q8_activations.h"
 
 namespace woq {
 
@@ -14,22 +15,37 @@ class ThreadPool;
 /// y = x · Wᵀ: y[i, n] = Σ_k x[i, k] · W[n, k] for i < m, n < W.rows.
 ///
 /// x: [m, W.cols] fp32 row-major; y: [m, W.rows] fp32 row-major (must not
-/// alias x). Parallel over output rows n. For small m (decode) every dot
-/// product reads the packed row directly; for larger m (prefill) a tile of
-/// rows is dequantized once and reused for all m inputs. `isa` selects the
-/// kernels (the scalar ones are the reference); results of different ISAs
-/// agree to float rounding, not bit for bit.
+/// alias x). Parallel over output rows n.
+///
+/// Integer formats whose group_size is a multiple of 32 (or per channel)
+/// take the integer path: x is quantized to int8 per block of 32
+/// (q8_activations.h) and each weight block meets it in an integer dot
+/// product (AVX2 maddubs), scaled by the weight and activation scales; this
+/// adds the activation's rounding (~amax/254 per value) to the weights'.
+/// Other formats and group sizes take the float path: the weights are
+/// dequantized inside an fp32 dot product. For m >= 4 (prefill) tiles of
+/// weights are reused across many inputs.
+///
+/// `isa` selects the kernels (the scalar ones are the reference); results of
+/// different ISAs agree to float rounding, not bit for bit.
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
 
+/// True when `w` takes the integer (int8-activation) path of matmul.
+bool uses_q8_path(const QuantMatrix& w);
+
 namespace detail {
 
-/// One ISA's row kernels. Internal to the kernels library.
+/// One ISA's kernels. Internal to the kernels library.
 struct RowKernels {
   /// Σ_k W[row, k] · x[k]; `scratch` has room for W.cols floats.
   float (*dot_row)(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch);
   /// Σ_k a[k] · b[k].
   float (*dot_f32)(const float* a, const float* b, std::int64_t k);
+  /// y[t, r] = Σ_k W[r, k] · A[t, k] for r in [r0, r0 + rows), t in [t0, t0 + tokens),
+  /// with A the int8 activations; y is [a.m, W.rows].
+  void (*tile_q8)(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+                  std::int64_t t0, std::int64_t tokens, float* y);
 };
 
 const RowKernels& scalar_kernels();
