@@ -38,5 +38,10 @@ TEST(ThreadPool, RethrowsWorkerException) {
   EXPECT_EQ(sum.load(), 10);
 }
 
+TEST(ThreadPool, RefusesAbsurdThreadCounts) {
+  EXPECT_THROW(ThreadPool(ThreadPool::kMaxThreads + 1), Error);
+  EXPECT_EQ(ThreadPool(3).size(), 3);
+}
+
 }  // namespace
 }  // namespace woq

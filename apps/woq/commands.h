@@ -3,13 +3,48 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "model/llama.h"
 
 namespace woq::cli {
 
 using Run = std::function<int()>;
 
 Run add_generate(CLI::App& app);
+Run add_bench(CLI::App& app);
+Run add_make_random(CLI::App& app);
+
+/// Validators with readable messages (CLI11's NonNegativeNumber prints a
+/// range up to DBL_MAX).
+inline const CLI::Validator kNonNegative(
+    [](std::string& s) { return !s.empty() && s[0] == '-' ? std::string("must be >= 0, got " + s) : std::string(); },
+    "NONNEGATIVE");
+inline const CLI::Validator kPositive(
+    [](std::string& s) {
+      return (!s.empty() && s[0] == '-') || s.find_first_not_of("0") == std::string::npos
+                 ? std::string("must be > 0, got " + s)
+                 : std::string();
+    },
+    "POSITIVE");
+
+/// Flags shared by commands that load a model.
+struct ModelFlags {
+  std::string low_bit = "sym_int4";
+  std::int64_t group_size = 32;
+  std::string int4_range = "full";
+  std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
+  int threads = 0;
+};
+
+/// Registers --group-size, --int4-range, --lm-head-low-bit and -t/--threads
+/// (commands add --low-bit themselves: one type or a list).
+void add_model_flags(CLI::App* cmd, ModelFlags& flags);
+/// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.
+LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
+/// Prints the one-line summary of what loading converted, to stderr.
+void print_load_report(const LoadReport& r, const LoadOptions& options);
 
 }  // namespace woq::cli

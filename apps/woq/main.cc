@@ -6,18 +6,26 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "core/cpu.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"woq: weight-only-quantized LLM inference for Llama-family models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "woq 0.1.0");
   const woq::cli::Run generate = woq::cli::add_generate(app);
+  const woq::cli::Run bench = woq::cli::add_bench(app);
+  const woq::cli::Run make_random = woq::cli::add_make_random(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help, the version or the usage error
+    return code == 0 ? 0 : 2;
   }
   try {
+    woq::active_isa();  // a bad WOQ_ISA fails before any work
     if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("make-random")) return make_random();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());

@@ -31,4 +31,10 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+/// Hands the whole pages inside `bytes` (a range of a MappedFile) back to the
+/// kernel (madvise MADV_DONTNEED): they leave the process's resident set and
+/// are re-read from the file if touched again. Used after a tensor has been
+/// converted, so loading does not hold the whole checkpoint resident.
+void release_pages(std::span<const std::uint8_t> bytes);
+
 }  // namespace woq

@@ -1,12 +1,26 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
+
+#include "core/error.h"
 
 namespace woq {
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads > kMaxThreads) fail("{} threads requested; the limit is {}", num_threads, kMaxThreads);
+  try {
+    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::system_error& e) {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    start_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    fail("cannot start {} threads: {}", num_threads, e.what());
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -15,7 +15,11 @@ namespace woq {
 /// workers. Not reentrant: call parallel_for from one thread at a time.
 class ThreadPool {
  public:
-  /// `num_threads` <= 0 means std::thread::hardware_concurrency().
+  /// Most threads a pool may have.
+  static constexpr int kMaxThreads = 1024;
+
+  /// `num_threads` <= 0 means std::thread::hardware_concurrency(). Throws
+  /// woq::Error above kMaxThreads or when the system cannot start a thread.
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

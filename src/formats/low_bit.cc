@@ -106,6 +106,21 @@ std::size_t QuantMatrix::bytes() const {
 
 QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool) {
+  const RowReader read = [src, cols](std::int64_t r, float* out) {
+    std::memcpy(out, src + r * cols, static_cast<std::size_t>(cols) * sizeof(float));
+  };
+  return quantize_matrix(read, rows, cols, spec, pool);
+}
+
+void validate(const QuantSpec& spec) {
+  const std::int64_t g = spec.group_size;
+  if (is_quantized(spec.type) && g != -1 && (g < 1 || (is_int4(spec.type) && g % 2 != 0)))
+    fail("group_size {} is invalid for {} (use -1 for per-channel or a positive{} number)", g,
+         low_bit_name(spec.type), is_int4(spec.type) ? " even" : "");
+}
+
+QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
+                            const QuantSpec& spec, ThreadPool* pool) {
   if (rows <= 0 || cols <= 0) fail("cannot store an empty matrix [{}, {}]", rows, cols);
   QuantMatrix w;
   w.type = spec.type;
@@ -113,11 +128,9 @@ QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t co
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = packed_row_bytes(spec.type, cols);
+  validate(spec);
   if (is_quantized(spec.type)) {
     const std::int64_t g = spec.group_size;
-    if (g != -1 && (g < 1 || (is_int4(spec.type) && g % 2 != 0)))
-      fail("group_size {} is invalid for {} (use -1 for per-channel or a positive{} number)", g,
-           low_bit_name(spec.type), is_int4(spec.type) ? " even" : "");
     w.group_size = (g == -1 || g > cols) ? cols : g;
     w.groups_per_row = (cols + w.group_size - 1) / w.group_size;
     w.scales.resize(static_cast<std::size_t>(rows * w.groups_per_row));
@@ -126,8 +139,10 @@ QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t co
   w.data.assign(static_cast<std::size_t>(rows * w.row_bytes), 0);
 
   auto encode = [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    const float* x = row.data();
     for (std::int64_t r = r0; r < r1; ++r) {
-      const float* x = src + r * cols;
+      read_row(r, row.data());
       for (std::int64_t j = 0; j < cols; ++j)
         if (!std::isfinite(x[j])) fail("non-finite weight {} at row {}, column {}", x[j], r, j);
       try {

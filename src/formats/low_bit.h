@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,10 +69,24 @@ struct QuantMatrix {
   std::size_t bytes() const;
 };
 
-/// Stores the fp32 matrix `src` ([rows, cols], row-major) in `spec`'s format
-/// by round-to-nearest. Rows are processed in parallel when `pool` is given.
-/// Throws woq::Error on an invalid group size, on a NaN/Inf input (naming
-/// the row and column) or when a group's scale overflows fp16.
+/// Throws woq::Error unless spec.group_size is -1 or positive (and even for
+/// the 4-bit types, so that groups start on a byte boundary). Float types
+/// accept any value (it is ignored).
+void validate(const QuantSpec& spec);
+
+/// Supplies row `row` of a source matrix as fp32 into out[0, cols).
+/// Called concurrently from several threads for different rows.
+using RowReader = std::function<void(std::int64_t row, float* out)>;
+
+/// Stores a [rows, cols] matrix read row by row from `read_row` in `spec`'s
+/// format by round-to-nearest, holding only one fp32 row per thread. Rows are
+/// processed in parallel when `pool` is given. Throws woq::Error on an invalid
+/// group size, on a NaN/Inf input (naming the row and column) or when a
+/// group's scale overflows fp16.
+QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
+                            const QuantSpec& spec, ThreadPool* pool = nullptr);
+
+/// quantize_matrix of the row-major fp32 matrix `src`.
 QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool = nullptr);
 

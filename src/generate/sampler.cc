@@ -13,10 +13,13 @@ std::int32_t argmax(std::span<const float> logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
-  if (std::isnan(params.temperature)) fail("temperature must be a number");
+void validate(const SamplingParams& params) {
+  if (!(params.temperature >= 0.0f)) fail("temperature must be >= 0, got {}", params.temperature);
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) fail("top_p must be in (0, 1], got {}", params.top_p);
+  if (params.top_k < 0) fail("top_k must be >= 0 (0 = all tokens), got {}", params.top_k);
 }
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 

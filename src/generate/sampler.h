@@ -16,10 +16,14 @@ struct SamplingParams {
   std::uint64_t seed = 0;
 };
 
+/// Throws woq::Error when top_p is not in (0, 1], top_k is negative or
+/// temperature is negative or NaN.
+void validate(const SamplingParams& params);
+
 /// A seeded sampler; the same seed and logits give the same tokens on any machine.
 class Sampler {
  public:
-  /// Throws woq::Error when top_p is not in (0, 1] or temperature is NaN.
+  /// Throws as validate() does.
   explicit Sampler(const SamplingParams& params);
 
   /// Picks a token id from logits[0, vocab). Ties in greedy mode go to the lowest id.

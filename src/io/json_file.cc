@@ -1,5 +1,6 @@
 #include "io/json_file.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +18,18 @@ nlohmann::json read_json_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& json) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << json.dump(2) << "\n";
+    if (!out.flush()) fail("{}: cannot write", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
 }
 
 JsonFields::JsonFields(nlohmann::json json, std::string path)

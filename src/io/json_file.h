@@ -14,6 +14,10 @@ namespace woq {
 /// or "PATH: malformed JSON: <parser message>".
 nlohmann::json read_json_file(const std::string& path);
 
+/// Writes `json` (indented by 2) to `path` through a temporary file renamed
+/// into place. Throws woq::Error naming the path on failure.
+void write_json_file(const std::string& path, const nlohmann::ordered_json& json);
+
 /// A JSON object read from a file, with typed field accessors whose errors
 /// read "config.json: field 'hidden_size' must be an integer, got string".
 class JsonFields {

@@ -199,9 +199,15 @@ const TensorView& TensorStore::get(const std::string& name) const {
   return *t;
 }
 
-void tensor_to_f32(const TensorView& t, float* out) {
-  const std::int64_t n = t.numel();
-  const std::uint8_t* p = t.bytes.data();
+void require_float_dtype(const TensorView& t) {
+  if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16 && t.dtype != DType::kF64)
+    fail("{}: tensor '{}' has dtype {}; a floating-point dtype (F32, F16, BF16) is needed here", t.file,
+         t.name, dtype_name(t.dtype));
+}
+
+void tensor_to_f32(const TensorView& t, float* out, std::int64_t first, std::int64_t count) {
+  const std::int64_t n = count < 0 ? t.numel() - first : count;
+  const std::uint8_t* p = t.bytes.data() + first * static_cast<std::int64_t>(dtype_size(t.dtype));
   switch (t.dtype) {
     case DType::kF32: std::memcpy(out, p, static_cast<std::size_t>(n) * 4); return;
     case DType::kF64:
@@ -219,9 +225,7 @@ void tensor_to_f32(const TensorView& t, float* out) {
         out[i] = t.dtype == DType::kF16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
       }
       return;
-    default:
-      fail("{}: tensor '{}' has dtype {}; a floating-point dtype (F32, F16, BF16) is needed here",
-           t.file, t.name, dtype_name(t.dtype));
+    default: require_float_dtype(t);
   }
 }
 

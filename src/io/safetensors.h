@@ -77,8 +77,13 @@ class TensorStore {
   std::map<std::string, const TensorView*> index_;
 };
 
-/// Converts a floating-point tensor (F32, F16, BF16, F64) to fp32: out[0, numel).
+/// Throws woq::Error naming the tensor and its file unless its dtype is
+/// F32, F16, BF16 or F64.
+void require_float_dtype(const TensorView& t);
+
+/// Converts elements [first, first + count) of a floating-point tensor (F32,
+/// F16, BF16, F64) to fp32 into out[0, count); count < 0 means to the end.
 /// Throws woq::Error naming the tensor and its file for any other dtype.
-void tensor_to_f32(const TensorView& t, float* out);
+void tensor_to_f32(const TensorView& t, float* out, std::int64_t first = 0, std::int64_t count = -1);
 
 }  // namespace woq

@@ -23,8 +23,8 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
   return dot_f32_scalar(scratch, x, w.cols);
 }
 
-// Reference integer path: Σ_blocks s_w · (d_a · Σ q_w q_a − zero · d_a Σ q_a),
-// with q_w the stored integer (nibble 0..15 or int8) and zero 8, z or 0.
+// Reference integer path: Σ_blocks s_w · d_a · Σ (q_w − zero) q_a, with q_w
+// the stored integer (nibble 0..15 or int8) and zero 8, z or 0.
 float dot_q8_scalar(const QuantMatrix& w, std::int64_t row, const Q8Activations& a, std::int64_t t) {
   const std::uint8_t* p = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
@@ -44,12 +44,11 @@ float dot_q8_scalar(const QuantMatrix& w, std::int64_t row, const Q8Activations&
       for (std::int64_t i = 0; i < n; ++i) {
         // Value i sits in byte i/2 (low nibble if even); the activation block is in nibble order.
         const int v = (i % 2 == 0) ? (qw[i / 2] & 0x0f) : (qw[i / 2] >> 4);
-        isum += v * qa[(i % 2 == 0) ? i / 2 : 16 + i / 2];
+        isum += (v - zero) * qa[(i % 2 == 0) ? i / 2 : 16 + i / 2];
       }
     }
     const float da = a.d[static_cast<std::size_t>(t * a.blocks + b)];
-    const float sa = a.sum[static_cast<std::size_t>(b * a.m + t)];
-    sum += fp16_to_fp32(scales[g]) * (da * static_cast<float>(isum) - static_cast<float>(zero) * sa);
+    sum += fp16_to_fp32(scales[g]) * da * static_cast<float>(isum);
   }
   return sum;
 }

@@ -2,6 +2,7 @@
 // -mavx2 -mfma -mf16c; it is only called after active_isa() found them.
 #include <immintrin.h>
 
+#include <bit>
 #include <cstring>
 
 #include "core/half.h"
@@ -134,24 +135,22 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* /*s
 
 
 // ---- Integer path: int8 activation blocks against packed weight blocks ----
+//
+// Every output y[t, r] is computed by the same sequence of operations,
+// whichever micro-kernel produces it: for each block b in order,
+//   acc = fma(float(Σ_i (q_i - zero) · a_i), s_w[g] · d_a[b], acc),
+// then one horizontal sum. So results do not depend on how many tokens are
+// processed together (prefill equals step-by-step decode, bit for bit), nor
+// on the thread count.
 
 // Bytes one block of 32 weights occupies in a packed row.
 template <LowBit T>
 constexpr std::int64_t kBlockBytes = T == LowBit::kSymInt8 ? 32 : 16;
 
-// Block b of a packed row as 32 bytes in the activation block's order:
-// int4 -> [16 low nibbles | 16 high nibbles] (unsigned), int8 -> as stored.
-// The ragged last block of a row is copied into a zero-padded buffer so no
-// byte past the row is read.
+// 32 weights from p as bytes in the activation block's order:
+// int4 -> [16 low nibbles | 16 high nibbles] (0..15), int8 -> as stored.
 template <LowBit T>
-__m256i load_weights(const std::uint8_t* row, std::int64_t b, std::int64_t full, std::int64_t cols) {
-  const std::uint8_t* p = row + b * kBlockBytes<T>;
-  alignas(32) std::uint8_t pad[32] = {};
-  if (b >= full) {
-    const std::int64_t n = cols - b * kQ8Block;
-    std::memcpy(pad, p, static_cast<std::size_t>(T == LowBit::kSymInt8 ? n : (n + 1) / 2));
-    p = pad;
-  }
+__m256i unpack_block(const std::uint8_t* p) {
   if constexpr (T == LowBit::kSymInt8) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   } else {
@@ -160,99 +159,80 @@ __m256i load_weights(const std::uint8_t* row, std::int64_t b, std::int64_t full,
   }
 }
 
-// Eight int32 partial sums of Σ w_i a_i over one block. maddubs adds pairs
-// of u8 x s8 products into int16: at most 2 * 15 * 127 (int4) or
-// 2 * 127 * 127 = 32258 (int8, via |w| and sign(a, w)), so it never saturates.
+// Group of block b. blocks_per_group is a power of two for group sizes
+// 32/64/128 and for per channel (one group holding every block); else divide.
+class GroupOf {
+ public:
+  GroupOf(const QuantMatrix& w, std::int64_t blocks)
+      : bpg_(w.groups_per_row == 1 ? blocks : w.group_size / kQ8Block),
+        shift_(std::has_single_bit(static_cast<std::uint64_t>(bpg_)) ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
+                                                                      : -1) {}
+  std::int64_t operator()(std::int64_t b) const { return shift_ >= 0 ? b >> shift_ : b / bpg_; }
+
+ private:
+  std::int64_t bpg_;
+  int shift_;
+};
+
+// Block b of row `row` as signed int8 weights (q - zero, in [-15, 15] for
+// int4). The ragged last block (b >= full) is copied into a zero-padded
+// buffer so that no byte past the row is read; its padding meets zero
+// activations.
 template <LowBit T>
-__m256i block_dot(__m256i w, __m256i a) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == LowBit::kSymInt8) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)), ones);
+__m256i signed_weights(const QuantMatrix& w, std::int64_t row, std::int64_t b, std::int64_t g,
+                       std::int64_t full) {
+  const std::uint8_t* p = w.data.data() + row * w.row_bytes + b * kBlockBytes<T>;
+  __m256i v;
+  if (b < full) [[likely]] {
+    v = unpack_block<T>(p);
   } else {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
+    alignas(32) std::uint8_t pad[32] = {};
+    const std::int64_t n = w.cols - b * kQ8Block;
+    std::memcpy(pad, p, static_cast<std::size_t>(T == LowBit::kSymInt8 ? n : (n + 1) / 2));
+    v = unpack_block<T>(pad);
   }
+  if constexpr (T == LowBit::kSymInt4) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+  if constexpr (T == LowBit::kAsymInt4)
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(static_cast<char>(w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)])));
+  return v;
 }
 
-// Zero point of group g of `row`, as a float (0 for sym_int8).
-template <LowBit T>
-float zero_point(const QuantMatrix& w, std::int64_t row, std::int64_t g) {
-  if constexpr (T == LowBit::kSymInt4) return 8.0f;
-  if constexpr (T == LowBit::kAsymInt4) return w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)];
-  return 0.0f;
+// Eight int32 partial sums of Σ w_i a_i via maddubs(|w|, sign(a, w)): pairs
+// of u8 x s8 products are added into int16, at most 2 * 127 * 127 = 32258,
+// so they never saturate (weights and activations stay within ±127).
+__m256i block_dot(__m256i abs_w, __m256i w, __m256i a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
 }
 
-float scale_of(const QuantMatrix& w, std::int64_t row, std::int64_t g) {
-  return _cvtsh_ss(w.scales[static_cast<std::size_t>(row * w.groups_per_row + g)]);
-}
-
-std::int64_t blocks_per_group(const QuantMatrix& w, std::int64_t blocks) {
-  return w.groups_per_row == 1 ? blocks : w.group_size / kQ8Block;
-}
-
-// One output: row `row` against token t.
-template <LowBit T>
-float dot_q8(const QuantMatrix& w, std::int64_t row, const Q8Activations& a, std::int64_t t) {
-  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
+// Outputs of R consecutive rows (from r) for TOK consecutive tokens (from t):
+// each weight block is unpacked once for TOK tokens, each activation block
+// loaded once for R rows, and R * TOK independent accumulators hide latency.
+template <LowBit T, int R, int TOK>
+void micro_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
   const std::int64_t full = w.cols / kQ8Block;
-  const std::int64_t bpg = blocks_per_group(w, a.blocks);
-  const std::int8_t* qa = a.q.data() + t * a.blocks * kQ8Block;
-  const float* da = a.d.data() + t * a.blocks;
-  __m256 acc = _mm256_setzero_ps();
-  float corr = 0.0f;
-  for (std::int64_t g = 0, b = 0; b < a.blocks; ++g) {
-    const float dw = scale_of(w, row, g);
-    const float cz = zero_point<T>(w, row, g) * dw;
-    for (const std::int64_t end = std::min(a.blocks, b + bpg); b < end; ++b) {
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + b * kQ8Block));
-      const __m256i prod = block_dot<T>(load_weights<T>(p, b, full, w.cols), av);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(dw * da[b]), acc);
-      if constexpr (T != LowBit::kSymInt8) corr += cz * a.sum[static_cast<std::size_t>(b * a.m + t)];
-    }
-  }
-  return hsum(acc) - corr;
-}
-
-// Two rows against four tokens at once: each weight block is unpacked once
-// for four tokens, each activation block loaded once for two rows.
-template <LowBit T>
-void tile_2x4(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
-  const std::uint8_t* p0 = w.data.data() + r * w.row_bytes;
-  const std::uint8_t* p1 = p0 + w.row_bytes;
-  const std::int64_t full = w.cols / kQ8Block;
-  const std::int64_t bpg = blocks_per_group(w, a.blocks);
   const std::int64_t kb = a.blocks;
-  __m256 acc0[4], acc1[4];
-  for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
-  __m128 corr0 = _mm_setzero_ps(), corr1 = _mm_setzero_ps();
-  for (std::int64_t g = 0, b = 0; b < kb; ++g) {
-    const __m256 dw0 = _mm256_set1_ps(scale_of(w, r, g));
-    const __m256 dw1 = _mm256_set1_ps(scale_of(w, r + 1, g));
-    const __m128 cz0 = _mm_set1_ps(zero_point<T>(w, r, g) * _mm256_cvtss_f32(dw0));
-    const __m128 cz1 = _mm_set1_ps(zero_point<T>(w, r + 1, g) * _mm256_cvtss_f32(dw1));
-    for (const std::int64_t end = std::min(kb, b + bpg); b < end; ++b) {
-      const __m256i w0 = load_weights<T>(p0, b, full, w.cols);
-      const __m256i w1 = load_weights<T>(p1, b, full, w.cols);
-      for (int i = 0; i < 4; ++i) {
-        const __m256i av = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(a.q.data() + ((t + i) * kb + b) * kQ8Block));
-        const __m256 da = _mm256_broadcast_ss(a.d.data() + (t + i) * kb + b);
-        acc0[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(block_dot<T>(w0, av)), da), dw0, acc0[i]);
-        acc1[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(block_dot<T>(w1, av)), da), dw1, acc1[i]);
-      }
-      if constexpr (T != LowBit::kSymInt8) {
-        const __m128 s = _mm_loadu_ps(a.sum.data() + b * a.m + t);  // tokens t..t+3
-        corr0 = _mm_fmadd_ps(cz0, s, corr0);
-        corr1 = _mm_fmadd_ps(cz1, s, corr1);
-      }
+  const GroupOf group_of(w, kb);
+  __m256 acc[R][TOK];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < TOK; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < kb; ++b) {
+    const std::int64_t g = group_of(b);
+    __m256i wv[R], wabs[R];
+    float dw[R];
+    for (int i = 0; i < R; ++i) {
+      wv[i] = signed_weights<T>(w, r + i, b, g, full);
+      wabs[i] = _mm256_sign_epi8(wv[i], wv[i]);
+      dw[i] = _cvtsh_ss(w.scales[static_cast<std::size_t>((r + i) * w.groups_per_row + g)]);
+    }
+    for (int j = 0; j < TOK; ++j) {
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + ((t + j) * kb + b) * kQ8Block));
+      const float da = a.d[static_cast<std::size_t>((t + j) * kb + b)];
+      for (int i = 0; i < R; ++i)
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wabs[i], wv[i], av)), _mm256_set1_ps(dw[i] * da), acc[i][j]);
     }
   }
-  alignas(16) float c0[4], c1[4];
-  _mm_store_ps(c0, corr0);
-  _mm_store_ps(c1, corr1);
-  for (int i = 0; i < 4; ++i) {
-    y[(t + i) * w.rows + r] = hsum(acc0[i]) - c0[i];
-    y[(t + i) * w.rows + r + 1] = hsum(acc1[i]) - c1[i];
-  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = hsum(acc[i][j]);
 }
 
 template <LowBit T>
@@ -263,12 +243,14 @@ void tile_q8_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, con
   std::int64_t t = t0;
   for (; t + 4 <= t_end; t += 4) {
     std::int64_t r = r0;
-    for (; r + 2 <= r_end; r += 2) tile_2x4<T>(w, r, a, t, y);
-    for (; r < r_end; ++r)
-      for (std::int64_t i = t; i < t + 4; ++i) y[i * w.rows + r] = dot_q8<T>(w, r, a, i);
+    for (; r + 2 <= r_end; r += 2) micro_tile<T, 2, 4>(w, r, a, t, y);
+    if (r < r_end) micro_tile<T, 1, 4>(w, r, a, t, y);
   }
-  for (; t < t_end; ++t)
-    for (std::int64_t r = r0; r < r_end; ++r) y[t * w.rows + r] = dot_q8<T>(w, r, a, t);
+  for (; t < t_end; ++t) {
+    std::int64_t r = r0;
+    for (; r + 4 <= r_end; r += 4) micro_tile<T, 4, 1>(w, r, a, t, y);
+    for (; r < r_end; ++r) micro_tile<T, 1, 1>(w, r, a, t, y);
+  }
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,

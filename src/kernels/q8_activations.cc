@@ -22,14 +22,9 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
   const float d = amax / 127.0f;
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   std::int8_t* qb = out.q.data() + (r * out.blocks + b) * kQ8Block;
-  int sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto v = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
-    qb[out.nibble_order ? nibble_slot(i) : i] = v;
-    sum += v;
-  }
+  for (std::int64_t i = 0; i < n; ++i)
+    qb[out.nibble_order ? nibble_slot(i) : i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
   out.d[static_cast<std::size_t>(r * out.blocks + b)] = d;
-  out.sum[static_cast<std::size_t>(b * out.m + r)] = d * static_cast<float>(sum);
 }
 
 }  // namespace detail
@@ -42,7 +37,6 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, bool n
   out.nibble_order = nibble_order;
   out.q.assign(static_cast<std::size_t>(m * out.blocks * kQ8Block), 0);
   out.d.resize(static_cast<std::size_t>(m * out.blocks));
-  out.sum.resize(static_cast<std::size_t>(m * out.blocks));
   if (isa == Isa::kAvx2) {
     detail::quantize_activations_avx2(x, out);
     return;

@@ -25,7 +25,6 @@ struct Q8Activations {
   bool nibble_order = false;
   std::vector<std::int8_t> q;     ///< (m, blocks * 32)
   std::vector<float> d;           ///< (m, blocks) block scales
-  std::vector<float> sum;         ///< (blocks, m): d * Σ q of each block, block-major for tile kernels
 };
 
 /// Quantizes x [m, k] (row-major fp32) into `out` (buffers reused when large

@@ -57,6 +57,16 @@ std::int64_t LlamaModel::context_limit() const {
   return config_.sliding_window > 0 ? std::min(limit, config_.sliding_window) : limit;
 }
 
+std::uint64_t LlamaModel::weight_bytes_per_token() const {
+  std::uint64_t bytes = (lm_head_ ? *lm_head_ : embed_).bytes() +
+                        static_cast<std::uint64_t>(embed_.row_bytes) + final_norm_.size() * sizeof(float);
+  for (const LayerWeights& w : layers_) {
+    for (const QuantMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) bytes += m->bytes();
+    bytes += (w.attn_norm.size() + w.mlp_norm.size() + w.bq.size() + w.bk.size() + w.bv.size()) * sizeof(float);
+  }
+  return bytes;
+}
+
 KVCache LlamaModel::make_cache(std::int64_t capacity) const {
   if (capacity < 1 || capacity > context_limit())
     fail("a context of {} tokens is outside [1, {}] (max_position_embeddings{})", capacity,

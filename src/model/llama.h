@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +37,11 @@ struct LayerWeights {
 
 /// How to load a checkpoint.
 struct LoadOptions {
-  QuantSpec linear;  ///< format of q/k/v/o/gate/up/down; embeddings, norms and lm_head keep theirs
+  QuantSpec linear;  ///< format of q/k/v/o/gate/up/down; embeddings and norms keep theirs
+  /// Format of lm_head; unset keeps the checkpoint's precision. When the
+  /// embeddings are tied, a converted lm_head is a separate copy (the
+  /// embedding lookup keeps full precision).
+  std::optional<QuantSpec> lm_head;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -44,7 +49,8 @@ struct LoadReport {
   std::int64_t linear_matrices = 0;       ///< matrices stored in `linear`'s format
   std::uint64_t linear_source_bytes = 0;  ///< their size in the checkpoint's dtype
   std::uint64_t linear_bytes = 0;         ///< their size after conversion
-  std::uint64_t other_bytes = 0;          ///< embeddings, norms, lm_head (kept at source precision)
+  std::uint64_t other_bytes = 0;          ///< embeddings, norms, and lm_head when kept at source precision
+  std::uint64_t lm_head_bytes = 0;        ///< lm_head when converted by LoadOptions::lm_head, else 0
   std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
   double seconds = 0;                     ///< wall time of loading and quantizing
 };
@@ -66,6 +72,10 @@ class LlamaModel {
   /// A cache for up to `capacity` tokens; throws woq::Error if capacity is not
   /// in [1, context_limit()].
   KVCache make_cache(std::int64_t capacity) const;
+  /// Bytes of weights one decode step reads: every linear layer, the norms,
+  /// lm_head and one embedding row.
+  std::uint64_t weight_bytes_per_token() const;
+
   /// Longest sequence the model supports: max_position_embeddings (or the
   /// sliding window, when smaller, since sliding-window attention is not implemented).
   std::int64_t context_limit() const;

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/mmap_file.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 
@@ -32,12 +33,17 @@ LowBit float_format(const TensorView& t) {
   }
 }
 
+// Converts a [rows, cols] tensor row by row straight from the mapping, then
+// releases its pages, so loading holds about one tensor of the checkpoint resident.
 QuantMatrix load_matrix(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
                         const QuantSpec& spec, ThreadPool& pool) {
   expect_shape(t, {rows, cols}, from);
-  const std::vector<float> f = to_f32(t);
+  require_float_dtype(t);
+  const RowReader read = [&t, cols](std::int64_t r, float* out) { tensor_to_f32(t, out, r * cols, cols); };
   try {
-    return quantize_matrix(f.data(), rows, cols, spec, &pool);
+    QuantMatrix w = quantize_matrix(read, rows, cols, spec, &pool);
+    release_pages(t.bytes);
+    return w;
   } catch (const Error& e) {
     fail("{}: tensor '{}': {}", t.file, t.name, e.what());
   }
@@ -66,14 +72,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", keep, pool);
   rep.other_bytes += m->embed_.bytes();
   const TensorView* head = store.find("lm_head.weight");
-  if (!c.tie_word_embeddings || head != nullptr) {
-    if (head == nullptr)
-      fail("{}: tensor 'lm_head.weight' is missing and config.json tie_word_embeddings is false",
-           store.source());
-    m->lm_head_ = std::make_unique<QuantMatrix>(load_matrix(
-        *head, c.vocab_size, c.hidden_size, "vocab_size, hidden_size",
-        QuantSpec{float_format(*head), 0, Int4Range::kFull}, pool));
-    rep.other_bytes += m->lm_head_->bytes();
+  if (!c.tie_word_embeddings && head == nullptr)
+    fail("{}: tensor 'lm_head.weight' is missing and config.json tie_word_embeddings is false",
+         store.source());
+  const TensorView& head_src = head != nullptr ? *head : embed;
+  if (head != nullptr || options.lm_head) {
+    const QuantSpec spec = options.lm_head.value_or(QuantSpec{float_format(head_src), 0, Int4Range::kFull});
+    m->lm_head_ = std::make_unique<QuantMatrix>(
+        load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", spec, pool));
+    (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   }
   m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
   rep.other_bytes += m->final_norm_.size() * sizeof(float);

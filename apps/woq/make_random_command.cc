@@ -1,0 +1,62 @@
+// woq make-random: a checkpoint with random weights in a real model's shapes.
+#include <chrono>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/random_checkpoint.h"
+
+namespace woq::cli {
+
+namespace {
+
+struct MakeRandomArgs {
+  RandomCheckpointOptions options;
+  std::string dtype = "f16";
+  std::string out_dir;
+  int threads = 0;
+};
+
+int run_make_random(MakeRandomArgs& a) {
+  if (a.dtype == "f16") {
+    a.options.dtype = DType::kF16;
+  } else if (a.dtype == "bf16") {
+    a.options.dtype = DType::kBF16;
+  } else if (a.dtype == "f32") {
+    a.options.dtype = DType::kF32;
+  } else {
+    fail("--dtype '{}' is not one of: f16, bf16, f32", a.dtype);
+  }
+  ThreadPool pool(a.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t bytes = write_random_checkpoint(a.out_dir, a.options, pool);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print(stderr, "woq: wrote {} ({} preset{}, {}, seed {}): {:.2f} GiB of tensors in {:.1f} s\n", a.out_dir,
+             a.options.preset, a.options.layers > 0 ? fmt::format(", {} layers", a.options.layers) : "", a.dtype,
+             a.options.seed, static_cast<double>(bytes) / (1u << 30), s);
+  return 0;
+}
+
+}  // namespace
+
+Run add_make_random(CLI::App& app) {
+  auto args = std::make_shared<MakeRandomArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "make-random", "Write a Hugging Face checkpoint with random N(0, 0.02) weights in a real model's shapes");
+  cmd->add_option("--preset", args->options.preset, "llama-2-7b, llama-3-8b, mistral-7b, qwen2-7b or tiny")
+      ->capture_default_str();
+  cmd->add_option("--layers", args->options.layers, "Number of decoder layers (default: the preset's)")
+      ->check(kPositive);
+  cmd->add_option("--dtype", args->dtype, "Weight dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_option("--seed", args->options.seed, "Random seed")->capture_default_str();
+  cmd->add_option("-o,--output", args->out_dir, "Output directory (created if missing)")->required();
+  cmd->add_option("-t,--threads", args->threads, "Worker threads; 0 = all cores")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  return [args] { return run_make_random(*args); };
+}
+
+}  // namespace woq::cli

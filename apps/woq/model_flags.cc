@@ -1,0 +1,65 @@
+// Flags and messages shared by the commands that load a model.
+#include <fmt/core.h>
+
+#include "commands.h"
+
+namespace woq::cli {
+
+namespace {
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+std::string describe(const QuantSpec& spec) {
+  std::string s(low_bit_name(spec.type));
+  if (is_quantized(spec.type)) {
+    s += spec.group_size == -1 ? " (per channel" : fmt::format(" (group_size {}", spec.group_size);
+    if (spec.type == LowBit::kSymInt4) s += fmt::format(", {} range", int4_range_name(spec.int4_range));
+    s += ")";
+  }
+  return s;
+}
+
+}  // namespace
+
+void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
+  cmd->add_option("--group-size", flags.group_size,
+                  "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
+      ->capture_default_str();
+  cmd->add_option("--int4-range", flags.int4_range,
+                  "sym_int4 range: full ([-8, 7], ggml Q4_0) or clip ([-7, 7])")
+      ->capture_default_str();
+  cmd->add_option("--lm-head-low-bit", flags.lm_head_low_bit,
+                  "Also convert lm_head to this format (default: keep it as stored)");
+  cmd->add_option("-t,--threads", flags.threads, "Worker threads; 0 = all cores")
+      ->capture_default_str()
+      ->check(kNonNegative);
+}
+
+LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
+  const Int4Range range = parse_int4_range(flags.int4_range);
+  LoadOptions options;
+  options.linear = {parse_low_bit(low_bit), flags.group_size, range};
+  validate(options.linear);
+  if (!flags.lm_head_low_bit.empty()) {
+    options.lm_head = QuantSpec{parse_low_bit(flags.lm_head_low_bit), flags.group_size, range};
+    validate(*options.lm_head);
+  }
+  const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
+                        (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
+  if (range == Int4Range::kClip && !any_int4)
+    fmt::print(stderr, "woq: note: --int4-range applies to sym_int4 only; ignored for {}\n", low_bit);
+  return options;
+}
+
+void print_load_report(const LoadReport& r, const LoadOptions& options) {
+  const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
+                                                         mib(r.lm_head_bytes))
+                                           : "";
+  fmt::print(stderr,
+             "woq: {} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB{}; "
+             "embeddings, norms{} kept as stored ({:.2f} MiB); loaded in {:.2f} s\n",
+             r.linear_matrices, r.source_dtype, describe(options.linear), mib(r.linear_source_bytes),
+             mib(r.linear_bytes), head, options.lm_head ? "" : " and lm_head", mib(r.other_bytes), r.seconds);
+}
+
+}  // namespace woq::cli
