@@ -45,12 +45,11 @@ TEST_P(MatmulTest, MatchesF64Reference) {
       std::vector<float> xe = x;
       if (uses_q8_path(w)) {
         Q8Activations a;
-        quantize_activations(x.data(), m, k, false, a, Isa::kScalar);
+        quantize_activations(x.data(), m, k, Q8Layout::kNatural, a, Isa::kScalar);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t j = 0; j < k; ++j)
             xe[static_cast<std::size_t>(i * k + j)] =
-                a.d[static_cast<std::size_t>(i * a.blocks + j / kQ8Block)] *
-                a.q[static_cast<std::size_t>(i * a.blocks * kQ8Block + j)];
+                a.d[static_cast<std::size_t>(i * a.padded + j / kQ8Block)] * a.row(i)[j];
       }
       std::vector<double> ref(static_cast<std::size_t>(m * n)), bound(ref.size());
       for (std::int64_t i = 0; i < m; ++i)
@@ -86,20 +85,20 @@ TEST_P(MatmulTest, MatchesF64Reference) {
 TEST(Q8Activations, Avx2MatchesScalarBitForBitAndRoundsToNearest) {
   if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {
-    for (const bool nibble : {false, true}) {
+    for (const Q8Layout layout : {Q8Layout::kNatural, Q8Layout::kPairedNibbles}) {
       auto x = random_vector(3 * k, static_cast<std::uint32_t>(k), 2.0f);
       x[0] = 0.0f;
       Q8Activations s, v;
-      quantize_activations(x.data(), 3, k, nibble, s, Isa::kScalar);
-      quantize_activations(x.data(), 3, k, nibble, v, Isa::kAvx2);
+      quantize_activations(x.data(), 3, k, layout, s, Isa::kScalar);
+      quantize_activations(x.data(), 3, k, layout, v, Isa::kAvx2);
       ASSERT_EQ(s.q, v.q) << k;
       ASSERT_EQ(s.d, v.d) << k;
+      ASSERT_EQ(s.sum, v.sum) << k;
       for (std::int64_t r = 0; r < 3; ++r)
         for (std::int64_t j = 0; j < k; ++j) {
           const std::int64_t b = j / kQ8Block, i = j % kQ8Block;
-          const std::int64_t slot = nibble ? (i % 2 == 0 ? i / 2 : 16 + i / 2) : i;
-          const float d = s.d[static_cast<std::size_t>(r * s.blocks + b)];
-          const float xq = d * s.q[static_cast<std::size_t>((r * s.blocks + b) * kQ8Block + slot)];
+          const float d = s.d[static_cast<std::size_t>(r * s.padded + b)];
+          const float xq = d * s.row(r)[q8_offset(layout, b, i)];
           ASSERT_LE(std::fabs(xq - x[static_cast<std::size_t>(r * k + j)]), d * 0.5001f + 1e-30f);
         }
     }

@@ -28,27 +28,24 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
 float dot_q8_scalar(const QuantMatrix& w, std::int64_t row, const Q8Activations& a, std::int64_t t) {
   const std::uint8_t* p = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  const std::int8_t* qa = a.row(t);
   float sum = 0.0f;
   for (std::int64_t b = 0; b < a.blocks; ++b) {
     const std::int64_t g = b * kQ8Block / w.group_size;
-    const std::int8_t* qa = a.q.data() + (t * a.blocks + b) * kQ8Block;
     const std::int64_t n = std::min(kQ8Block, w.cols - b * kQ8Block);
     int isum = 0;
-    int zero = 0;
-    if (w.type == LowBit::kSymInt8) {
-      const auto* qw = reinterpret_cast<const std::int8_t*>(p) + b * kQ8Block;
-      for (std::int64_t i = 0; i < n; ++i) isum += qw[i] * qa[i];
-    } else {
-      zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)];
-      const std::uint8_t* qw = p + b * (kQ8Block / 2);
-      for (std::int64_t i = 0; i < n; ++i) {
-        // Value i sits in byte i/2 (low nibble if even); the activation block is in nibble order.
-        const int v = (i % 2 == 0) ? (qw[i / 2] & 0x0f) : (qw[i / 2] >> 4);
-        isum += (v - zero) * qa[(i % 2 == 0) ? i / 2 : 16 + i / 2];
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t j = b * kQ8Block + i;  // column
+      int v = 0;
+      if (w.type == LowBit::kSymInt8) {
+        v = reinterpret_cast<const std::int8_t*>(p)[j];
+      } else {
+        const int zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)];
+        v = ((j % 2 == 0) ? (p[j / 2] & 0x0f) : (p[j / 2] >> 4)) - zero;
       }
+      isum += v * qa[q8_offset(a.layout, b, i)];
     }
-    const float da = a.d[static_cast<std::size_t>(t * a.blocks + b)];
-    sum += fp16_to_fp32(scales[g]) * da * static_cast<float>(isum);
+    sum += fp16_to_fp32(scales[g]) * a.d[static_cast<std::size_t>(t * a.padded + b)] * static_cast<float>(isum);
   }
   return sum;
 }
@@ -113,9 +110,10 @@ void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, T
   // thread_local named inside the lambda would be each worker's own).
   thread_local Q8Activations buffer;
   Q8Activations& a = buffer;
-  quantize_activations(x, m, w.cols, w.type != LowBit::kSymInt8, a, isa);
+  quantize_activations(x, m, w.cols, w.type == LowBit::kSymInt8 ? Q8Layout::kNatural : Q8Layout::kPairedNibbles, a,
+                       isa);
   const std::int64_t chunk =
-      std::max<std::int64_t>(4, kQ8ChunkBytes / (a.blocks * kQ8Block) / 4 * 4);
+      std::max<std::int64_t>(4, kQ8ChunkBytes / (a.padded * kQ8Block) / 4 * 4);
   pool.parallel_for(
       w.rows,
       [&a, &kern, &w, m, chunk, y](std::int64_t r0, std::int64_t r1) {

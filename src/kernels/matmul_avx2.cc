@@ -137,27 +137,10 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* /*s
 // ---- Integer path: int8 activation blocks against packed weight blocks ----
 //
 // Every output y[t, r] is computed by the same sequence of operations,
-// whichever micro-kernel produces it: for each block b in order,
-//   acc = fma(float(Σ_i (q_i - zero) · a_i), s_w[g] · d_a[b], acc),
-// then one horizontal sum. So results do not depend on how many tokens are
-// processed together (prefill equals step-by-step decode, bit for bit), nor
-// on the thread count.
-
-// Bytes one block of 32 weights occupies in a packed row.
-template <LowBit T>
-constexpr std::int64_t kBlockBytes = T == LowBit::kSymInt8 ? 32 : 16;
-
-// 32 weights from p as bytes in the activation block's order:
-// int4 -> [16 low nibbles | 16 high nibbles] (0..15), int8 -> as stored.
-template <LowBit T>
-__m256i unpack_block(const std::uint8_t* p) {
-  if constexpr (T == LowBit::kSymInt8) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  } else {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
-  }
-}
+// whichever micro-tile produces it (a fixed walk over the blocks into one
+// accumulator, then one horizontal sum), so results do not depend on how
+// many tokens are processed together (prefill equals step-by-step decode,
+// bit for bit) nor on the thread count.
 
 // Group of block b. blocks_per_group is a power of two for group sizes
 // 32/64/128 and for per channel (one group holding every block); else divide.
@@ -165,8 +148,9 @@ class GroupOf {
  public:
   GroupOf(const QuantMatrix& w, std::int64_t blocks)
       : bpg_(w.groups_per_row == 1 ? blocks : w.group_size / kQ8Block),
-        shift_(std::has_single_bit(static_cast<std::uint64_t>(bpg_)) ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
-                                                                      : -1) {}
+        shift_(std::has_single_bit(static_cast<std::uint64_t>(bpg_))
+                   ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
+                   : -1) {}
   std::int64_t operator()(std::int64_t b) const { return shift_ >= 0 ? b >> shift_ : b / bpg_; }
 
  private:
@@ -174,67 +158,156 @@ class GroupOf {
   int shift_;
 };
 
-// Block b of row `row` as signed int8 weights (q - zero, in [-15, 15] for
-// int4). The ragged last block (b >= full) is copied into a zero-padded
-// buffer so that no byte past the row is read; its padding meets zero
-// activations.
+// Loads the bytes of a packed row from p, `avail` of which lie inside the
+// row; the ragged end of a row is copied into a zero-padded buffer so that
+// nothing past the row is read.
+__m256i load_row_bytes(const std::uint8_t* p, std::int64_t avail) {
+  if (avail >= 32) [[likely]]
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  alignas(32) std::uint8_t pad[32] = {};
+  if (avail > 0) std::memcpy(pad, p, static_cast<std::size_t>(avail));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(pad));
+}
+
+// Weight scales (and, for asym_int4, zero · scale) of blocks [b8, b8 + 8) of
+// a row, one lane per block; lanes past the row's last block are 0.
 template <LowBit T>
-__m256i signed_weights(const QuantMatrix& w, std::int64_t row, std::int64_t b, std::int64_t g,
-                       std::int64_t full) {
-  const std::uint8_t* p = w.data.data() + row * w.row_bytes + b * kBlockBytes<T>;
-  __m256i v;
-  if (b < full) [[likely]] {
-    v = unpack_block<T>(p);
+void block_scales(const QuantMatrix& w, std::int64_t row, std::int64_t b8, std::int64_t kb,
+                  const GroupOf& group_of, bool one_block_groups, __m256& dw, __m256& zdw) {
+  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  if (one_block_groups && b8 + 8 <= kb) {  // group_size 32: eight consecutive scales
+    dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b8)));
+    if constexpr (T == LowBit::kAsymInt4) {
+      const __m128i z = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros.data() + row * w.groups_per_row + b8));
+      zdw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), dw);
+    }
   } else {
-    alignas(32) std::uint8_t pad[32] = {};
-    const std::int64_t n = w.cols - b * kQ8Block;
-    std::memcpy(pad, p, static_cast<std::size_t>(T == LowBit::kSymInt8 ? n : (n + 1) / 2));
-    v = unpack_block<T>(pad);
+    alignas(32) float s[8] = {}, z[8] = {};
+    for (std::int64_t i = 0; i < 8 && b8 + i < kb; ++i) {
+      const std::int64_t g = group_of(b8 + i);
+      s[i] = _cvtsh_ss(scales[g]);
+      if constexpr (T == LowBit::kAsymInt4) z[i] = w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)] * s[i];
+    }
+    dw = _mm256_load_ps(s);
+    if constexpr (T == LowBit::kAsymInt4) zdw = _mm256_load_ps(z);
   }
-  if constexpr (T == LowBit::kSymInt4) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-  if constexpr (T == LowBit::kAsymInt4)
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(static_cast<char>(w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)])));
-  return v;
+  if constexpr (T == LowBit::kSymInt4) zdw = _mm256_mul_ps(dw, _mm256_set1_ps(8.0f));
 }
 
-// Eight int32 partial sums of Σ w_i a_i via maddubs(|w|, sign(a, w)): pairs
-// of u8 x s8 products are added into int16, at most 2 * 127 * 127 = 32258,
-// so they never saturate (weights and activations stay within ±127).
-__m256i block_dot(__m256i abs_w, __m256i w, __m256i a) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
-}
+// One horizontal sum of acc, minus the horizontal sum of corr.
+float finish(__m256 acc, __m256 corr) { return hsum(acc) - hsum(corr); }
 
-// Outputs of R consecutive rows (from r) for TOK consecutive tokens (from t):
-// each weight block is unpacked once for TOK tokens, each activation block
-// loaded once for R rows, and R * TOK independent accumulators hide latency.
+// -- sym_int4 / asym_int4: two blocks per step (Q8Layout::kPairedNibbles) --
+//
+// 32 bytes of a row hold blocks b and b+1; their low nibbles meet the pair's
+// first 32 activation bytes and their high nibbles the second 32, through
+// maddubs on the stored values q in [0, 15] (pair sums <= 2 * 15 * 127, two
+// of them added <= 7620: no int16 saturation). Lanes 0-3 of the int32 result
+// belong to block b, lanes 4-7 to b+1, scaled by [s_b·d_b x4 | s_b+1·d_b+1 x4]
+// taken from the eight-block scale vector. The zero point comes off once per
+// eight blocks: Σ (q - z) a = Σ q a - z Σ a, with d·Σa precomputed per block.
 template <LowBit T, int R, int TOK>
-void micro_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
-  const std::int64_t full = w.cols / kQ8Block;
+void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
+  const bool one_block_groups = w.groups_per_row > 1 && w.group_size == kQ8Block;
+  __m256 acc[R][TOK], corr[R][TOK];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < TOK; ++j) acc[i][j] = corr[i][j] = _mm256_setzero_ps();
+  for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
+    __m256 dw[R], zdw[R];
+    for (int i = 0; i < R; ++i) block_scales<T>(w, r + i, b8, kb, group_of, one_block_groups, dw[i], zdw[i]);
+    __m256 dwda[R][TOK];
+    for (int j = 0; j < TOK; ++j) {
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b8);
+      const __m256 da = _mm256_loadu_ps(a.d.data() + at);
+      const __m256 sa = _mm256_loadu_ps(a.sum.data() + at);
+      for (int i = 0; i < R; ++i) {
+        dwda[i][j] = _mm256_mul_ps(dw[i], da);
+        corr[i][j] = _mm256_fmadd_ps(zdw[i], sa, corr[i][j]);
+      }
+    }
+    for (std::int64_t pair = 0; pair < 4 && b8 + 2 * pair < kb; ++pair) {
+      const std::int64_t b = b8 + 2 * pair;
+      const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+      const __m256i pick = _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int>(2 * pair)));
+      __m256i lo[R], hi[R];
+      for (int i = 0; i < R; ++i) {
+        const __m256i v = load_row_bytes(w.data.data() + (r + i) * w.row_bytes + b * 16, w.row_bytes - b * 16);
+        lo[i] = _mm256_and_si256(v, mask);
+        hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+      }
+      for (int j = 0; j < TOK; ++j) {
+        const std::int8_t* q = a.row(t + j) + b * kQ8Block;
+        const __m256i alo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+        const __m256i ahi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
+        for (int i = 0; i < R; ++i) {
+          const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], alo), _mm256_maddubs_epi16(hi[i], ahi));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)),
+                                      _mm256_permutevar8x32_ps(dwda[i][j], pick), acc[i][j]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = finish(acc[i][j], corr[i][j]);
+}
+
+// -- sym_int8: one block per step (Q8Layout::kNatural) --
+//
+// maddubs needs one unsigned operand: maddubs(|w|, sign(a, w)) gives pair
+// sums of at most 2 * 127 * 127 = 32258, within int16.
+template <int R, int TOK>
+void int8_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const bool one_block_groups = w.groups_per_row > 1 && w.group_size == kQ8Block;
   __m256 acc[R][TOK];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < TOK; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < kb; ++b) {
-    const std::int64_t g = group_of(b);
-    __m256i wv[R], wabs[R];
-    float dw[R];
+  for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
+    __m256 dwda[R][TOK];
     for (int i = 0; i < R; ++i) {
-      wv[i] = signed_weights<T>(w, r + i, b, g, full);
-      wabs[i] = _mm256_sign_epi8(wv[i], wv[i]);
-      dw[i] = _cvtsh_ss(w.scales[static_cast<std::size_t>((r + i) * w.groups_per_row + g)]);
+      __m256 dw, unused;
+      block_scales<LowBit::kSymInt8>(w, r + i, b8, kb, group_of, one_block_groups, dw, unused);
+      for (int j = 0; j < TOK; ++j)
+        dwda[i][j] = _mm256_mul_ps(dw, _mm256_loadu_ps(a.d.data() + (t + j) * a.padded + b8));
     }
-    for (int j = 0; j < TOK; ++j) {
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + ((t + j) * kb + b) * kQ8Block));
-      const float da = a.d[static_cast<std::size_t>((t + j) * kb + b)];
-      for (int i = 0; i < R; ++i)
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wabs[i], wv[i], av)), _mm256_set1_ps(dw[i] * da), acc[i][j]);
+    for (std::int64_t k = 0; k < 8 && b8 + k < kb; ++k) {
+      const std::int64_t b = b8 + k;
+      const __m256i pick = _mm256_set1_epi32(static_cast<int>(k));
+      __m256i wv[R], wabs[R];
+      for (int i = 0; i < R; ++i) {
+        wv[i] = load_row_bytes(w.data.data() + (r + i) * w.row_bytes + b * kQ8Block, w.row_bytes - b * kQ8Block);
+        wabs[i] = _mm256_sign_epi8(wv[i], wv[i]);
+      }
+      for (int j = 0; j < TOK; ++j) {
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.row(t + j) + b * kQ8Block));
+        for (int i = 0; i < R; ++i) {
+          const __m256i prod = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(av, wv[i])), ones);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_permutevar8x32_ps(dwda[i][j], pick), acc[i][j]);
+        }
+      }
     }
   }
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = hsum(acc[i][j]);
 }
 
+template <LowBit T, int R, int TOK>
+void micro_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
+  if constexpr (T == LowBit::kSymInt8) {
+    int8_tile<R, TOK>(w, r, a, t, y);
+  } else {
+    int4_tile<T, R, TOK>(w, r, a, t, y);
+  }
+}
+
+// Covers rows [r0, r0+rows) x tokens [t0, t0+tokens): 2-row x 4-token tiles
+// for prefill, 4-row x 1-token tiles for the remaining tokens (decode).
 template <LowBit T>
 void tile_q8_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
                    std::int64_t t0, std::int64_t tokens, float* y) {

@@ -5,13 +5,6 @@
 
 namespace woq {
 
-namespace {
-
-// Position of value i (0..31) inside a block stored in nibble order.
-std::int64_t nibble_slot(std::int64_t i) { return (i % 2 == 0) ? i / 2 : 16 + i / 2; }
-
-}  // namespace
-
 namespace detail {
 
 void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activations& out) {
@@ -21,22 +14,29 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
   for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
   const float d = amax / 127.0f;
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  std::int8_t* qb = out.q.data() + (r * out.blocks + b) * kQ8Block;
-  for (std::int64_t i = 0; i < n; ++i)
-    qb[out.nibble_order ? nibble_slot(i) : i] = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
-  out.d[static_cast<std::size_t>(r * out.blocks + b)] = d;
+  std::int8_t* q = out.q.data() + r * out.padded * kQ8Block;
+  int sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto v = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
+    q[q8_offset(out.layout, b, i)] = v;
+    sum += v;
+  }
+  out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
+  out.sum[static_cast<std::size_t>(r * out.padded + b)] = d * static_cast<float>(sum);
 }
 
 }  // namespace detail
 
-void quantize_activations(const float* x, std::int64_t m, std::int64_t k, bool nibble_order,
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Layout layout,
                           Q8Activations& out, Isa isa) {
   out.m = m;
   out.k = k;
   out.blocks = (k + kQ8Block - 1) / kQ8Block;
-  out.nibble_order = nibble_order;
-  out.q.assign(static_cast<std::size_t>(m * out.blocks * kQ8Block), 0);
-  out.d.resize(static_cast<std::size_t>(m * out.blocks));
+  out.padded = (out.blocks + 7) / 8 * 8;
+  out.layout = layout;
+  out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block), 0);
+  out.d.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
+  out.sum.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
   if (isa == Isa::kAvx2) {
     detail::quantize_activations_avx2(x, out);
     return;

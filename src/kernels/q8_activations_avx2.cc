@@ -37,12 +37,25 @@ void quantize_activations_avx2(const float* x, Q8Activations& out) {
       const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
       __m256i q8 = _mm256_packs_epi16(q16a, q16b);
       q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      if (out.nibble_order) {
-        // Evens of both lanes, then odds of both lanes.
-        q8 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q8, nibble_shuffle), 0xd8);
+      // Σ q via madd of sign-extended 16-bit halves.
+      const __m256i s16 = _mm256_add_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8)),
+                                           _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1)));
+      const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      std::int8_t* row = out.q.data() + r * out.padded * kQ8Block;
+      if (out.layout == Q8Layout::kNatural) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b * kQ8Block), q8);
+      } else {
+        // [evens | odds] of this block, stored into its slots of the pair.
+        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q8, nibble_shuffle), 0xd8);
+        std::int8_t* pair = row + (b / 2) * 64 + (b % 2) * 16;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm256_castsi256_si128(eo));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + 32), _mm256_extracti128_si256(eo, 1));
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + (r * out.blocks + b) * kQ8Block), q8);
-      out.d[static_cast<std::size_t>(r * out.blocks + b)] = d;
+      out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
+      out.sum[static_cast<std::size_t>(r * out.padded + b)] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
     }
     for (std::int64_t b = full; b < out.blocks; ++b) quantize_block(x, r, b, out);
   }
