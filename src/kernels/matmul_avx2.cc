@@ -194,9 +194,6 @@ void block_scales(const QuantMatrix& w, std::int64_t row, std::int64_t b8, std::
   if constexpr (T == LowBit::kSymInt4) zdw = _mm256_mul_ps(dw, _mm256_set1_ps(8.0f));
 }
 
-// One horizontal sum of acc, minus the horizontal sum of corr.
-float finish(__m256 acc, __m256 corr) { return hsum(acc) - hsum(corr); }
-
 // -- sym_int4 / asym_int4: two blocks per step (Q8Layout::kPairedNibbles) --
 //
 // 32 bytes of a row hold blocks b and b+1; their low nibbles meet the pair's
@@ -205,7 +202,8 @@ float finish(__m256 acc, __m256 corr) { return hsum(acc) - hsum(corr); }
 // of them added <= 7620: no int16 saturation). Lanes 0-3 of the int32 result
 // belong to block b, lanes 4-7 to b+1, scaled by [s_b·d_b x4 | s_b+1·d_b+1 x4]
 // taken from the eight-block scale vector. The zero point comes off once per
-// eight blocks: Σ (q - z) a = Σ q a - z Σ a, with d·Σa precomputed per block.
+// eight blocks, into the same accumulator (only its lane sum matters):
+// Σ (q - z) a = Σ q a - z Σ a, with d·Σa precomputed per block.
 template <LowBit T, int R, int TOK>
 void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
@@ -213,9 +211,9 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
   const bool one_block_groups = w.groups_per_row > 1 && w.group_size == kQ8Block;
-  __m256 acc[R][TOK], corr[R][TOK];
+  __m256 acc[R][TOK];
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) acc[i][j] = corr[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < TOK; ++j) acc[i][j] = _mm256_setzero_ps();
   for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
     __m256 dw[R], zdw[R];
     for (int i = 0; i < R; ++i) block_scales<T>(w, r + i, b8, kb, group_of, one_block_groups, dw[i], zdw[i]);
@@ -226,7 +224,7 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
       const __m256 sa = _mm256_loadu_ps(a.sum.data() + at);
       for (int i = 0; i < R; ++i) {
         dwda[i][j] = _mm256_mul_ps(dw[i], da);
-        corr[i][j] = _mm256_fmadd_ps(zdw[i], sa, corr[i][j]);
+        acc[i][j] = _mm256_fnmadd_ps(zdw[i], sa, acc[i][j]);
       }
     }
     for (std::int64_t pair = 0; pair < 4 && b8 + 2 * pair < kb; ++pair) {
@@ -252,7 +250,7 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
     }
   }
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = finish(acc[i][j], corr[i][j]);
+    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = hsum(acc[i][j]);
 }
 
 // -- sym_int8: one block per step (Q8Layout::kNatural) --
@@ -306,22 +304,28 @@ void micro_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, st
   }
 }
 
-// Covers rows [r0, r0+rows) x tokens [t0, t0+tokens): 2-row x 4-token tiles
-// for prefill, 4-row x 1-token tiles for the remaining tokens (decode).
+// Tile shapes, chosen so that accumulators and unpacked weights stay in
+// the 16 ymm registers: prefill tiles of kPrefillRows x kPrefillTokens,
+// decode tiles of kDecodeRows x 1.
+constexpr int kPrefillRows = 1;
+constexpr int kPrefillTokens = 4;
+constexpr int kDecodeRows = 3;
+
+// Covers rows [r0, r0+rows) x tokens [t0, t0+tokens).
 template <LowBit T>
 void tile_q8_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
                    std::int64_t t0, std::int64_t tokens, float* y) {
   const std::int64_t r_end = r0 + rows;
   const std::int64_t t_end = t0 + tokens;
   std::int64_t t = t0;
-  for (; t + 4 <= t_end; t += 4) {
+  for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) {
     std::int64_t r = r0;
-    for (; r + 2 <= r_end; r += 2) micro_tile<T, 2, 4>(w, r, a, t, y);
-    if (r < r_end) micro_tile<T, 1, 4>(w, r, a, t, y);
+    for (; r + kPrefillRows <= r_end; r += kPrefillRows) micro_tile<T, kPrefillRows, kPrefillTokens>(w, r, a, t, y);
+    for (; r < r_end; ++r) micro_tile<T, 1, kPrefillTokens>(w, r, a, t, y);
   }
   for (; t < t_end; ++t) {
     std::int64_t r = r0;
-    for (; r + 4 <= r_end; r += 4) micro_tile<T, 4, 1>(w, r, a, t, y);
+    for (; r + kDecodeRows <= r_end; r += kDecodeRows) micro_tile<T, kDecodeRows, 1>(w, r, a, t, y);
     for (; r < r_end; ++r) micro_tile<T, 1, 1>(w, r, a, t, y);
   }
 }
