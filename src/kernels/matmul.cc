@@ -126,6 +126,10 @@ void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, T
 
 }  // namespace
 
+float dot(const float* a, const float* b, std::int64_t n, Isa isa) {
+  return (isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels()).dot_f32(a, b, n);
+}
+
 bool uses_q8_path(const QuantMatrix& w) {
   return is_quantized(w.type) && (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
 }

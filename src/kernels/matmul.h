@@ -31,6 +31,9 @@ class ThreadPool;
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
 
+/// Σ_i a[i] · b[i] over fp32 vectors of length n (attention scores).
+float dot(const float* a, const float* b, std::int64_t n, Isa isa = active_isa());
+
 /// True when `w` takes the integer (int8-activation) path of matmul.
 bool uses_q8_path(const QuantMatrix& w);
 

@@ -92,10 +92,7 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
       const float* qh = q + t * config_.q_dim() + h * d;
       const std::int64_t n = pos0 + t + 1;
       for (std::int64_t s = 0; s < n; ++s) {
-        const float* kh = cache.key(layer, s) + kv_off;
-        float dot = 0.0f;
-        for (std::int64_t i = 0; i < d; ++i) dot += qh[i] * kh[i];
-        scores[static_cast<std::size_t>(s)] = dot * scale;
+        scores[static_cast<std::size_t>(s)] = dot(qh, cache.key(layer, s) + kv_off, d) * scale;
       }
       softmax(scores.data(), n);
       float* oh = out + t * config_.q_dim() + h * d;
