@@ -2,6 +2,9 @@
 // the field or tensor; sharded and half-precision checkpoints load.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -153,6 +156,66 @@ TEST_F(BadInputTest, NonFiniteWeight) {
       }
   });
   EXPECT_MENTIONS(load_error(), "model.layers.0.self_attn.q_proj.weight", "row 1, column 6");
+}
+
+TEST_F(BadInputTest, OverlappingTensors) {
+  edit_tensors([](auto&) {});
+  // Point model.norm.weight (the last tensor, 64 floats) at the first 256 bytes.
+  const auto tensors = test::read_safetensors(file("model.safetensors"));
+  std::string data = test::read_file(file("model.safetensors"));
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(data[static_cast<std::size_t>(i)]);
+  auto header = nlohmann::json::parse(data.substr(8, n));
+  header["model.norm.weight"]["data_offsets"] = {0, 256};
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((h.size() >> (8 * i)) & 0xff));
+  test::write_file(file("model.safetensors"), out + h + data.substr(8 + n));
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "overlapping tensors");
+}
+
+TEST_F(BadInputTest, TrailingBytes) {
+  test::write_file(file("model.safetensors"), test::read_file(file("model.safetensors")) + "junk");
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "the tensors cover");
+}
+
+TEST_F(BadInputTest, NonFiniteNormWeight) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.norm.weight") {
+        const float nan = std::nanf("");
+        std::memcpy(x.bytes.data() + 4 * 3, &nan, 4);
+      }
+  });
+  EXPECT_MENTIONS(load_error(), "model.norm.weight", "at index 3");
+}
+
+TEST_F(BadInputTest, CheckpointHasMoreLayersThanConfig) {
+  edit_config("\"num_hidden_layers\": 5", "\"num_hidden_layers\": 3");
+  EXPECT_MENTIONS(load_error(), "model.layers.3.", "num_hidden_layers = 3");
+}
+
+TEST_F(BadInputTest, UnsupportedActivationAndAbsurdSizes) {
+  edit_config("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"");
+  EXPECT_MENTIONS(load_error(), "config.json", "'hidden_act' is 'gelu'");
+  edit_config("\"hidden_act\": \"gelu\"", "\"hidden_act\": \"silu\", \"head_dim_unused\": 0");
+  edit_config("\"head_dim\": 8", "\"head_dim\": 4000000000");
+  EXPECT_MENTIONS(load_error(), "config.json", "'head_dim' is 4000000000, more than");
+}
+
+TEST_F(BadInputTest, DeeplyNestedJsonValue) {
+  edit_config("\"hidden_size\": 64", "\"hidden_size\": " + std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_MENTIONS(load_error(), "config.json", "must be an integer, got an array of 1 elements");
+}
+
+TEST_F(BadInputTest, FifoInsteadOfFile) {
+  std::filesystem::remove(file("model.safetensors"));
+  ASSERT_EQ(mkfifo(file("model.safetensors").c_str(), 0600), 0);
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "not a regular file");
+  std::filesystem::remove(file("config.json"));
+  ASSERT_EQ(mkfifo(file("config.json").c_str(), 0600), 0);
+  EXPECT_MENTIONS(load_error(), "config.json", "not a regular file");
 }
 
 TEST_F(BadInputTest, MalformedHeaderJson) {

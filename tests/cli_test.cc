@@ -84,7 +84,9 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
       {"generate -m " + kModel + " -p hi --low-bit int3", "", "unknown low-bit type 'int3'"},
       {"generate -m " + kModel + " -p hi --group-size 0", "", "group_size 0 is invalid"},
       {"generate -m " + kModel + " -p hi --int4-range half", "", "unknown int4 range"},
-      {"generate -m " + kModel + " -p hi -n 600", "", "exceeds the model's context of 512 tokens"},
+      {"generate -m " + kModel + " -p hi -n 600", "", "exceed the model's context of 512 tokens"},
+      {"generate -m " + kModel + " -p hi -n 9223372036854775807", "", "exceed the model's context of 512 tokens"},
+      {"generate -m " + kModel + " -p hi --temperature inf", "", "temperature must be finite"},
       {"generate -m " + kModel + " -p hi --top-p 0", "", "top_p must be in (0, 1]"},
       {"generate -m " + kModel + " -p hi", "WOQ_ISA=sse9", "WOQ_ISA='sse9' is not one of"},
   };
@@ -95,8 +97,8 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
   }
   const RunResult usage = run("generate -p hi");  // missing -m: a usage error
-  EXPECT_NE(usage.code, 0);
-  EXPECT_NE(usage.err.find("--model"), std::string::npos) << usage.err;
+  EXPECT_EQ(usage.code, 2);
+  EXPECT_NE(usage.err.find("woq: error: --model is required"), std::string::npos) << usage.err;
 }
 
 }  // namespace

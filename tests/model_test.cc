@@ -33,6 +33,25 @@ TEST(Stories260K, TokenizesPromptLikeReference) {
   EXPECT_EQ(tok.encode("Once upon a time"), ref["prompt_ids"].get<std::vector<std::int32_t>>());
 }
 
+// Streaming deltas add up to the full decode, also through byte-fallback
+// pieces (the emoji and accents are not in the 512-piece vocabulary).
+TEST(Stories260K, TextStreamReassemblesTheText) {
+  const auto tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const std::string text = "Once upon a time, h\xC3\xA9llo \xF0\x9F\x99\x82 world. The end.";
+  const auto ids = tok.encode(text);
+  std::vector<std::int32_t> body(ids.begin() + 1, ids.end());  // without BOS
+  TextStream stream(tok);
+  std::string streamed;
+  for (const auto id : body) {
+    const std::string piece = stream.push(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << "streamed a replacement character";
+    streamed += piece;
+  }
+  streamed += stream.flush();
+  EXPECT_EQ(streamed, tok.decode(body));
+  EXPECT_EQ(streamed, text);
+}
+
 TEST(Stories260K, GreedyFp32MatchesReferenceTokensAndText) {
   ThreadPool pool(2);
   auto model = load(pool, kFp32);

@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   CLI::App app{"woq: weight-only-quantized LLM inference for Llama-family models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "woq 0.1.0");
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", e.what(), failed->get_display_name(true));
+  });
   const woq::cli::Run generate = woq::cli::add_generate(app);
   const woq::cli::Run bench = woq::cli::add_bench(app);
   const woq::cli::Run make_random = woq::cli::add_make_random(app);

@@ -14,7 +14,10 @@
 namespace woq {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) != 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  if (!S_ISREG(pre.st_mode)) fail("{}: not a regular file", path);  // a FIFO would block open()
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -16,6 +16,12 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::stri
   if (result.prompt_ids.empty()) fail("the prompt is empty and the tokenizer adds no BOS");
   const auto prompt_len = static_cast<std::int64_t>(result.prompt_ids.size());
   if (options.max_new_tokens < 0) fail("the number of tokens to generate must be >= 0");
+  if (tokenizer.vocab_size() > model.config().vocab_size)
+    fail("the tokenizer has {} pieces but config.json vocab_size is {}: they do not belong together",
+         tokenizer.vocab_size(), model.config().vocab_size);
+  if (options.max_new_tokens > model.context_limit())
+    fail("{} tokens to generate exceed the model's context of {} tokens", options.max_new_tokens,
+         model.context_limit());
   const std::int64_t needed = prompt_len + options.max_new_tokens;
   if (needed > model.context_limit())
     fail("prompt ({} tokens) + tokens to generate ({}) = {} exceeds the model's context of {} tokens",

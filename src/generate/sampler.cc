@@ -14,7 +14,8 @@ std::int32_t argmax(std::span<const float> logits) {
 }
 
 void validate(const SamplingParams& params) {
-  if (!(params.temperature >= 0.0f)) fail("temperature must be >= 0, got {}", params.temperature);
+  if (!(params.temperature >= 0.0f && std::isfinite(params.temperature)))
+    fail("temperature must be finite and >= 0, got {}", params.temperature);
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) fail("top_p must be in (0, 1], got {}", params.top_p);
   if (params.top_k < 0) fail("top_k must be >= 0 (0 = all tokens), got {}", params.top_k);
 }

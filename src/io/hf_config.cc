@@ -9,26 +9,38 @@ namespace woq {
 
 namespace {
 
-// Field must be a positive integer.
-std::int64_t positive(const JsonFields& f, const std::string& key) {
+// Upper bounds far beyond any real model, so that a lying config fails
+// here instead of in a huge allocation.
+constexpr std::int64_t kMaxDim = 1 << 20;          // hidden, intermediate, head_dim, heads
+constexpr std::int64_t kMaxVocab = 1 << 24;
+constexpr std::int64_t kMaxLayers = 4096;
+constexpr std::int64_t kMaxPositions = 1 << 24;
+
+// Field must be an integer in [1, max].
+std::int64_t positive(const JsonFields& f, const std::string& key, std::int64_t max = kMaxDim) {
   const std::int64_t v = f.integer(key);
   if (v <= 0) f.field_error(key, fmt::format("must be positive, got {}", v));
+  if (v > max) f.field_error(key, fmt::format("is {}, more than the {} woq accepts", v, max));
   return v;
 }
 
-std::vector<std::int64_t> token_ids(const JsonFields& f, const std::string& key) {
+// An id or a list of ids, each in [0, vocab).
+std::vector<std::int64_t> token_ids(const JsonFields& f, const std::string& key, std::int64_t vocab) {
   if (!f.has(key)) return {};
   const auto& v = f.json().at(key);
-  std::vector<std::int64_t> ids;
-  if (v.is_number_integer()) {
-    ids.push_back(v.get<std::int64_t>());
-  } else if (v.is_array()) {
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) f.field_error(key, "must be an integer or a list of integers");
-      ids.push_back(e.get<std::int64_t>());
-    }
+  std::vector<nlohmann::json> items;
+  if (v.is_array()) {
+    items.assign(v.begin(), v.end());
   } else {
-    f.field_error(key, "must be an integer or a list of integers");
+    items.push_back(v);
+  }
+  std::vector<std::int64_t> ids;
+  for (const auto& e : items) {
+    if (!e.is_number_integer()) f.field_error(key, "must be an integer or a list of integers");
+    if (e.is_number_unsigned() ? e.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab)
+                               : (e.get<std::int64_t>() < 0 || e.get<std::int64_t>() >= vocab))
+      f.field_error(key, fmt::format("holds {}, outside the vocabulary [0, {})", describe_json(e), vocab));
+    ids.push_back(e.get<std::int64_t>());
   }
   return ids;
 }
@@ -39,6 +51,7 @@ RopeScaling rope_scaling(const JsonFields& f) {
   const JsonFields s(f.json().at("rope_scaling"), f.path() + " rope_scaling");
   const std::string type = s.has("rope_type") ? s.string("rope_type", "") : s.string("type", "");
   rs.factor = s.number("factor", 1.0);
+  if (!(rs.factor >= 1.0 && rs.factor <= 1024.0)) f.field_error("rope_scaling", "needs a factor in [1, 1024]");
   if (type == "linear") {
     rs.type = RopeScaling::Type::kLinear;
   } else if (type == "llama3") {
@@ -46,14 +59,15 @@ RopeScaling rope_scaling(const JsonFields& f) {
     rs.low_freq_factor = s.number("low_freq_factor", 1.0);
     rs.high_freq_factor = s.number("high_freq_factor", 4.0);
     rs.original_max_position_embeddings = s.integer("original_max_position_embeddings");
-    if (rs.high_freq_factor <= rs.low_freq_factor)
-      f.field_error("rope_scaling", "needs high_freq_factor > low_freq_factor");
+    if (!(rs.low_freq_factor > 0) || rs.high_freq_factor <= rs.low_freq_factor ||
+        rs.original_max_position_embeddings <= 0)
+      f.field_error("rope_scaling", "needs 0 < low_freq_factor < high_freq_factor and a positive "
+                                    "original_max_position_embeddings");
   } else if (type == "default") {
     rs.type = RopeScaling::Type::kNone;
   } else {
     f.field_error("rope_scaling", fmt::format("has type '{}'; supported: linear, llama3", type));
   }
-  if (!(rs.factor > 0)) f.field_error("rope_scaling", "needs a positive factor");
   return rs;
 }
 
@@ -62,7 +76,8 @@ RopeScaling rope_scaling(const JsonFields& f) {
 ModelConfig read_model_config(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(path)) fail("{}: not found (is '{}' a Hugging Face model directory?)", path, dir);
+  std::error_code exists_ec;
+  if (!fs::exists(path, exists_ec)) fail("{}: not found (is '{}' a Hugging Face model directory?)", path, dir);
   const JsonFields f(read_json_file(path), path);
 
   ModelConfig c;
@@ -83,14 +98,17 @@ ModelConfig read_model_config(const std::string& dir) {
 
   c.hidden_size = positive(f, "hidden_size");
   c.intermediate_size = positive(f, "intermediate_size");
-  c.num_hidden_layers = positive(f, "num_hidden_layers");
+  c.num_hidden_layers = positive(f, "num_hidden_layers", kMaxLayers);
   c.num_attention_heads = positive(f, "num_attention_heads");
   c.num_key_value_heads =
       f.has("num_key_value_heads") ? positive(f, "num_key_value_heads") : c.num_attention_heads;
-  c.vocab_size = positive(f, "vocab_size");
-  if (f.has("max_position_embeddings")) c.max_position_embeddings = positive(f, "max_position_embeddings");
+  c.vocab_size = positive(f, "vocab_size", kMaxVocab);
+  if (f.has("max_position_embeddings"))
+    c.max_position_embeddings = positive(f, "max_position_embeddings", kMaxPositions);
   if (f.has("sliding_window") && f.boolean("use_sliding_window", true))
-    c.sliding_window = positive(f, "sliding_window");
+    c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+  const std::string act = f.string("hidden_act", "silu");
+  if (act != "silu") f.field_error("hidden_act", fmt::format("is '{}'; Llama-family models use silu", act));
 
   if (c.hidden_size % c.num_attention_heads != 0)
     f.field_error("num_attention_heads",
@@ -102,26 +120,25 @@ ModelConfig read_model_config(const std::string& dir) {
   if (c.head_dim % 2 != 0) f.field_error("head_dim", fmt::format("({}) must be even for RoPE", c.head_dim));
 
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
-  if (!(c.rms_norm_eps > 0)) f.field_error("rms_norm_eps", "must be positive");
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 0.1)) f.field_error("rms_norm_eps", "must be in (0, 0.1]");
   c.rope_theta = f.number("rope_theta", 10000.0);
-  if (!(c.rope_theta > 1)) f.field_error("rope_theta", "must be greater than 1");
+  if (!(c.rope_theta > 1 && c.rope_theta < 1e12)) f.field_error("rope_theta", "must be in (1, 1e12)");
   c.rope_scaling = rope_scaling(f);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.attention_bias = f.boolean("attention_bias", c.architecture == "Qwen2ForCausalLM");
   if (f.boolean("mlp_bias", false)) f.field_error("mlp_bias", "is true; MLP biases are not supported");
 
-  c.bos_token_id = f.opt_integer("bos_token_id").value_or(-1);
-  c.eos_token_ids = token_ids(f, "eos_token_id");
+  const auto bos = token_ids(f, "bos_token_id", c.vocab_size);
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  c.eos_token_ids = token_ids(f, "eos_token_id", c.vocab_size);
 
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
-  if (fs::exists(gen_path)) {
+  std::error_code ec;
+  if (fs::exists(gen_path, ec)) {
     const JsonFields g(read_json_file(gen_path), gen_path);
-    if (g.has("bos_token_id")) c.bos_token_id = g.integer("bos_token_id");
-    if (g.has("eos_token_id")) c.eos_token_ids = token_ids(g, "eos_token_id");
+    if (g.has("bos_token_id")) c.bos_token_id = token_ids(g, "bos_token_id", c.vocab_size)[0];
+    if (g.has("eos_token_id")) c.eos_token_ids = token_ids(g, "eos_token_id", c.vocab_size);
   }
-  for (const auto id : c.eos_token_ids)
-    if (id < 0 || id >= c.vocab_size)
-      fail("{}: eos_token_id {} is outside the vocabulary [0, {})", path, id, c.vocab_size);
   return c;
 }
 

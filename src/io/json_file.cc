@@ -1,5 +1,7 @@
 #include "io/json_file.h"
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,16 +10,37 @@
 
 namespace woq {
 
+void require_regular_file(const std::string& path, std::uintmax_t max_bytes) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) fail("{}: not found{}", path, ec ? " (" + ec.message() + ")" : "");
+  if (!std::filesystem::is_regular_file(st)) fail("{}: not a regular file", path);
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) fail("{}: cannot read its size: {}", path, ec.message());
+  if (size > max_bytes) fail("{}: {} bytes is larger than the {} bytes accepted", path, size, max_bytes);
+}
+
 nlohmann::json read_json_file(const std::string& path) {
+  require_regular_file(path, kMaxJsonFileBytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open", path);
   std::stringstream buf;
   buf << in.rdbuf();
   try {
     return nlohmann::json::parse(buf.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }
+}
+
+std::string describe_json(const nlohmann::json& value) {
+  if (value.is_array()) return fmt::format("an array of {} elements", value.size());
+  if (value.is_object()) return fmt::format("an object with {} keys", value.size());
+  if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    if (s.size() > 64) return fmt::format("a string of {} bytes", s.size());
+  }
+  return value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);  // ASCII only
 }
 
 void write_json_file(const std::string& path, const nlohmann::ordered_json& json) {
@@ -55,7 +78,9 @@ std::int64_t JsonFields::integer(const std::string& key) const {
 std::optional<std::int64_t> JsonFields::opt_integer(const std::string& key) const {
   if (!has(key)) return std::nullopt;
   const auto& v = json_.at(key);
-  if (!v.is_number_integer()) field_error(key, fmt::format("must be an integer, got {}", v.dump()));
+  if (!v.is_number_integer()) field_error(key, fmt::format("must be an integer, got {}", describe_json(v)));
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+    field_error(key, fmt::format("is too large: {}", describe_json(v)));
   return v.get<std::int64_t>();
 }
 
@@ -65,21 +90,22 @@ double JsonFields::number(const std::string& key, std::optional<double> fallback
     return *fallback;
   }
   const auto& v = json_.at(key);
-  if (!v.is_number()) field_error(key, fmt::format("must be a number, got {}", v.dump()));
+  if (!v.is_number()) field_error(key, fmt::format("must be a number, got {}", describe_json(v)));
+  if (!std::isfinite(v.get<double>())) field_error(key, "must be finite");
   return v.get<double>();
 }
 
 bool JsonFields::boolean(const std::string& key, bool fallback) const {
   if (!has(key)) return fallback;
   const auto& v = json_.at(key);
-  if (!v.is_boolean()) field_error(key, fmt::format("must be true or false, got {}", v.dump()));
+  if (!v.is_boolean()) field_error(key, fmt::format("must be true or false, got {}", describe_json(v)));
   return v.get<bool>();
 }
 
 std::string JsonFields::string(const std::string& key, const std::string& fallback) const {
   if (!has(key)) return fallback;
   const auto& v = json_.at(key);
-  if (!v.is_string()) field_error(key, fmt::format("must be a string, got {}", v.dump()));
+  if (!v.is_string()) field_error(key, fmt::format("must be a string, got {}", describe_json(v)));
   return v.get<std::string>();
 }
 

@@ -10,9 +10,21 @@
 
 namespace woq {
 
-/// Parses the JSON file at `path`. Throws woq::Error "PATH: cannot open"
-/// or "PATH: malformed JSON: <parser message>".
+/// Largest JSON file read_json_file accepts (bytes).
+inline constexpr std::uintmax_t kMaxJsonFileBytes = 64ull << 20;
+
+/// Parses the JSON file at `path`. Throws woq::Error "PATH: not a regular
+/// file", "PATH: too large", "PATH: cannot open" or "PATH: malformed JSON: ...".
 nlohmann::json read_json_file(const std::string& path);
+
+/// A short, printable description of a JSON value for error messages: the
+/// value itself when it is short and flat, else its type and size (never
+/// recursing, so arbitrarily deep input cannot overflow the stack).
+std::string describe_json(const nlohmann::json& value);
+
+/// Throws woq::Error "PATH: not found" / "not a regular file" / "larger than
+/// MAX bytes" unless `path` is a regular file of at most `max_bytes`.
+void require_regular_file(const std::string& path, std::uintmax_t max_bytes);
 
 /// Writes `json` (indented by 2) to `path` through a temporary file renamed
 /// into place. Throws woq::Error naming the path on failure.

@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -57,12 +58,13 @@ TensorView parse_entry(const std::string& path, const std::string& name, const n
 
   const auto sh = e.find("shape");
   if (sh == e.end() || !sh->is_array()) throw bad("missing or non-array 'shape'");
+  if (sh->size() > 8) throw bad(fmt::format("shape has {} dimensions (at most 8 are accepted)", sh->size()));
   std::uint64_t numel = 1;
   for (const auto& d : *sh) {
-    if (!d.is_number_unsigned()) throw bad(fmt::format("shape {} has a non-integer or negative dimension", sh->dump()));
+    if (!d.is_number_unsigned()) throw bad(fmt::format("shape has a non-integer or negative dimension ({})", describe_json(d)));
     const std::uint64_t v = d.get<std::uint64_t>();
     if (v != 0 && numel > std::numeric_limits<std::uint64_t>::max() / 16 / v)
-      throw bad(fmt::format("shape {} is too large", sh->dump()));
+      throw bad("shape is too large");
     numel *= v;
     t.shape.push_back(static_cast<std::int64_t>(v));
   }
@@ -80,7 +82,7 @@ TensorView parse_entry(const std::string& path, const std::string& name, const n
   const std::uint64_t want = numel * dtype_size(t.dtype);
   if (end - begin != want)
     throw bad(fmt::format("data_offsets span {} bytes but shape {} of {} needs {}", end - begin,
-                          sh->dump(), dtype, want));
+                          t.shape_str(), dtype, want));
   t.bytes = data.subspan(begin, end - begin);
   return t;
 }
@@ -143,6 +145,23 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     if (name == "__metadata__") continue;
     tensors_.emplace(name, parse_entry(path, name, entry, data));
   }
+  // As the format's reference implementation requires: tensors tile the data
+  // buffer exactly, without overlaps, holes or trailing bytes.
+  std::vector<const TensorView*> by_offset;
+  for (const auto& [name, t] : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorView* a, const TensorView* b) { return a->bytes.data() < b->bytes.data(); });
+  std::size_t expect = 0;
+  for (const TensorView* t : by_offset) {
+    const auto begin = static_cast<std::size_t>(t->bytes.data() - data.data());
+    if (begin != expect)
+      fail("{}: tensor '{}' starts at data offset {}, but the previous tensor ends at {} ({})", path, t->name,
+           begin, expect, begin < expect ? "overlapping tensors" : "a hole in the data");
+    expect = begin + t->bytes.size();
+  }
+  if (expect != data.size())
+    fail("{}: the tensors cover {} bytes of data but the file holds {} after the header", path, expect,
+         data.size());
 }
 
 TensorStore TensorStore::open_dir(const std::string& dir) {
@@ -186,6 +205,12 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
   store.files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
   for (const auto& [name, t] : store.files_.back()->tensors()) store.index_[name] = &t;
   return store;
+}
+
+std::vector<std::string> TensorStore::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : index_) out.push_back(name);
+  return out;
 }
 
 const TensorView* TensorStore::find(const std::string& name) const {

@@ -68,6 +68,8 @@ class TensorStore {
   const TensorView* find(const std::string& name) const;
   /// The tensor called `name`; throws woq::Error naming the checkpoint if absent.
   const TensorView& get(const std::string& name) const;
+  /// Names of all tensors, sorted.
+  std::vector<std::string> names() const;
   /// Where the tensors come from, for messages: the file or the index.
   const std::string& source() const { return source_; }
 

@@ -1,6 +1,7 @@
 // LlamaModel::load: from a Hugging Face checkpoint directory to weights in
 // woq's formats.
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/mmap_file.h"
@@ -53,7 +54,20 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
                                const char* from) {
   const TensorView& t = store.get(name);
   expect_shape(t, {n}, from);
-  return to_f32(t);
+  std::vector<float> v = to_f32(t);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) fail("{}: tensor '{}' holds {} at index {}", t.file, t.name, v[i], i);
+  return v;
+}
+
+// Refuses a checkpoint with layers beyond config.json's num_hidden_layers:
+// silently dropping them would give wrong output.
+void check_no_extra_layers(const TensorStore& store, std::int64_t layers) {
+  const std::string prefix = fmt::format("model.layers.{}.", layers);
+  for (const auto& name : store.names())
+    if (name.rfind(prefix, 0) == 0)
+      fail("{}: tensor '{}' belongs to a layer beyond config.json num_hidden_layers = {}", store.source(), name,
+           layers);
 }
 
 }  // namespace
@@ -63,6 +77,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const auto start = std::chrono::steady_clock::now();
   ModelConfig config = read_model_config(dir);
   const TensorStore store = TensorStore::open_dir(dir);
+  check_no_extra_layers(store, config.num_hidden_layers);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;

@@ -17,13 +17,15 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string model = (fs::path(dir) / "tokenizer.model").string();
-  if (!fs::exists(model))
+  std::error_code ec;
+  if (!fs::exists(model, ec))
     fail("{}: not found (woq reads SentencePiece tokenizer.model; tokenizer.json is not supported yet)", model);
+  require_regular_file(model, 256ull << 20);
   Tokenizer tok;
   const auto status = tok.sp_->Load(model);
   if (!status.ok()) fail("{}: not a SentencePiece model: {}", model, status.ToString());
   const std::string cfg = (fs::path(dir) / "tokenizer_config.json").string();
-  if (fs::exists(cfg)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
+  if (fs::exists(cfg, ec)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
   return tok;
 }
 
@@ -84,29 +86,33 @@ std::size_t complete_utf8_prefix(std::string_view s) {
 
 }  // namespace
 
+std::string TextStream::decode_range(std::size_t begin, std::size_t end) const {
+  return tokenizer_.decode(std::vector<std::int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                     ids_.begin() + static_cast<std::ptrdiff_t>(end)));
+}
+
 std::string TextStream::push(std::int32_t id) {
   ids_.push_back(id);
-  const std::string text = tokenizer_.decode(ids_);
-  std::size_t end = complete_utf8_prefix(text);
-  // An incomplete byte-fallback sequence may decode as U+FFFD: hold it back
-  // until the following tokens complete (or replace) it.
+  const std::string before = decode_range(prefix_, read_);
+  const std::string text = decode_range(prefix_, ids_.size());
+  // An incomplete UTF-8 sequence (or the U+FFFD an incomplete byte-fallback
+  // sequence may decode to) waits for the next tokens.
   constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-  while (end >= emitted_ + kReplacement.size() &&
-         std::string_view(text).substr(end - kReplacement.size(), kReplacement.size()) == kReplacement)
-    end -= kReplacement.size();
-  if (end <= emitted_) return {};
-  // Decoding more tokens can, in rare SentencePiece cases, rewrite earlier
-  // text; what was already streamed stays, and only the new tail is added.
-  std::string delta = text.substr(emitted_, end - emitted_);
-  emitted_ = end;
-  return delta;
+  const bool incomplete =
+      complete_utf8_prefix(text) < text.size() ||
+      (text.size() >= kReplacement.size() && std::string_view(text).substr(text.size() - kReplacement.size()) == kReplacement);
+  if (incomplete || text.size() <= before.size() || text.compare(0, before.size(), before) != 0) return {};
+  prefix_ = read_;
+  read_ = ids_.size();
+  return text.substr(before.size());
 }
 
 std::string TextStream::flush() {
-  const std::string text = tokenizer_.decode(ids_);
-  std::string rest = emitted_ < text.size() ? text.substr(emitted_) : std::string();
-  emitted_ = text.size();
-  return rest;
+  const std::string before = decode_range(prefix_, read_);
+  const std::string text = decode_range(prefix_, ids_.size());
+  prefix_ = read_ = ids_.size();
+  return text.size() > before.size() && text.compare(0, before.size(), before) == 0 ? text.substr(before.size())
+                                                                                      : std::string();
 }
 
 }  // namespace woq

@@ -41,9 +41,10 @@ class Tokenizer {
 };
 
 /// Turns a growing list of generated ids into text deltas for streaming.
-/// SentencePiece decodes a leading "▁" differently at the start of a text
-/// and byte-fallback tokens form a character only together, so the whole
-/// list is decoded each time and only the new, complete suffix is returned.
+/// SentencePiece drops the leading "▁" of the first piece it decodes and
+/// byte-fallback tokens form a character only together, so each new id is
+/// decoded together with the ids since the last emitted text (the approach
+/// of transformers' TextStreamer): the cost per token stays constant.
 class TextStream {
  public:
   explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
@@ -53,9 +54,12 @@ class TextStream {
   std::string flush();
 
  private:
+  std::string decode_range(std::size_t begin, std::size_t end) const;
+
   const Tokenizer& tokenizer_;
   std::vector<std::int32_t> ids_;
-  std::size_t emitted_ = 0;  ///< bytes of decode(ids_) already returned
+  std::size_t prefix_ = 0;  ///< ids before this are only context
+  std::size_t read_ = 0;    ///< ids before this have been emitted
 };
 
 }  // namespace woq
