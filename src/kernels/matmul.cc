@@ -71,8 +71,9 @@ namespace {
 constexpr std::int64_t kTiledMinRows = 4;
 // Weight rows dequantized together on the float tiled path.
 constexpr std::int64_t kTileRows = 8;
-// Rows per work item of the integer path (a multiple of the AVX2 tile's 2 rows).
-constexpr std::int64_t kQ8RowGrain = 16;
+// Rows per work item of the integer path: a multiple of every decode tile's
+// row count (2, 3, 4), so no row falls to the slow single-row tile.
+constexpr std::int64_t kQ8RowGrain = 48;
 // Bytes of int8 activations a token chunk may occupy, to stay in L2 while
 // every weight row of a thread's range passes over it.
 constexpr std::int64_t kQ8ChunkBytes = 192 * 1024;

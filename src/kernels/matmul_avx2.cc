@@ -68,35 +68,30 @@ float int8_group_dot(const std::int8_t* q, const float* x, std::int64_t n) {
   return sum;
 }
 
-float dot_fp16(const std::uint8_t* p, const float* x, std::int64_t k) {
-  __m256 acc = _mm256_setzero_ps();
+// fp16 / bf16 rows: two accumulators so the FMA latency does not bound the loop.
+template <bool kBf16>
+float dot_half(const std::uint8_t* p, const float* x, std::int64_t k) {
+  auto widen = [](const std::uint8_t* q) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    if constexpr (kBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  };
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
   std::int64_t j = 0;
-  for (; j + 8 <= k; j += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * j));
-    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(x + j), acc);
+  for (; j + 16 <= k; j += 16) {
+    acc0 = _mm256_fmadd_ps(widen(p + 2 * j), _mm256_loadu_ps(x + j), acc0);
+    acc1 = _mm256_fmadd_ps(widen(p + 2 * j + 16), _mm256_loadu_ps(x + j + 8), acc1);
   }
-  float sum = hsum(acc);
+  for (; j + 8 <= k; j += 8) acc0 = _mm256_fmadd_ps(widen(p + 2 * j), _mm256_loadu_ps(x + j), acc0);
+  float sum = hsum(_mm256_add_ps(acc0, acc1));
   for (; j < k; ++j) {
     std::uint16_t h;
     std::memcpy(&h, p + 2 * j, 2);
-    sum += fp16_to_fp32(h) * x[j];
-  }
-  return sum;
-}
-
-float dot_bf16(const std::uint8_t* p, const float* x, std::int64_t k) {
-  __m256 acc = _mm256_setzero_ps();
-  std::int64_t j = 0;
-  for (; j + 8 <= k; j += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * j));
-    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    acc = _mm256_fmadd_ps(f, _mm256_loadu_ps(x + j), acc);
-  }
-  float sum = hsum(acc);
-  for (; j < k; ++j) {
-    std::uint16_t h;
-    std::memcpy(&h, p + 2 * j, 2);
-    sum += bf16_to_fp32(h) * x[j];
+    sum += (kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h)) * x[j];
   }
   return sum;
 }
@@ -109,8 +104,8 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* /*s
   float sum = 0.0f;
   switch (w.type) {
     case LowBit::kFp32: return dot_f32(reinterpret_cast<const float*>(p), x, k);
-    case LowBit::kFp16: return dot_fp16(p, x, k);
-    case LowBit::kBf16: return dot_bf16(p, x, k);
+    case LowBit::kFp16: return dot_half<false>(p, x, k);
+    case LowBit::kBf16: return dot_half<true>(p, x, k);
     case LowBit::kSymInt4:
       for (std::int64_t i = 0; i < w.groups_per_row; ++i)
         sum += fp16_to_fp32(scales[i]) *
