@@ -63,7 +63,8 @@ void shapes(benchmark::internal::Benchmark* b, std::int64_t m) {
   const std::pair<LowBit, std::int64_t> formats[] = {
       {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32},
       {LowBit::kSymInt8, -1}, {LowBit::kFp16, 0},      {LowBit::kBf16, 0}};
-  const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
+  // The q/o, gate/up and down projections of Llama-2-7B, and its lm_head (too big for any cache).
+  const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
   for (const auto& [type, group] : formats)
     for (const auto& [n, k] : nk)
       for (const int threads : {1, 2})
