@@ -83,6 +83,25 @@ TEST_P(MatmulTest, MatchesF64Reference) {
   }
 }
 
+TEST(VectorOps, DotAndAxpyMatchScalar) {
+  if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  for (const std::int64_t n : {1, 7, 8, 17, 128, 1001}) {
+    const auto a = random_vector(n, static_cast<std::uint32_t>(n), 1.0f);
+    const auto b = random_vector(n, static_cast<std::uint32_t>(n + 1), 1.0f);
+    double ref = 0, mag = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      ref += static_cast<double>(a[static_cast<std::size_t>(i)]) * b[static_cast<std::size_t>(i)];
+      mag += std::fabs(static_cast<double>(a[static_cast<std::size_t>(i)]) * b[static_cast<std::size_t>(i)]);
+    }
+    EXPECT_NEAR(dot(a.data(), b.data(), n, Isa::kAvx2), ref, 1e-6 * mag + 1e-30) << n;
+    EXPECT_NEAR(dot(a.data(), b.data(), n, Isa::kScalar), ref, 1e-6 * mag * static_cast<double>(n) + 1e-30) << n;
+    auto y1 = b, y2 = b;
+    axpy(0.37f, a.data(), y1.data(), n, Isa::kAvx2);
+    axpy(0.37f, a.data(), y2.data(), n, Isa::kScalar);
+    for (std::size_t i = 0; i < y1.size(); ++i) ASSERT_NEAR(y1[i], y2[i], 1e-6f * (std::fabs(y2[i]) + 1.0f)) << n;
+  }
+}
+
 TEST(Q8Activations, Avx2MatchesScalarBitForBitAndRoundsToNearest) {
   if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {

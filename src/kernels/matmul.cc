@@ -17,6 +17,10 @@ float dot_f32_scalar(const float* a, const float* b, std::int64_t k) {
   return sum;
 }
 
+void axpy_scalar(float a, const float* x, float* y, std::int64_t k) {
+  for (std::int64_t j = 0; j < k; ++j) y[j] += a * x[j];
+}
+
 // Reference: expand the row with the codec's own dequantizer, then dot.
 float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
   dequantize_row(w, row, scratch);
@@ -59,7 +63,7 @@ void tile_q8_scalar(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, co
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_f32_scalar, tile_q8_scalar};
+  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar};
   return k;
 }
 
@@ -129,6 +133,10 @@ void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, T
 
 float dot(const float* a, const float* b, std::int64_t n, Isa isa) {
   return (isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels()).dot_f32(a, b, n);
+}
+
+void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) {
+  (isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels()).axpy(a, x, y, n);
 }
 
 bool uses_q8_path(const QuantMatrix& w) {

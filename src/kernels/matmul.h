@@ -34,6 +34,9 @@ void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, Thre
 /// Σ_i a[i] · b[i] over fp32 vectors of length n (attention scores).
 float dot(const float* a, const float* b, std::int64_t n, Isa isa = active_isa());
 
+/// y[i] += a · x[i] for i < n (attention's weighted sum of values).
+void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa = active_isa());
+
 /// True when `w` takes the integer (int8-activation) path of matmul.
 bool uses_q8_path(const QuantMatrix& w);
 
@@ -45,6 +48,8 @@ struct RowKernels {
   float (*dot_row)(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch);
   /// Σ_k a[k] · b[k].
   float (*dot_f32)(const float* a, const float* b, std::int64_t k);
+  /// y[k] += a · x[k].
+  void (*axpy)(float a, const float* x, float* y, std::int64_t k);
   /// y[t, r] = Σ_k W[r, k] · A[t, k] for r in [r0, r0 + rows), t in [t0, t0 + tokens),
   /// with A the int8 activations; y is [a.m, W.rows].
   void (*tile_q8)(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,

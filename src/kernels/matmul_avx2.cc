@@ -34,6 +34,14 @@ float dot_f32(const float* a, const float* b, std::int64_t k) {
   return sum;
 }
 
+void axpy(float a, const float* x, float* y, std::int64_t k) {
+  const __m256 va = _mm256_set1_ps(a);
+  std::int64_t j = 0;
+  for (; j + 8 <= k; j += 8)
+    _mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
+  for (; j < k; ++j) y[j] += a * x[j];
+}
+
 // Σ_j (q_j - zero) · x_j over one group of n nibbles starting at an even index.
 float int4_group_dot(const std::uint8_t* q, const float* x, std::int64_t n, int zero) {
   const __m128i mask = _mm_set1_epi8(0x0f);
@@ -357,7 +365,7 @@ void tile_q8(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8A
 }  // namespace
 
 const RowKernels& avx2_kernels() {
-  static const RowKernels k{dot_row, dot_f32, tile_q8};
+  static const RowKernels k{dot_row, dot_f32, axpy, tile_q8};
   return k;
 }
 

@@ -86,7 +86,10 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
   pool_.parallel_for(t_count * heads, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> scores(static_cast<std::size_t>(pos0 + t_count));
     for (std::int64_t job = begin; job < end; ++job) {
-      const std::int64_t t = job / heads;
+      // Causal rows grow with t: jobs alternate between early and late tokens
+      // (0, T-1, 1, T-2, ...) so that contiguous chunks carry equal work.
+      const std::int64_t u = job / heads;
+      const std::int64_t t = u % 2 == 0 ? u / 2 : t_count - 1 - u / 2;
       const std::int64_t h = job % heads;
       const std::int64_t kv_off = (h / group) * d;
       const float* qh = q + t * config_.q_dim() + h * d;
@@ -97,11 +100,8 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
       softmax(scores.data(), n);
       float* oh = out + t * config_.q_dim() + h * d;
       std::fill(oh, oh + d, 0.0f);
-      for (std::int64_t s = 0; s < n; ++s) {
-        const float* vh = cache.value(layer, s) + kv_off;
-        const float p = scores[static_cast<std::size_t>(s)];
-        for (std::int64_t i = 0; i < d; ++i) oh[i] += p * vh[i];
-      }
+      for (std::int64_t s = 0; s < n; ++s)
+        axpy(scores[static_cast<std::size_t>(s)], cache.value(layer, s) + kv_off, oh, d);
     }
   });
 }
