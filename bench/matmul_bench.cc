@@ -2,8 +2,10 @@
 // matrix x vector (decode, m = 1) and matrix x matrix (prefill, m = 512).
 // Reports weight bytes streamed per second (bytes_per_second) and FLOP/s
 // (counter "FLOPS", 2 * m * N * K per iteration).
-//   build/bin/matmul_bench --benchmark_filter=gemv
+//   build/bin/matmul_bench --benchmark_filter='gemv/sym_int4'
+// (Debian's libbenchmark is a debug build and says so; the timed code is woq's, built with -O3.)
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <map>
 #include <memory>
@@ -39,16 +41,15 @@ ThreadPool& pool(int threads) {
   return *p;
 }
 
-// Args: format, group size, N (output rows), K (inputs), m (tokens), threads.
-void BM_matmul(benchmark::State& state) {
-  const auto type = static_cast<LowBit>(state.range(0));
-  const std::int64_t group = state.range(1), n = state.range(2), k = state.range(3), m = state.range(4);
+// Args: N (output rows), K (inputs), m (tokens), threads.
+void run_matmul(benchmark::State& state, LowBit type, std::int64_t group) {
+  const std::int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   const QuantMatrix& w = weights(type, group, n, k);
   std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
-  ThreadPool& p = pool(static_cast<int>(state.range(5)));
+  ThreadPool& p = pool(static_cast<int>(state.range(3)));
   for (auto _ : state) {
     matmul(w, x.data(), m, y.data(), p);
     benchmark::DoNotOptimize(y.data());
@@ -56,26 +57,37 @@ void BM_matmul(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.bytes()));
   state.counters["FLOPS"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(low_bit_name(type)));
 }
 
-void shapes(benchmark::internal::Benchmark* b, std::int64_t m) {
+// Registers gemv/<format> (m = 1, decode) and gemm/<format> (m = 512, prefill)
+// at the q/o, gate/up and down projections of Llama-2-7B and its lm_head
+// (too big for any cache), with 1 and 2 threads.
+void register_all() {
   const std::pair<LowBit, std::int64_t> formats[] = {
       {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32},
       {LowBit::kSymInt8, -1}, {LowBit::kFp16, 0},      {LowBit::kBf16, 0}};
-  // The q/o, gate/up and down projections of Llama-2-7B, and its lm_head (too big for any cache).
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
-  for (const auto& [type, group] : formats)
-    for (const auto& [n, k] : nk)
-      for (const int threads : {1, 2})
-        b->Args({static_cast<std::int64_t>(type), group, n, k, m, threads});
-  b->ArgNames({"type", "group", "N", "K", "m", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {
+    for (const auto& [type, group] : formats) {
+      const std::string name = fmt::format("{}/{}{}", kind, low_bit_name(type),
+                                           group == -1 ? "_channel" : group > 0 ? fmt::format("_g{}", group) : "");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [type = type, group = group](benchmark::State& st) {
+        run_matmul(st, type, group);
+      });
+      for (const auto& [n, k] : nk)
+        for (const int threads : {1, 2}) b->Args({n, k, m, threads});
+      b->ArgNames({"N", "K", "m", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+  }
 }
-
-BENCHMARK(BM_matmul)->Name("gemv")->Apply([](auto* b) { shapes(b, 1); });
-BENCHMARK(BM_matmul)->Name("gemm")->Apply([](auto* b) { shapes(b, 512); });
 
 }  // namespace
 }  // namespace woq
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  woq::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

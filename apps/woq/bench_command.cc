@@ -27,6 +27,14 @@ struct BenchArgs {
   bool json = false;
 };
 
+// "1.173 GB", "262.4 KB": decimal units, as GB/s is.
+std::string bytes_str(std::uint64_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  if (b >= 1e9) return fmt::format("{:.3f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.1f} KB", b / 1e3);
+}
+
 struct Row {
   std::string low_bit;
   int threads;
@@ -92,9 +100,9 @@ int run_bench_command(const BenchArgs& a) {
   fmt::print("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& row : rows) {
     const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
-    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.3f} GB | {} | {} |\n", row.low_bit, row.threads,
+    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {} | {} | {} |\n", row.low_bit, row.threads,
                row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen), row.ts.mean, row.ts.stddev,
-               row.r.first_token_ms, row.r.next_token_ms, static_cast<double>(row.bytes_per_token) / 1e9,
+               row.r.first_token_ms, row.r.next_token_ms, bytes_str(row.bytes_per_token),
                row.is_pp ? "-" : fmt::format("{:.1f}", gbps),
                row.is_pp ? "-" : fmt::format("{:.0f} %", 100 * gbps * 1e9 / row.read_bw));
   }

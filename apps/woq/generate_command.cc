@@ -59,7 +59,7 @@ int run_generate(const GenerateArgs& a) {
     speed = fmt::format("; prefill {:.1f} tok/s ({:.1f} ms)", prompt_n / r.prefill_seconds, r.prefill_seconds * 1e3);
   if (r.decode_seconds > 0 && decode_steps > 0) speed += fmt::format(", decode {:.1f} tok/s", decode_steps / r.decode_seconds);
   fmt::print(stderr, "woq: prompt {} tokens, generated {} tokens ({}){}; {} thread{}, {} kernels, {}\n",
-             r.prompt_ids.size(), r.generated_ids.size(), r.stopped ? "stopped at EOS" : "reached -n", speed,
+             r.prompt_ids.size(), r.generated_ids.size(), r.stopped ? fmt::format("stopped at stop token {}", r.stop_token) : std::string("reached -n"), speed,
              pool.size(), pool.size() > 1 ? "s" : "", isa_name(active_isa()),
              a.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
   return 0;

@@ -51,6 +51,7 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::stri
     const std::int32_t next = sampler.sample(logits);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
       result.stopped = true;
+      result.stop_token = next;
       break;
     }
     result.generated_ids.push_back(next);

@@ -26,6 +26,7 @@ struct GenerateResult {
   std::vector<std::int32_t> prompt_ids;     ///< including BOS when the tokenizer adds it
   std::vector<std::int32_t> generated_ids;  ///< excluding the stop token
   bool stopped = false;                     ///< true: hit a stop id; false: reached max_new_tokens
+  std::int32_t stop_token = -1;             ///< the stop id that ended generation, when stopped
   double prefill_seconds = 0;               ///< the prompt's forward pass (first-token latency)
   double decode_seconds = 0;                ///< every later forward pass
 };
