@@ -155,6 +155,8 @@ class GroupOf {
                    ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
                    : -1) {}
   std::int64_t operator()(std::int64_t b) const { return shift_ >= 0 ? b >> shift_ : b / bpg_; }
+  /// True when every block has its own scale (group_size 32).
+  bool one_block_groups() const { return bpg_ == 1; }
 
  private:
   std::int64_t bpg_;
@@ -183,13 +185,28 @@ inline void prefetch_ahead(const std::uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
 }
 
+// Accumulators of an R x TOK tile.
+template <int R, int TOK>
+struct TileAcc {
+  __m256 v[R][TOK];
+  TileAcc() {
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < TOK; ++j) v[i][j] = _mm256_setzero_ps();
+  }
+  // y[t + j, r + i] = the lane sum of v[i][j]; y is [tokens, w.rows].
+  void store(std::int64_t rows, std::int64_t r, std::int64_t t, float* y) const {
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < TOK; ++j) y[(t + j) * rows + r + i] = hsum(v[i][j]);
+  }
+};
+
 // Weight scales (and, for asym_int4, zero · scale) of blocks [b8, b8 + 8) of
 // a row, one lane per block; lanes past the row's last block are 0.
 template <LowBit T>
 void block_scales(const QuantMatrix& w, std::int64_t row, std::int64_t b8, std::int64_t kb,
-                  const GroupOf& group_of, bool one_block_groups, __m256& dw, __m256& zdw) {
+                  const GroupOf& group_of, __m256& dw, __m256& zdw) {
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  if (one_block_groups && b8 + 8 <= kb) {  // group_size 32: eight consecutive scales
+  if (group_of.one_block_groups() && b8 + 8 <= kb) {  // group_size 32: eight consecutive scales
     dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b8)));
     if constexpr (T == LowBit::kAsymInt4) {
       const __m128i z = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros.data() + row * w.groups_per_row + b8));
@@ -224,14 +241,11 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
   const __m256i ones = _mm256_set1_epi16(1);
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
-  const bool one_block_groups = w.groups_per_row > 1 && w.group_size == kQ8Block;
-  __m256 acc[R][TOK];
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) acc[i][j] = _mm256_setzero_ps();
+  TileAcc<R, TOK> acc;
   for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
     for (int i = 0; i < R; ++i) prefetch_ahead(w.data.data() + (r + i) * w.row_bytes + b8 * 16);
     __m256 dw[R], zdw[R];
-    for (int i = 0; i < R; ++i) block_scales<T>(w, r + i, b8, kb, group_of, one_block_groups, dw[i], zdw[i]);
+    for (int i = 0; i < R; ++i) block_scales<T>(w, r + i, b8, kb, group_of, dw[i], zdw[i]);
     __m256 dwda[R][TOK];
     for (int j = 0; j < TOK; ++j) {
       const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b8);
@@ -239,7 +253,7 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
       const __m256 sa = _mm256_loadu_ps(a.sum.data() + at);
       for (int i = 0; i < R; ++i) {
         dwda[i][j] = _mm256_mul_ps(dw[i], da);
-        acc[i][j] = _mm256_fnmadd_ps(zdw[i], sa, acc[i][j]);
+        acc.v[i][j] = _mm256_fnmadd_ps(zdw[i], sa, acc.v[i][j]);
       }
     }
     for (std::int64_t pair = 0; pair < 4 && b8 + 2 * pair < kb; ++pair) {
@@ -258,14 +272,13 @@ void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
         const __m256i ahi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
         for (int i = 0; i < R; ++i) {
           const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], alo), _mm256_maddubs_epi16(hi[i], ahi));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)),
-                                      _mm256_permutevar8x32_ps(dwda[i][j], pick), acc[i][j]);
+          acc.v[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)),
+                                        _mm256_permutevar8x32_ps(dwda[i][j], pick), acc.v[i][j]);
         }
       }
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = hsum(acc[i][j]);
+  acc.store(w.rows, r, t, y);
 }
 
 // -- sym_int8: one block per step (Q8Layout::kNatural) --
@@ -277,10 +290,7 @@ void int8_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
   const __m256i ones = _mm256_set1_epi16(1);
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
-  const bool one_block_groups = w.groups_per_row > 1 && w.group_size == kQ8Block;
-  __m256 acc[R][TOK];
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) acc[i][j] = _mm256_setzero_ps();
+  TileAcc<R, TOK> acc;
   for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
     for (int i = 0; i < R; ++i) {
       const std::uint8_t* row = w.data.data() + (r + i) * w.row_bytes + b8 * kQ8Block;
@@ -290,7 +300,7 @@ void int8_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
     __m256 dwda[R][TOK];
     for (int i = 0; i < R; ++i) {
       __m256 dw, unused;
-      block_scales<LowBit::kSymInt8>(w, r + i, b8, kb, group_of, one_block_groups, dw, unused);
+      block_scales<LowBit::kSymInt8>(w, r + i, b8, kb, group_of, dw, unused);
       for (int j = 0; j < TOK; ++j)
         dwda[i][j] = _mm256_mul_ps(dw, _mm256_loadu_ps(a.d.data() + (t + j) * a.padded + b8));
     }
@@ -306,13 +316,12 @@ void int8_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std
         const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.row(t + j) + b * kQ8Block));
         for (int i = 0; i < R; ++i) {
           const __m256i prod = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(av, wv[i])), ones);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_permutevar8x32_ps(dwda[i][j], pick), acc[i][j]);
+          acc.v[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_permutevar8x32_ps(dwda[i][j], pick), acc.v[i][j]);
         }
       }
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < TOK; ++j) y[(t + j) * w.rows + r + i] = hsum(acc[i][j]);
+  acc.store(w.rows, r, t, y);
 }
 
 template <LowBit T, int R, int TOK>
