@@ -59,11 +59,13 @@ int run_bench_command(const BenchArgs& a) {
   std::vector<Row> rows;
   for (const auto& low_bit : a.low_bits) {
     const LoadOptions options = load_options(a.model, low_bit);
+    ThreadPool load_pool(0);
+    LoadReport report;
+    auto model = LlamaModel::load(a.model_dir, options, load_pool, &report);  // once per format
+    print_load_report(report, options);
     for (const int t : threads) {
       ThreadPool pool(t);
-      LoadReport report;
-      auto model = LlamaModel::load(a.model_dir, options, pool, &report);
-      if (t == threads.front()) print_load_report(report, options);
+      model->set_thread_pool(pool);
       const BenchResult r = run_bench(*model, a.n_prompt, a.n_gen, a.reps);
       const std::uint64_t bpt = model->weight_bytes_per_token();
       if (a.n_prompt > 0)

@@ -19,8 +19,6 @@ struct KVCache {
   float* value(std::int64_t layer, std::int64_t pos) { return v.data() + (layer * capacity + pos) * kv_dim; }
 
   std::int64_t size() const { return length; }
-  /// Forgets every position (the buffers are kept).
-  void clear() { length = 0; }
 
   std::int64_t layers;
   std::int64_t capacity;  ///< tokens

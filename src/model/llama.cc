@@ -50,7 +50,7 @@ void add_bias(float* x, const std::vector<float>& bias, std::int64_t rows) {
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, ThreadPool& pool)
-    : config_(std::move(config)), pool_(pool), inv_freq_(rope_inv_freq(config_)) {}
+    : config_(std::move(config)), pool_(&pool), inv_freq_(rope_inv_freq(config_)) {}
 
 std::int64_t LlamaModel::context_limit() const {
   const std::int64_t limit = config_.max_position_embeddings;
@@ -83,7 +83,7 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
   const std::int64_t d = config_.head_dim;
   const std::int64_t group = heads / config_.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  pool_.parallel_for(t_count * heads, [&](std::int64_t begin, std::int64_t end) {
+  pool_->parallel_for(t_count * heads, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> scores(static_cast<std::size_t>(pos0 + t_count));
     for (std::int64_t job = begin; job < end; ++job) {
       // Causal rows grow with t: jobs alternate between early and late tokens
@@ -143,9 +143,9 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
     norm_rows(w.attn_norm);
-    matmul(w.wq, xn.data(), t_count, q.data(), pool_);
-    matmul(w.wk, xn.data(), t_count, k.data(), pool_);
-    matmul(w.wv, xn.data(), t_count, v.data(), pool_);
+    matmul(w.wq, xn.data(), t_count, q.data(), *pool_);
+    matmul(w.wk, xn.data(), t_count, k.data(), *pool_);
+    matmul(w.wv, xn.data(), t_count, v.data(), *pool_);
     add_bias(q.data(), w.bq, t_count);
     add_bias(k.data(), w.bk, t_count);
     add_bias(v.data(), w.bv, t_count);
@@ -156,14 +156,14 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
       std::copy_n(v.data() + t * kv_dim, kv_dim, cache.value(l, pos0 + t));
     }
     attention(q.data(), t_count, pos0, l, cache, att.data());
-    matmul(w.wo, att.data(), t_count, proj.data(), pool_);
+    matmul(w.wo, att.data(), t_count, proj.data(), *pool_);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
 
     norm_rows(w.mlp_norm);
-    matmul(w.gate, xn.data(), t_count, gate.data(), pool_);
-    matmul(w.up, xn.data(), t_count, up.data(), pool_);
+    matmul(w.gate, xn.data(), t_count, gate.data(), *pool_);
+    matmul(w.up, xn.data(), t_count, up.data(), *pool_);
     swiglu(gate.data(), up.data(), t_count * inter);
-    matmul(w.down, gate.data(), t_count, proj.data(), pool_);
+    matmul(w.down, gate.data(), t_count, proj.data(), *pool_);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
   cache.length = pos0 + t_count;
@@ -174,7 +174,7 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
     rms_norm(x.data() + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
              xn.data() + (t - first) * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
-  matmul(lm_head_ ? *lm_head_ : embed_, xn.data(), rows, logits.data(), pool_);
+  matmul(lm_head_ ? *lm_head_ : embed_, xn.data(), rows, logits.data(), *pool_);
 }
 
 }  // namespace woq

@@ -69,6 +69,10 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
 
+  /// Runs later forward passes on `pool` (e.g. to benchmark several thread
+  /// counts without reloading). The pool must outlive its use.
+  void set_thread_pool(ThreadPool& pool) { pool_ = &pool; }
+
   /// A cache for up to `capacity` tokens; throws woq::Error if capacity is not
   /// in [1, context_limit()].
   KVCache make_cache(std::int64_t capacity) const;
@@ -93,7 +97,7 @@ class LlamaModel {
                  KVCache& cache, float* out);
 
   ModelConfig config_;
-  ThreadPool& pool_;
+  ThreadPool* pool_;
   QuantMatrix embed_;                     ///< (vocab, hidden), source precision
   std::unique_ptr<QuantMatrix> lm_head_;  ///< (vocab, hidden); null when tied to embed_
   std::vector<LayerWeights> layers_;
