@@ -101,5 +101,37 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
   EXPECT_NE(usage.err.find("woq: error: --model is required"), std::string::npos) << usage.err;
 }
 
+// woq quantize writes a GPTQ checkpoint that woq generate then runs as
+// stored, with the same text as quantizing in memory.
+TEST(Cli, QuantizeThenGenerateFromTheCheckpoint) {
+  test::TempDir tmp;
+  const std::string out = tmp.file("q4");
+  RunResult r = run("quantize -m " + kModel + " -o " + out + " --low-bit sym_int4 --group-size 32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("layer 5/5 quantized"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("note: K = 172 (intermediate_size) is not a multiple of group_size 32"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("35 linear layers; tensors 0.99 MiB -> 0.26 MiB"), std::string::npos) << r.err;
+  const RunResult stored = run("generate -m " + out + " -p \"Once upon a time\" -n 30 --temperature 0");
+  ASSERT_EQ(stored.code, 0) << stored.err;
+  EXPECT_NE(stored.err.find("35 linear layers used as stored in the GPTQ v1 4-bit sym group_size 32 checkpoint"),
+            std::string::npos)
+      << stored.err;
+  const RunResult memory = run("generate -m " + kModel + " -p \"Once upon a time\" -n 30 --temperature 0 --group-size 32");
+  ASSERT_EQ(memory.code, 0) << memory.err;
+  EXPECT_EQ(stored.out, memory.out);
+
+  r = run("quantize -m " + kModel + " -o " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("already exists (pass --force to replace it)"), std::string::npos) << r.err;
+  r = run("quantize -m " + kModel + " -o " + tmp.file("x") + " --gptq-format v3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--gptq-format 'v3' is not one of: v1, v2"), std::string::npos) << r.err;
+  r = run("quantize -m " + kModel + " -o " + tmp.file("x") + " --low-bit fp16");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("writes integer formats"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::ifstream(tmp.file("x") + "/config.json").good());
+}
+
 }  // namespace
 }  // namespace woq

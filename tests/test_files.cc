@@ -81,6 +81,7 @@ void write_safetensors(const std::string& path, const std::vector<RawTensor>& te
 }
 
 void copy_model(const std::string& src_dir, const std::string& dir) {
+  fs::create_directories(dir);
   for (const auto& entry : fs::directory_iterator(src_dir))
     fs::copy_file(entry.path(), fs::path(dir) / entry.path().filename(), fs::copy_options::overwrite_existing);
 }

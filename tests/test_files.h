@@ -37,7 +37,8 @@ std::vector<RawTensor> read_safetensors(const std::string& path);
 /// Writes a valid safetensors file holding `tensors`.
 void write_safetensors(const std::string& path, const std::vector<RawTensor>& tensors);
 
-/// Copies the files of the bundled stories260K model into `dir`.
+/// Copies the files of a model directory (e.g. the bundled stories260K) into
+/// `dir`, creating it if needed.
 void copy_model(const std::string& src_dir, const std::string& dir);
 
 }  // namespace woq::test

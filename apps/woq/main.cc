@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   const woq::cli::Run generate = woq::cli::add_generate(app);
   const woq::cli::Run bench = woq::cli::add_bench(app);
   const woq::cli::Run make_random = woq::cli::add_make_random(app);
+  const woq::cli::Run quantize = woq::cli::add_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("generate")) return generate();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("make-random")) return make_random();
+    if (app.got_subcommand("quantize")) return quantize();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());

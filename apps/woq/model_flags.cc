@@ -52,14 +52,22 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
 }
 
 void print_load_report(const LoadReport& r, const LoadOptions& options) {
+  for (const auto& w : r.warnings) fmt::print(stderr, "woq: warning: {}\n", w);
+  if (r.linear_imported > 0)
+    fmt::print(stderr,
+               "woq: {} linear layers used as stored in the {} checkpoint (repacked into woq's layout, not "
+               "re-quantized): {:.2f} MiB\n",
+               r.linear_imported, r.imported_format, mib(r.linear_imported_bytes));
   const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
                                                          mib(r.lm_head_bytes))
                                            : "";
-  fmt::print(stderr,
-             "woq: {} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB{}; "
-             "embeddings, norms{} kept as stored ({:.2f} MiB); loaded in {:.2f} s\n",
-             r.linear_matrices, r.source_dtype, describe(options.linear), mib(r.linear_source_bytes),
-             mib(r.linear_bytes), head, options.lm_head ? "" : " and lm_head", mib(r.other_bytes), r.seconds);
+  const std::string converted =
+      r.linear_matrices > 0 ? fmt::format("{} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
+                                          r.linear_matrices, r.source_dtype, describe(options.linear),
+                                          mib(r.linear_source_bytes), mib(r.linear_bytes))
+                            : std::string();
+  fmt::print(stderr, "woq: {}embeddings, norms{} kept as stored ({:.2f} MiB){}; loaded in {:.2f} s\n", converted,
+             options.lm_head ? "" : " and lm_head", mib(r.other_bytes), head, r.seconds);
 }
 
 }  // namespace woq::cli

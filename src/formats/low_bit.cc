@@ -119,24 +119,29 @@ void validate(const QuantSpec& spec) {
          low_bit_name(spec.type), is_int4(spec.type) ? " even" : "");
 }
 
-QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
-                            const QuantSpec& spec, ThreadPool* pool) {
+QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
   if (rows <= 0 || cols <= 0) fail("cannot store an empty matrix [{}, {}]", rows, cols);
+  validate(spec);
   QuantMatrix w;
   w.type = spec.type;
   w.int4_range = spec.int4_range;
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = packed_row_bytes(spec.type, cols);
-  validate(spec);
   if (is_quantized(spec.type)) {
     const std::int64_t g = spec.group_size;
     w.group_size = (g == -1 || g > cols) ? cols : g;
     w.groups_per_row = (cols + w.group_size - 1) / w.group_size;
-    w.scales.resize(static_cast<std::size_t>(rows * w.groups_per_row));
-    if (spec.type == LowBit::kAsymInt4) w.zeros.resize(w.scales.size());
+    w.scales.assign(static_cast<std::size_t>(rows * w.groups_per_row), 0);
+    if (spec.type == LowBit::kAsymInt4) w.zeros.assign(w.scales.size(), 0);
   }
   w.data.assign(static_cast<std::size_t>(rows * w.row_bytes), 0);
+  return w;
+}
+
+QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
+                            const QuantSpec& spec, ThreadPool* pool) {
+  QuantMatrix w = allocate_matrix(rows, cols, spec);
 
   auto encode = [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> row(static_cast<std::size_t>(cols));
@@ -161,6 +166,13 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
 }
 
 void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out) {
+  if (w.input_order.empty()) return dequantize_stored_row(w, row, out);
+  std::vector<float> stored(static_cast<std::size_t>(w.cols));
+  dequantize_stored_row(w, row, stored.data());
+  for (std::int64_t k = 0; k < w.cols; ++k) out[w.input_order[static_cast<std::size_t>(k)]] = stored[static_cast<std::size_t>(k)];
+}
+
+void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* src = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
   const std::int64_t k = w.cols;

@@ -64,6 +64,10 @@ struct QuantMatrix {
   std::vector<std::uint8_t> data;   ///< [rows, row_bytes]
   std::vector<std::uint16_t> scales;  ///< fp16 bits [rows, groups_per_row]; empty for float types
   std::vector<std::uint8_t> zeros;    ///< asym_int4 zero points in [0, 15], [rows, groups_per_row]
+  /// Act-order (GPTQ desc_act) matrices: stored column k multiplies input
+  /// x[input_order[k]], so that each group is contiguous in storage although
+  /// its input features are scattered. Empty = identity (the usual case).
+  std::vector<std::int32_t> input_order;
 
   /// Bytes of weight storage (data + scales + zeros).
   std::size_t bytes() const;
@@ -90,7 +94,17 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
 QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool = nullptr);
 
-/// Reference dequantization of row `row` of `w` into out[0, cols).
+/// An all-zero [rows, cols] matrix in `spec`'s format with every buffer
+/// sized (scales and zeros zeroed): for importers that fill in stored
+/// integers. Throws woq::Error on an empty shape or an invalid spec.
+QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec);
+
+/// Reference dequantization of row `row` of `w` into out[0, cols), in input
+/// feature order (input_order applied).
 void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out);
+
+/// Dequantization of row `row` in storage order (input_order ignored): what
+/// kernels that also gather their input by input_order need.
+void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out);
 
 }  // namespace woq

@@ -23,7 +23,7 @@ void axpy_scalar(float a, const float* x, float* y, std::int64_t k) {
 
 // Reference: expand the row with the codec's own dequantizer, then dot.
 float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
-  dequantize_row(w, row, scratch);
+  dequantize_stored_row(w, row, scratch);
   return dot_f32_scalar(scratch, x, w.cols);
 }
 
@@ -100,7 +100,7 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
         std::vector<float> tile(static_cast<std::size_t>(kTileRows * k));
         for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
           const std::int64_t rows = std::min(kTileRows, r1 - t0);
-          for (std::int64_t r = 0; r < rows; ++r) dequantize_row(w, t0 + r, tile.data() + r * k);
+          for (std::int64_t r = 0; r < rows; ++r) dequantize_stored_row(w, t0 + r, tile.data() + r * k);
           for (std::int64_t i = 0; i < m; ++i)
             for (std::int64_t r = 0; r < rows; ++r)
               y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);
@@ -147,6 +147,15 @@ void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, Thre
             Isa isa) {
   const detail::RowKernels& kern =
       isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels();
+  if (!w.input_order.empty()) {
+    // Act-order: gather the inputs into storage order once per call.
+    thread_local std::vector<float> gathered;
+    gathered.resize(static_cast<std::size_t>(m * w.cols));
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t k = 0; k < w.cols; ++k)
+        gathered[static_cast<std::size_t>(i * w.cols + k)] = x[i * w.cols + w.input_order[static_cast<std::size_t>(k)]];
+    x = gathered.data();
+  }
   if (uses_q8_path(w)) {
     matmul_q8(w, x, m, y, pool, kern, isa);
   } else {

@@ -52,6 +52,12 @@ struct LoadReport {
   std::uint64_t other_bytes = 0;          ///< embeddings, norms, and lm_head when kept at source precision
   std::uint64_t lm_head_bytes = 0;        ///< lm_head when converted by LoadOptions::lm_head, else 0
   std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
+  /// Pre-quantized checkpoints (GPTQ, compressed-tensors): linear layers used
+  /// as stored (repacked into woq's layout, not re-quantized).
+  std::int64_t linear_imported = 0;
+  std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout
+  std::string imported_format;              ///< QuantizationConfig::describe(); empty if none
+  std::vector<std::string> warnings;        ///< oddities of the checkpoint that were tolerated
   double seconds = 0;                     ///< wall time of loading and quantizing
 };
 
@@ -61,6 +67,9 @@ class LlamaModel {
  public:
   /// Loads DIR (config.json, generation_config.json, model.safetensors or
   /// sharded) and converts the linear layers of every block per `options`.
+  /// Linear layers of a pre-quantized checkpoint (quantization_config in
+  /// config.json: GPTQ or compressed-tensors pack-quantized) keep their
+  /// stored integers; `options.linear` applies only to float layers.
   /// Throws woq::Error naming the file and tensor for missing tensors, wrong
   /// shapes, non-float dtypes, non-finite weights and the config errors of
   /// read_model_config.

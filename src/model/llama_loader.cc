@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 
@@ -77,6 +78,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const auto start = std::chrono::steady_clock::now();
   ModelConfig config = read_model_config(dir);
   const TensorStore store = TensorStore::open_dir(dir);
+  const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
   check_no_extra_layers(store, config.num_hidden_layers);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
@@ -101,6 +103,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   rep.other_bytes += m->final_norm_.size() * sizeof(float);
 
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
+    if (quantized) {
+      const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
+      std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings);
+      if (w) {
+        rep.linear_imported_bytes += w->bytes();
+        ++rep.linear_imported;
+        return std::move(*w);
+      }
+    }
     const TensorView& t = store.get(name);
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));
     rep.linear_source_bytes += t.bytes.size();
@@ -131,6 +142,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     w.down = linear(p + "mlp.down_proj.weight", h, c.intermediate_size, "hidden_size, intermediate_size");
     m->layers_.push_back(std::move(w));
   }
+  if (quantized) rep.imported_format = quantized->describe();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (report != nullptr) *report = rep;
   return m;

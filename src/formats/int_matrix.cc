@@ -1,0 +1,118 @@
+#include "formats/int_matrix.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace woq {
+
+namespace {
+
+std::uint8_t nibble(const std::uint8_t* row, std::int64_t j) {
+  return static_cast<std::uint8_t>(j % 2 == 0 ? row[j / 2] & 0x0f : row[j / 2] >> 4);
+}
+
+void set_nibble(std::uint8_t* row, std::int64_t j, std::uint8_t v) {
+  row[j / 2] = static_cast<std::uint8_t>(j % 2 == 0 ? (row[j / 2] & 0xf0) | v : (row[j / 2] & 0x0f) | (v << 4));
+}
+
+// The permutation that sorts features by group (stable), or empty when
+// g_idx is already k / group_size. Checks every group's size.
+std::vector<std::int32_t> act_order(const IntMatrix& m, std::int64_t group_size) {
+  bool identity = true;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(m.groups), 0);
+  for (std::int64_t k = 0; k < m.cols; ++k) {
+    const std::int32_t g = m.g_idx[static_cast<std::size_t>(k)];
+    if (g < 0 || g >= m.groups) fail("g_idx[{}] = {} is outside [0, {})", k, g, m.groups);
+    ++count[static_cast<std::size_t>(g)];
+    identity = identity && g == k / group_size;
+  }
+  if (identity) return {};
+  for (std::int64_t g = 0; g < m.groups; ++g) {
+    const std::int64_t want = std::min(group_size, m.cols - g * group_size);
+    if (count[static_cast<std::size_t>(g)] != want)
+      fail("g_idx maps {} input features to group {}, expected {} (group_size {})", count[static_cast<std::size_t>(g)],
+           g, want, group_size);
+  }
+  std::vector<std::int32_t> order(static_cast<std::size_t>(m.cols));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&m](std::int32_t a, std::int32_t b) {
+    return m.g_idx[static_cast<std::size_t>(a)] < m.g_idx[static_cast<std::size_t>(b)];
+  });
+  return order;
+}
+
+}  // namespace
+
+IntMatrix to_int_matrix(const QuantMatrix& w) {
+  if (!is_quantized(w.type)) fail("to_int_matrix: {} is not an integer format", low_bit_name(w.type));
+  IntMatrix m;
+  m.bits = w.type == LowBit::kSymInt8 ? 8 : 4;
+  m.rows = w.rows;
+  m.cols = w.cols;
+  m.groups = w.groups_per_row;
+  m.q.resize(static_cast<std::size_t>(w.rows * w.cols));
+  m.zero.resize(static_cast<std::size_t>(w.rows * w.groups_per_row));
+  m.scale = w.scales;
+  m.g_idx.resize(static_cast<std::size_t>(w.cols));
+  for (std::int64_t k = 0; k < w.cols; ++k) {
+    const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
+    m.g_idx[static_cast<std::size_t>(feature)] = static_cast<std::int32_t>(k / w.group_size);
+  }
+  for (std::int64_t n = 0; n < w.rows; ++n) {
+    const std::uint8_t* src = w.data.data() + n * w.row_bytes;
+    std::uint8_t* dst = m.q.data() + n * w.cols;
+    for (std::int64_t k = 0; k < w.cols; ++k) {
+      const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
+      dst[feature] = m.bits == 8 ? static_cast<std::uint8_t>(static_cast<std::int8_t>(src[k]) + 128) : nibble(src, k);
+    }
+    for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
+      const std::size_t i = static_cast<std::size_t>(n * w.groups_per_row + g);
+      m.zero[i] = w.type == LowBit::kAsymInt4 ? w.zeros[i] : (m.bits == 8 ? 128 : 8);
+    }
+  }
+  return m;
+}
+
+QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sym) {
+  if (m.bits != 4 && m.bits != 8) fail("bits = {} is not supported (woq reads 4- and 8-bit weights)", m.bits);
+  if (m.bits == 8 && !sym)
+    fail("8-bit asymmetric weights (sym = false) are not supported: woq has no asym_int8 format");
+  const LowBit type = m.bits == 8 ? LowBit::kSymInt8 : (sym ? LowBit::kSymInt4 : LowBit::kAsymInt4);
+  QuantMatrix w = allocate_matrix(m.rows, m.cols, QuantSpec{type, group_size, Int4Range::kFull});
+  if (w.groups_per_row != m.groups)
+    fail("{} groups per row, but K = {} with group_size {} needs {}", m.groups, m.cols, group_size, w.groups_per_row);
+  const auto size = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
+  if (m.q.size() != size(m.rows, m.cols) || m.zero.size() != size(m.rows, m.groups) ||
+      m.scale.size() != size(m.rows, m.groups) || m.g_idx.size() != size(1, m.cols))
+    fail("from_int_matrix: buffer sizes disagree with [{}, {}] and {} groups", m.rows, m.cols, m.groups);
+  w.input_order = act_order(m, w.group_size);
+  w.scales = m.scale;
+  const std::uint16_t sym_zero = m.bits == 8 ? 128 : 8;
+  for (std::int64_t n = 0; n < m.rows; ++n) {
+    for (std::int64_t g = 0; g < m.groups; ++g) {
+      const std::size_t i = static_cast<std::size_t>(n * m.groups + g);
+      const std::uint16_t z = m.zero[i];
+      if (sym && z != sym_zero)
+        fail("row {} group {}: zero point {} in a symmetric checkpoint (expected {})", n, g, z, sym_zero);
+      if (!sym && z > 15) fail("row {} group {}: zero point {} is outside [0, 15]", n, g, z);
+      if (!sym) w.zeros[i] = static_cast<std::uint8_t>(z);
+    }
+    const std::uint8_t* src = m.q.data() + n * m.cols;
+    std::uint8_t* dst = w.data.data() + n * w.row_bytes;
+    for (std::int64_t k = 0; k < m.cols; ++k) {
+      const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
+      const std::uint8_t q = src[feature];
+      if (m.bits == 8) {
+        dst[k] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q - 128));
+      } else {
+        if (q > 15) fail("row {} feature {}: value {} does not fit in 4 bits", n, feature, q);
+        set_nibble(dst, k, q);
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace woq

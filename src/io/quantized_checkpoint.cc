@@ -1,0 +1,232 @@
+#include "io/quantized_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "io/json_file.h"
+
+namespace woq {
+
+namespace {
+
+int read_bits(const JsonFields& f, const std::string& key) {
+  const std::int64_t bits = f.integer(key);
+  if (bits != 4 && bits != 8)
+    f.field_error(key, fmt::format("is {}: woq supports 4- and 8-bit weights only", bits));
+  return static_cast<int>(bits);
+}
+
+std::int64_t read_group_size(const JsonFields& f, const std::string& key) {
+  const std::int64_t g = f.integer(key);
+  if (g != -1 && g <= 0) f.field_error(key, fmt::format("must be -1 (per channel) or positive, got {}", g));
+  return g;
+}
+
+QuantizationConfig gptq_config(const JsonFields& q) {
+  QuantizationConfig c;
+  c.method = QuantizationConfig::Method::kGptq;
+  c.bits = read_bits(q, "bits");
+  c.group_size = q.has("group_size") ? read_group_size(q, "group_size") : -1;
+  c.sym = q.boolean("sym", true);
+  c.desc_act = q.boolean("desc_act", false);
+  const std::string format = q.string("checkpoint_format", "gptq");
+  if (format == "gptq") {
+    c.zeros = GptqZeros::kV1;
+  } else if (format == "gptq_v2") {
+    c.zeros = GptqZeros::kV2;
+  } else {
+    q.field_error("checkpoint_format", fmt::format("is '{}'; woq reads gptq and gptq_v2", format));
+  }
+  return c;
+}
+
+QuantizationConfig compressed_tensors_config(const JsonFields& q) {
+  const std::string format = q.string("format", "");
+  if (format != "pack-quantized")
+    q.field_error("format", fmt::format("is '{}'; woq reads compressed-tensors pack-quantized only", format));
+  if (!q.has("config_groups") || !q.json().at("config_groups").is_object() || q.json().at("config_groups").empty())
+    q.field_error("config_groups", "must be a non-empty object");
+  std::optional<QuantizationConfig> found;
+  for (const auto& [name, group] : q.json().at("config_groups").items()) {
+    const JsonFields g(group, q.path() + " config_groups." + name);
+    if (g.has("input_activations") || g.has("output_activations"))
+      g.field_error("input_activations", "is set: quantized activations are not supported (weight-only)");
+    if (!g.has("weights")) g.field_error("weights", "is missing");
+    const JsonFields w(g.json().at("weights"), g.path() + ".weights");
+    if (w.string("type", "int") != "int") w.field_error("type", "must be \"int\"");
+    QuantizationConfig c;
+    c.method = QuantizationConfig::Method::kCompressedTensors;
+    c.bits = read_bits(w, "num_bits");
+    c.sym = w.boolean("symmetric", true);
+    const std::string strategy = w.string("strategy", "");
+    if (strategy == "channel") {
+      c.group_size = -1;
+    } else if (strategy == "group") {
+      c.group_size = read_group_size(w, "group_size");
+    } else {
+      w.field_error("strategy", fmt::format("is '{}'; woq reads group and channel", strategy));
+    }
+    c.desc_act = w.has("actorder");
+    if (found && (found->bits != c.bits || found->group_size != c.group_size || found->sym != c.sym))
+      g.field_error("weights", "differ from another config group's; mixed schemes are not supported");
+    found = c;
+  }
+  return *found;
+}
+
+std::vector<std::int32_t> read_i32(const TensorView& t, const std::vector<std::int64_t>& shape, const char* why) {
+  if (t.dtype != DType::kI32)
+    fail("{}: tensor '{}' has dtype {}, expected I32", t.file, t.name, dtype_name(t.dtype));
+  if (t.shape != shape)
+    fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "),
+         why);
+  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
+  std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(std::int32_t));
+  return v;
+}
+
+// fp16 scales; BF16/F32 are accepted when every value converts exactly.
+std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<std::int64_t>& shape, const char* why) {
+  if (t.shape != shape)
+    fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "),
+         why);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
+  if (t.dtype == DType::kF16) {
+    std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(std::uint16_t));
+    return out;
+  }
+  require_float_dtype(t);
+  std::vector<float> f(out.size());
+  tensor_to_f32(t, f.data());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    out[i] = fp32_to_fp16(f[i]);
+    if (fp16_to_fp32(out[i]) != f[i])
+      fail("{}: tensor '{}' value {} at index {} is not exactly representable in fp16", t.file, t.name, f[i], i);
+  }
+  return out;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+QuantMatrix finish(const IntMatrix& m, const QuantizationConfig& c, const TensorView& anchor) {
+  try {
+    return from_int_matrix(m, c.group_size, c.sym);
+  } catch (const Error& e) {
+    fail("{}: tensor '{}': {}", anchor.file, anchor.name, e.what());
+  }
+}
+
+QuantMatrix load_gptq(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix,
+                      std::int64_t n, std::int64_t k, std::vector<std::string>& warnings) {
+  GptqTensors t;
+  t.bits = c.bits;
+  t.k = k;
+  t.n = n;
+  t.groups = c.group_size == -1 ? 1 : ceil_div(k, c.group_size);
+  const std::string why = fmt::format("K = {}, N = {}, bits = {}, group_size = {}", k, n, c.bits, c.group_size);
+  const TensorView& qweight = store.get(prefix + ".qweight");
+  t.qweight = read_i32(qweight, {t.qweight_rows(), n}, why.c_str());
+  t.qzeros = read_i32(store.get(prefix + ".qzeros"), {t.groups, t.qzeros_cols()}, why.c_str());
+  t.scales = read_scales(store.get(prefix + ".scales"), {t.groups, n}, why.c_str());
+  if (const TensorView* g_idx = store.find(prefix + ".g_idx")) {
+    t.g_idx = read_i32(*g_idx, {k}, why.c_str());
+  } else {
+    t.g_idx.resize(static_cast<std::size_t>(k));
+    for (std::int64_t i = 0; i < k; ++i)
+      t.g_idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(c.group_size == -1 ? 0 : i / c.group_size);
+  }
+  std::vector<std::string> local;
+  const IntMatrix m = unpack_gptq(t, c.zeros, c.sym, local);
+  for (const auto& w : local) warnings.push_back(fmt::format("{}: {}", prefix, w));
+  return finish(m, c, qweight);
+}
+
+QuantMatrix load_pack_quantized(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix,
+                                std::int64_t n, std::int64_t k) {
+  PackQuantizedTensors t;
+  t.bits = c.bits;
+  t.n = n;
+  t.k = k;
+  t.groups = c.group_size == -1 ? 1 : ceil_div(k, c.group_size);
+  const std::int64_t per_word = 32 / c.bits;
+  const std::string why = fmt::format("K = {}, N = {}, num_bits = {}, group_size = {}", k, n, c.bits, c.group_size);
+  const TensorView& packed = store.get(prefix + ".weight_packed");
+  t.weight_packed = read_i32(packed, {n, ceil_div(k, per_word)}, why.c_str());
+  t.weight_scale = read_scales(store.get(prefix + ".weight_scale"), {n, t.groups}, why.c_str());
+  if (const TensorView* shape = store.find(prefix + ".weight_shape")) {
+    std::vector<std::int64_t> dims(2);
+    if (shape->dtype == DType::kI64 && shape->shape == std::vector<std::int64_t>{2}) {
+      std::memcpy(dims.data(), shape->bytes.data(), 16);
+    } else {
+      const std::vector<std::int32_t> d = read_i32(*shape, {2}, "[N, K]");
+      dims = {d[0], d[1]};
+    }
+    if (dims != std::vector<std::int64_t>{n, k})
+      fail("{}: tensor '{}' says [{}], but config.json implies [{}, {}]", shape->file, shape->name,
+           fmt::join(dims, ", "), n, k);
+  }
+  if (!c.sym)
+    t.weight_zero_point =
+        read_i32(store.get(prefix + ".weight_zero_point"), {ceil_div(n, per_word), t.groups}, why.c_str());
+  if (const TensorView* g_idx = store.find(prefix + ".weight_g_idx")) t.g_idx = read_i32(*g_idx, {k}, why.c_str());
+  return finish(unpack_pack_quantized(t, c.group_size), c, packed);
+}
+
+}  // namespace
+
+std::string QuantizationConfig::describe() const {
+  const std::string method_name = method == Method::kGptq
+                                      ? (zeros == GptqZeros::kV1 ? "GPTQ v1" : "GPTQ v2")
+                                      : "compressed-tensors pack-quantized";
+  return fmt::format("{} {}-bit {} {}{}", method_name, bits, sym ? "sym" : "asym",
+                     group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
+                     desc_act ? " act-order" : "");
+}
+
+std::optional<QuantizationConfig> read_quantization_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  const JsonFields config(read_json_file(path), path);
+  if (!config.has("quantization_config")) return std::nullopt;
+  const JsonFields q(config.json().at("quantization_config"), path + " quantization_config");
+  const std::string method = q.string("quant_method", "");
+  if (method == "gptq") return gptq_config(q);
+  if (method == "compressed-tensors") return compressed_tensors_config(q);
+  q.field_error("quant_method", fmt::format("is '{}'; woq loads gptq and compressed-tensors checkpoints", method));
+}
+
+nlohmann::ordered_json gptq_config_json(const QuantizationConfig& c, double damp_percent, bool static_groups,
+                                        bool true_sequential) {
+  return {{"quant_method", "gptq"},
+          {"bits", c.bits},
+          {"group_size", c.group_size},
+          {"desc_act", c.desc_act},
+          {"sym", c.sym},
+          {"damp_percent", damp_percent},
+          {"static_groups", static_groups},
+          {"true_sequential", true_sequential},
+          {"checkpoint_format", c.zeros == GptqZeros::kV1 ? "gptq" : "gptq_v2"}};
+}
+
+std::optional<QuantMatrix> load_quantized_linear(const TensorStore& store, const QuantizationConfig& config,
+                                                 const std::string& prefix, std::int64_t rows, std::int64_t cols,
+                                                 std::vector<std::string>& warnings) {
+  if (store.find(prefix + ".qweight") != nullptr) {
+    if (config.method != QuantizationConfig::Method::kGptq)
+      fail("{}: '{}.qweight' is a GPTQ tensor, but config.json says {}", store.source(), prefix, config.describe());
+    return load_gptq(store, config, prefix, rows, cols, warnings);
+  }
+  if (store.find(prefix + ".weight_packed") != nullptr) {
+    if (config.method != QuantizationConfig::Method::kCompressedTensors)
+      fail("{}: '{}.weight_packed' is a compressed-tensors tensor, but config.json says {}", store.source(), prefix,
+           config.describe());
+    return load_pack_quantized(store, config, prefix, rows, cols);
+  }
+  return std::nullopt;
+}
+
+}  // namespace woq

@@ -1,0 +1,286 @@
+#include "quantize/quantize_checkpoint.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "io/quantized_checkpoint.h"
+#include "io/safetensors_writer.h"
+
+namespace woq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kGptqParts[4] = {"qweight", "qzeros", "scales", "g_idx"};
+
+// One output tensor: copied from the input, or part `part` of linear
+// `linear` of block `layer`.
+struct Source {
+  const TensorView* copy = nullptr;
+  std::int64_t layer = -1;
+  int linear = 0;
+  int part = 0;
+};
+
+// [rows, cols] of each block linear.
+std::pair<std::int64_t, std::int64_t> linear_shape(const ModelConfig& c, int i) {
+  switch (i) {
+    case 0: return {c.q_dim(), c.hidden_size};
+    case 1:
+    case 2: return {c.kv_dim(), c.hidden_size};
+    case 3: return {c.hidden_size, c.q_dim()};
+    case 4:
+    case 5: return {c.intermediate_size, c.hidden_size};
+    default: return {c.hidden_size, c.intermediate_size};
+  }
+}
+
+std::vector<TensorSpec> gptq_specs(const std::string& prefix, std::int64_t n, std::int64_t k, int bits,
+                                   std::int64_t groups) {
+  const std::int64_t per_word = 32 / bits;
+  return {{prefix + ".qweight", DType::kI32, {(k + per_word - 1) / per_word, n}},
+          {prefix + ".qzeros", DType::kI32, {groups, (n + per_word - 1) / per_word}},
+          {prefix + ".scales", DType::kF16, {groups, n}},
+          {prefix + ".g_idx", DType::kI32, {k}}};
+}
+
+// Remarks on shapes that GPTQ readers outside woq may not handle.
+std::vector<std::string> compatibility_notes(const ModelConfig& c, std::int64_t group_size, int bits) {
+  std::vector<std::string> notes;
+  const std::int64_t per_word = 32 / bits;
+  std::map<std::int64_t, std::string> ks = {{c.hidden_size, "hidden_size"}, {c.intermediate_size, "intermediate_size"}};
+  if (c.q_dim() != c.hidden_size) ks[c.q_dim()] = "num_attention_heads * head_dim";
+  for (const auto& [k, what] : ks) {
+    if (group_size != -1 && k % group_size != 0)
+      notes.push_back(fmt::format("K = {} ({}) is not a multiple of group_size {}: the last group is shorter; "
+                                  "GPTQ kernels outside woq (exllama, marlin) require K % group_size == 0",
+                                  k, what, group_size));
+    if (k % 32 != 0)
+      notes.push_back(fmt::format("K = {} ({}) is not a multiple of 32: qweight is padded with zeros to {} rows; "
+                                  "most GPTQ readers require K % 32 == 0",
+                                  k, what, (k + per_word - 1) / per_word));
+  }
+  for (const std::int64_t n : {c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size})
+    if (n % 32 != 0) {
+      notes.push_back(fmt::format("N = {} is not a multiple of 32: qzeros are padded with zeros to {} columns; "
+                                  "most GPTQ readers require N % 32 == 0",
+                                  n, (n + per_word - 1) / per_word));
+      break;
+    }
+  return notes;
+}
+
+bool is_weight_file(const fs::path& p) {
+  const std::string ext = p.extension().string();
+  return ext == ".safetensors" || ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".gguf" ||
+         p.filename() == "model.safetensors.index.json" || p.filename() == "pytorch_model.bin.index.json" ||
+         p.filename() == "config.json";
+}
+
+// A fresh directory beside `out` for writing into.
+fs::path make_temp_dir(const fs::path& out) {
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const fs::path p = out.parent_path() / fmt::format(".{}.tmp-{:08x}", out.filename().string(), rd());
+    std::error_code ec;
+    if (fs::create_directory(p, ec)) return p;
+    if (ec) fail("{}: cannot create: {}", p.string(), ec.message());
+  }
+  fail("{}: cannot create a temporary directory beside it", out.string());
+}
+
+// Moves `tmp` to `out`, replacing an existing `out` only when `force`.
+void publish(const fs::path& tmp, const fs::path& out, bool force) {
+  std::error_code ec;
+  fs::path old;
+  if (fs::exists(fs::symlink_status(out))) {
+    if (!force) fail("{}: already exists (pass --force to replace it)", out.string());
+    old = out.parent_path() / (tmp.filename().string() + ".old");
+    fs::rename(out, old, ec);
+    if (ec) fail("{}: cannot move aside: {}", out.string(), ec.message());
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) {
+    if (!old.empty()) fs::rename(old, out);
+    fail("{}: cannot rename to {}: {}", tmp.string(), out.string(), ec.message());
+  }
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+}  // namespace
+
+BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& spec,
+                             ThreadPool& pool) {
+  return [&store, config, spec, &pool](std::int64_t layer) {
+    std::vector<QuantMatrix> out;
+    for (int i = 0; i < 7; ++i) {
+      const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
+      const auto [n, k] = linear_shape(config, i);
+      if (t.shape != std::vector<std::int64_t>{n, k})
+        fail("{}: tensor '{}' has shape {}, expected [{}, {}] (from config.json)", t.file, t.name, t.shape_str(), n, k);
+      require_float_dtype(t);
+      const std::int64_t cols = k;
+      try {
+        out.push_back(quantize_matrix([&t, cols](std::int64_t r, float* row) { tensor_to_f32(t, row, r * cols, cols); },
+                                      n, k, spec, &pool));
+      } catch (const Error& e) {
+        fail("{}: tensor '{}': {}", t.file, t.name, e.what());
+      }
+    }
+    return out;
+  };
+}
+
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                   const QuantizeOptions& options, ThreadPool& pool, const BlockQuantizer& quantize) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!is_quantized(options.spec.type))
+    fail("woq quantize writes integer formats (sym_int4, asym_int4, sym_int8), not {}",
+         low_bit_name(options.spec.type));
+  validate(options.spec);
+  const fs::path in = fs::path(in_dir);
+  const fs::path out = fs::absolute(fs::path(out_dir)).lexically_normal();
+  if (out.filename().empty()) fail("{}: not a directory name", out_dir);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(out)) && !options.force)
+    fail("{}: already exists (pass --force to replace it)", out_dir);
+  if (fs::exists(out) && fs::equivalent(in, out, ec)) fail("{}: the output directory is the input directory", out_dir);
+  if (!fs::is_directory(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
+
+  const ModelConfig config = read_model_config(in_dir);
+  if (const auto q = read_quantization_config(in_dir))
+    fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
+  const std::string config_path = (in / "config.json").string();
+  nlohmann::ordered_json config_json = nlohmann::ordered_json::parse(read_json_file(config_path).dump());
+  const TensorStore store = TensorStore::open_dir(in_dir);
+  const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
+  const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
+
+  const int bits = options.spec.type == LowBit::kSymInt8 ? 8 : 4;
+  QuantizationConfig qc;
+  qc.bits = bits;
+  qc.group_size = options.spec.group_size;
+  qc.sym = options.spec.type != LowBit::kAsymInt4;
+  qc.desc_act = options.desc_act;
+  qc.zeros = options.zeros;
+  QuantizeReport report;
+  report.notes = compatibility_notes(config, options.spec.group_size, bits);
+
+  // Output order: embeddings, then block by block, then everything else.
+  std::vector<TensorSpec> specs;
+  std::vector<Source> sources;
+  std::vector<std::string> names = store.names();
+  auto add_copy = [&](const std::string& name) {
+    const TensorView& t = store.get(name);
+    specs.push_back({name, t.dtype, t.shape});
+    sources.push_back({&t});
+    report.bytes_before += t.bytes.size();
+  };
+  std::vector<bool> used(names.size(), false);
+  auto take = [&](const std::string& prefix) {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (!used[i] && names[i].rfind(prefix, 0) == 0) {
+        used[i] = true;
+        bool linear = false;
+        for (int j = 0; j < 7 && prefix.starts_with("model.layers."); ++j)
+          if (names[i] == prefix + kBlockLinears[j] + ".weight") linear = true;
+        if (!linear) add_copy(names[i]);
+      }
+  };
+  take("model.embed_tokens.");
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const std::string prefix = fmt::format("model.layers.{}.", l);
+    take(prefix);
+    for (int j = 0; j < 7; ++j) {
+      const std::string name = prefix + kBlockLinears[j];
+      const TensorView& t = store.get(name + ".weight");
+      report.bytes_before += t.bytes.size();
+      const auto [n, k] = linear_shape(config, j);
+      const std::int64_t g = options.spec.group_size == -1 ? 1 : (k + options.spec.group_size - 1) / options.spec.group_size;
+      const auto parts = gptq_specs(name, n, k, bits, g);
+      for (int p = 0; p < 4; ++p) {
+        specs.push_back(parts[static_cast<std::size_t>(p)]);
+        sources.push_back({nullptr, l, j, p});
+      }
+    }
+  }
+  take("");
+  for (const auto& s : specs) report.bytes_after += s.bytes();
+
+  // Blocks are quantized when their first tensor is written, one at a time.
+  std::int64_t current = -1;
+  std::vector<GptqTensors> packed;
+  auto block_start = std::chrono::steady_clock::now();
+  const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) {
+    const Source& s = sources[i];
+    if (s.copy != nullptr) {
+      std::memcpy(dst.data(), s.copy->bytes.data(), dst.size());
+      return;
+    }
+    if (s.layer != current) {
+      packed.clear();
+      std::vector<QuantMatrix> block = quantize_block(s.layer);
+      if (block.size() != 7) fail("internal: quantizer returned {} matrices for layer {}", block.size(), s.layer);
+      for (int j = 0; j < 7; ++j) {
+        try {
+          packed.push_back(pack_gptq(to_int_matrix(block[static_cast<std::size_t>(j)]), options.zeros));
+        } catch (const Error& e) {
+          fail("model.layers.{}.{}: {}", s.layer, kBlockLinears[j], e.what());
+        }
+        report.matrices++;
+      }
+      current = s.layer;
+      const auto now = std::chrono::steady_clock::now();
+      if (options.progress)
+        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s", s.layer + 1, config.num_hidden_layers,
+                                     std::chrono::duration<double>(now - block_start).count()));
+      block_start = now;
+    }
+    const GptqTensors& t = packed[static_cast<std::size_t>(s.linear)];
+    const void* src = s.part == 0 ? static_cast<const void*>(t.qweight.data())
+                      : s.part == 1 ? static_cast<const void*>(t.qzeros.data())
+                      : s.part == 2 ? static_cast<const void*>(t.scales.data())
+                                    : static_cast<const void*>(t.g_idx.data());
+    std::memcpy(dst.data(), src, dst.size());
+  };
+
+  const fs::path tmp = make_temp_dir(out);
+  try {
+    write_checkpoint_tensors(tmp.string(), specs, fill, options.max_shard_bytes);
+    nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);
+    q["meta"] = {{"quantizer", {"woq 0.1.0"}},
+                 {"woq_method", options.method},
+                 {"woq_low_bit", low_bit_name(options.spec.type)},
+                 {"woq_notes", report.notes}};
+    if (options.spec.type == LowBit::kSymInt4) {
+      q["meta"]["woq_int4_range"] = int4_range_name(options.spec.int4_range);
+      if (options.spec.int4_range == Int4Range::kFull)
+        q["meta"]["woq_scales"] =
+            "signed: the Q4_0 full-range rule maps each group's largest-magnitude value to -8, so a group whose "
+            "largest magnitude is positive has a negative scale; (q - zero) * scale is exact either way";
+    }
+    config_json["quantization_config"] = q;
+    write_json_file((tmp / "config.json").string(), config_json);
+    for (const auto& entry : fs::directory_iterator(in))
+      if (entry.is_regular_file() && !is_weight_file(entry.path()))
+        fs::copy_file(entry.path(), tmp / entry.path().filename());
+    publish(tmp, out, options.force);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace woq

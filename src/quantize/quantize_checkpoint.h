@@ -1,0 +1,76 @@
+// `woq quantize`: a Hugging Face checkpoint in, a GPTQ-format checkpoint out
+// (the layout AutoGPTQ, GPTQModel, transformers and vLLM load; see
+// formats/checkpoint_packing.h). The linear layers inside the decoder blocks
+// (q/k/v/o/gate/up/down) are stored as integers; embeddings, norms, biases
+// and lm_head are copied unchanged.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/checkpoint_packing.h"
+#include "formats/low_bit.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace woq {
+
+/// The seven linear layers of one decoder block, in this order:
+/// q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
+inline constexpr const char* kBlockLinears[7] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+/// Produces the seven quantized linear layers of decoder block `layer`
+/// (order of kBlockLinears). Called once per layer, in increasing order.
+using BlockQuantizer = std::function<std::vector<QuantMatrix>(std::int64_t layer)>;
+
+/// How `woq quantize` runs.
+struct QuantizeOptions {
+  QuantSpec spec;                      ///< sym_int4, asym_int4 or sym_int8 (RTN), recorded in the config
+  GptqZeros zeros = GptqZeros::kV1;    ///< qzeros format written
+  std::uint64_t max_shard_bytes = 5'000'000'000;  ///< safetensors shard limit (bytes)
+  bool force = false;                  ///< replace an existing output directory
+  std::string method = "rtn";          ///< recorded in quantization_config.meta
+  double damp_percent = 0.01;          ///< recorded in quantization_config (GPTQ)
+  bool desc_act = false;               ///< recorded in quantization_config (GPTQ)
+  bool static_groups = false;          ///< recorded in quantization_config (GPTQ)
+  bool true_sequential = true;         ///< recorded in quantization_config (GPTQ)
+  /// Receives one line per finished layer.
+  std::function<void(const std::string&)> progress;
+};
+
+/// What quantizing did.
+struct QuantizeReport {
+  std::uint64_t bytes_before = 0;  ///< tensor bytes of the input checkpoint
+  std::uint64_t bytes_after = 0;   ///< tensor bytes of the output
+  std::int64_t matrices = 0;       ///< linear layers quantized
+  double seconds = 0;              ///< wall time
+  /// Compatibility remarks also written into quantization_config.meta (e.g.
+  /// K not a multiple of the group size, which GPTQ kernels require).
+  std::vector<std::string> notes;
+};
+
+/// Round-to-nearest BlockQuantizer reading float weights from `store`.
+BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& spec,
+                             ThreadPool& pool);
+
+/// Writes the quantized checkpoint of `in_dir` to `out_dir` with
+/// `quantize` supplying the integers (rtn_quantizer when null): config.json
+/// plus quantization_config, safetensors (sharded past
+/// options.max_shard_bytes, with the index), and every other regular file
+/// of in_dir (tokenizer, generation_config, chat template) except weights.
+/// Everything is written into a temporary directory beside out_dir and
+/// renamed into place at the end, so a failure leaves no partial out_dir;
+/// in_dir is never modified. Throws woq::Error when out_dir exists (unless
+/// options.force), in_dir is already quantized or its tensors are invalid
+/// (see LlamaModel::load), the spec is not an integer format, or when v1
+/// cannot store a zero point (see pack_gptq).
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                   const QuantizeOptions& options, ThreadPool& pool,
+                                   const BlockQuantizer& quantize = nullptr);
+
+}  // namespace woq

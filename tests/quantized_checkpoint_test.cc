@@ -1,0 +1,449 @@
+// woq quantize -> GPTQ checkpoint -> load: bit-identical integers and
+// identical logits to in-memory quantization; act-order and
+// compressed-tensors checkpoints; bad quantized checkpoints; safe writing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "io/quantized_checkpoint.h"
+#include "model/llama.h"
+#include "model/random_checkpoint.h"
+#include "quantize/quantize_checkpoint.h"
+#include "test_files.h"
+
+namespace woq {
+namespace {
+
+namespace fs = std::filesystem;
+using test::RawTensor;
+using test::TempDir;
+
+std::vector<float> logits_of(const std::string& dir, const QuantSpec& spec, ThreadPool& pool) {
+  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt}, pool);
+  KVCache cache = model->make_cache(16);
+  std::vector<float> logits;
+  const std::vector<std::int32_t> tokens = {1, 403, 407, 261, 378, 9, 300};
+  model->forward(tokens, cache, true, logits);
+  std::vector<float> step;
+  model->forward(std::vector<std::int32_t>{42}, cache, false, step);  // a decode step too
+  logits.insert(logits.end(), step.begin(), step.end());
+  return logits;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Case {
+  QuantSpec spec;
+  GptqZeros zeros;
+};
+
+std::vector<Case> cases() {
+  return {{{LowBit::kSymInt4, 32, Int4Range::kFull}, GptqZeros::kV1},
+          {{LowBit::kSymInt4, 64, Int4Range::kClip}, GptqZeros::kV1},
+          {{LowBit::kSymInt4, 128, Int4Range::kFull}, GptqZeros::kV2},
+          {{LowBit::kSymInt4, -1, Int4Range::kFull}, GptqZeros::kV1},
+          {{LowBit::kAsymInt4, 32, Int4Range::kFull}, GptqZeros::kV2},
+          {{LowBit::kAsymInt4, -1, Int4Range::kFull}, GptqZeros::kV2},
+          {{LowBit::kSymInt8, 32, Int4Range::kFull}, GptqZeros::kV1},
+          {{LowBit::kSymInt8, -1, Int4Range::kFull}, GptqZeros::kV1}};
+}
+
+// Every linear of `out` equals quantize_matrix of the same tensor of `in`.
+void expect_identical_linears(const std::string& in, const std::string& out, const QuantSpec& spec) {
+  const ModelConfig config = read_model_config(in);
+  const TensorStore src = TensorStore::open_dir(in);
+  const TensorStore dst = TensorStore::open_dir(out);
+  const auto qc = read_quantization_config(out);
+  ASSERT_TRUE(qc.has_value());
+  std::vector<std::string> warnings;
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l)
+    for (const char* linear : kBlockLinears) {
+      const std::string prefix = fmt::format("model.layers.{}.{}", l, linear);
+      const TensorView& t = src.get(prefix + ".weight");
+      std::vector<float> w(static_cast<std::size_t>(t.numel()));
+      tensor_to_f32(t, w.data());
+      const QuantMatrix want = quantize_matrix(w.data(), t.shape[0], t.shape[1], spec);
+      const auto got = load_quantized_linear(dst, *qc, prefix, t.shape[0], t.shape[1], warnings);
+      ASSERT_TRUE(got.has_value()) << prefix;
+      EXPECT_EQ(got->type, want.type) << prefix;
+      EXPECT_EQ(got->data, want.data) << prefix;
+      EXPECT_EQ(got->scales, want.scales) << prefix;
+      EXPECT_EQ(got->zeros, want.zeros) << prefix;
+    }
+  EXPECT_TRUE(warnings.empty());
+}
+
+void round_trip(const std::string& in, std::uint64_t max_shard_bytes) {
+  ThreadPool pool(2);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(fmt::format("{} group_size {} {}", low_bit_name(c.spec.type), c.spec.group_size,
+                             int4_range_name(c.spec.int4_range)));
+    TempDir tmp;
+    const std::string out = tmp.file("q");
+    QuantizeOptions options;
+    options.spec = c.spec;
+    options.zeros = c.zeros;
+    options.max_shard_bytes = max_shard_bytes;
+    quantize_checkpoint(in, out, options, pool);
+    expect_identical_linears(in, out, c.spec);
+    EXPECT_EQ(logits_of(out, c.spec, pool), logits_of(in, c.spec, pool));
+  }
+}
+
+TEST(QuantizedCheckpoint, BundledModelRoundTripsEveryFormat) { round_trip(WOQ_MODEL_DIR, 5'000'000'000); }
+
+TEST(QuantizedCheckpoint, OddShapedRandomModelRoundTripsSharded) {
+  TempDir tmp;
+  ThreadPool pool(2);
+  RandomCheckpointOptions r;
+  r.preset = "tiny";  // hidden 128, intermediate 344 (not a multiple of 32 or 64)
+  r.seed = 5;
+  write_random_checkpoint(tmp.file("random"), r, pool);
+  round_trip(tmp.file("random"), 200'000);  // several shards and the index
+}
+
+TEST(QuantizedCheckpoint, ConfigDescribesTheFormat) {
+  TempDir tmp;
+  ThreadPool pool(1);
+  QuantizeOptions options;
+  options.spec = {LowBit::kAsymInt4, 32, Int4Range::kFull};
+  options.zeros = GptqZeros::kV2;
+  quantize_checkpoint(WOQ_MODEL_DIR, tmp.file("q"), options, pool);
+  const auto config = nlohmann::json::parse(test::read_file(tmp.file("q/config.json")));
+  const auto& q = config.at("quantization_config");
+  EXPECT_EQ(q.at("quant_method"), "gptq");
+  EXPECT_EQ(q.at("bits"), 4);
+  EXPECT_EQ(q.at("group_size"), 32);
+  EXPECT_EQ(q.at("sym"), false);
+  EXPECT_EQ(q.at("desc_act"), false);
+  EXPECT_EQ(q.at("checkpoint_format"), "gptq_v2");
+  EXPECT_NE(q.at("meta").at("woq_notes").dump().find("K = 172"), std::string::npos);
+  EXPECT_EQ(config.at("hidden_size"), 64);  // the rest of config.json is kept
+  EXPECT_TRUE(fs::exists(tmp.file("q/tokenizer.model")));
+  EXPECT_TRUE(fs::exists(tmp.file("q/generation_config.json")));
+}
+
+// Rewrites tensors of a checkpoint's single model.safetensors.
+void edit_tensors(const std::string& dir, const std::function<void(std::vector<RawTensor>&)>& edit) {
+  auto tensors = test::read_safetensors(dir + "/model.safetensors");
+  edit(tensors);
+  test::write_safetensors(dir + "/model.safetensors", tensors);
+}
+
+RawTensor& find(std::vector<RawTensor>& tensors, const std::string& name) {
+  for (auto& t : tensors)
+    if (t.name == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+template <typename T>
+std::vector<T> as(const RawTensor& t) {
+  std::vector<T> v(t.bytes.size() / sizeof(T));
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+template <typename T>
+void store(RawTensor& t, const std::vector<T>& v) {
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.data());
+  t.bytes.assign(bytes, bytes + v.size() * sizeof(T));
+}
+
+void edit_config(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto config = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+  edit(config);
+  test::write_file(dir + "/config.json", config.dump(1));
+}
+
+// An act-order checkpoint whose groups are relabelled by a permutation:
+// g_idx[k] = perm[k / g], with the scales and zeros rows moved along. It
+// stores the same W, so it must give the same logits (up to the order of
+// the float sums over groups).
+TEST(QuantizedCheckpoint, ActOrderCheckpointMatchesUnpermutedEquivalent) {
+  ThreadPool pool(2);
+  for (const Case& c : {Case{{LowBit::kSymInt4, 32, Int4Range::kFull}, GptqZeros::kV1},
+                        Case{{LowBit::kAsymInt4, 32, Int4Range::kFull}, GptqZeros::kV2},
+                        Case{{LowBit::kSymInt8, 32, Int4Range::kFull}, GptqZeros::kV1}}) {
+    SCOPED_TRACE(low_bit_name(c.spec.type));
+    TempDir tmp;
+    QuantizeOptions options;
+    options.spec = c.spec;
+    options.zeros = c.zeros;
+    quantize_checkpoint(WOQ_MODEL_DIR, tmp.file("plain"), options, pool);
+    test::copy_model(tmp.file("plain"), tmp.file("act"));
+    edit_tensors(tmp.file("act"), [&](std::vector<RawTensor>& tensors) {
+      for (const char* linear : {"self_attn.q_proj", "mlp.down_proj"}) {
+        const std::string p = std::string("model.layers.1.") + linear;
+        RawTensor& g_idx_t = find(tensors, p + ".g_idx");
+        auto g_idx = as<std::int32_t>(g_idx_t);
+        const std::int64_t groups = find(tensors, p + ".scales").shape[0];
+        const std::int64_t n = find(tensors, p + ".scales").shape[1];
+        std::vector<std::int32_t> perm(static_cast<std::size_t>(groups));
+        // Reversed labels; a short last group (K = 172) keeps the last label,
+        // as in GPTQ's desc_act maps.
+        std::iota(perm.begin(), perm.end(), 0);
+        std::reverse(perm.begin(), perm.end() - (g_idx.size() % 32 != 0 ? 1 : 0));
+        for (auto& g : g_idx) g = perm[static_cast<std::size_t>(g)];
+        store(g_idx_t, g_idx);
+        RawTensor& scales_t = find(tensors, p + ".scales");
+        RawTensor& zeros_t = find(tensors, p + ".qzeros");
+        auto scales = as<std::uint16_t>(scales_t);
+        auto zeros = as<std::int32_t>(zeros_t);
+        auto new_scales = scales;
+        auto new_zeros = zeros;
+        const std::int64_t zcols = zeros_t.shape[1];
+        for (std::int64_t g = 0; g < groups; ++g) {
+          const std::int64_t to = perm[static_cast<std::size_t>(g)];
+          std::copy_n(scales.begin() + g * n, n, new_scales.begin() + to * n);
+          std::copy_n(zeros.begin() + g * zcols, zcols, new_zeros.begin() + to * zcols);
+        }
+        store(scales_t, new_scales);
+        store(zeros_t, new_zeros);
+      }
+    });
+    edit_config(tmp.file("act"), [](nlohmann::json& cfg) { cfg["quantization_config"]["desc_act"] = true; });
+    const auto want = logits_of(tmp.file("plain"), c.spec, pool);
+    const auto got = logits_of(tmp.file("act"), c.spec, pool);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+    EXPECT_NE(got, std::vector<float>(got.size(), 0.0f));
+  }
+}
+
+// compressed-tensors pack-quantized tensors of `w`, packed as the format
+// description says (signed value + 2^(bits-1), LSB first along K).
+void add_pack_quantized(std::vector<RawTensor>& out, const std::string& prefix, const QuantMatrix& w) {
+  const int bits = w.type == LowBit::kSymInt8 ? 8 : 4;
+  const std::int64_t n = w.rows, k = w.cols, g = w.groups_per_row;
+  std::vector<float> row(static_cast<std::size_t>(k));
+  std::vector<std::uint32_t> packed(static_cast<std::size_t>(n * ((k * bits + 31) / 32)), 0);
+  std::vector<std::uint32_t> zp(static_cast<std::size_t>((n * bits + 31) / 32 * g), 0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t c = 0; c < k; ++c) {
+      // Stored integer of woq's layout, as unsigned (value + 2^(bits-1)).
+      const std::uint8_t* p = w.data.data() + r * w.row_bytes;
+      const std::uint32_t u = bits == 8 ? static_cast<std::uint32_t>(static_cast<std::int8_t>(p[c]) + 128)
+                                        : (c % 2 == 0 ? p[c / 2] & 0xfu : p[c / 2] >> 4u);
+      packed[static_cast<std::size_t>(r * ((k * bits + 31) / 32) + c * bits / 32)] |= u << (c * bits % 32);
+    }
+    if (w.type == LowBit::kAsymInt4)
+      for (std::int64_t j = 0; j < g; ++j)
+        zp[static_cast<std::size_t>(r * bits / 32 * g + j)] |= std::uint32_t{w.zeros[static_cast<std::size_t>(r * g + j)]}
+                                                               << (r * bits % 32);
+  }
+  RawTensor t{prefix + ".weight_packed", "I32", {n, (k * bits + 31) / 32}, {}};
+  store(t, packed);
+  out.push_back(t);
+  RawTensor s{prefix + ".weight_scale", "F16", {n, g}, {}};
+  store(s, w.scales);
+  out.push_back(s);
+  RawTensor shape{prefix + ".weight_shape", "I64", {2}, {}};
+  store(shape, std::vector<std::int64_t>{n, k});
+  out.push_back(shape);
+  if (w.type == LowBit::kAsymInt4) {
+    RawTensor z{prefix + ".weight_zero_point", "I32", {(n * bits + 31) / 32, g}, {}};
+    store(z, zp);
+    out.push_back(z);
+  }
+}
+
+TEST(QuantizedCheckpoint, CompressedTensorsPackQuantizedMatchesInMemoryQuantization) {
+  ThreadPool pool(2);
+  for (const QuantSpec spec : {QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kAsymInt4, 64, Int4Range::kFull},
+                               QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}}) {
+    SCOPED_TRACE(low_bit_name(spec.type));
+    TempDir tmp;
+    const std::string dir = tmp.file("ct");
+    test::copy_model(WOQ_MODEL_DIR, dir);
+    edit_tensors(dir, [&](std::vector<RawTensor>& tensors) {
+      std::vector<RawTensor> out;
+      for (const auto& t : tensors) {
+        const bool linear = t.name.find("_proj.weight") != std::string::npos;
+        if (!linear) {
+          out.push_back(t);
+          continue;
+        }
+        const auto w = as<float>(t);
+        add_pack_quantized(out, t.name.substr(0, t.name.size() - 7), quantize_matrix(w.data(), t.shape[0], t.shape[1], spec));
+      }
+      tensors = out;
+    });
+    edit_config(dir, [&](nlohmann::json& c) {
+      nlohmann::json weights = {{"num_bits", spec.type == LowBit::kSymInt8 ? 8 : 4},
+                                {"type", "int"},
+                                {"symmetric", spec.type != LowBit::kAsymInt4},
+                                {"strategy", spec.group_size == -1 ? "channel" : "group"},
+                                {"group_size", spec.group_size == -1 ? nlohmann::json() : nlohmann::json(spec.group_size)}};
+      c["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                                  {"format", "pack-quantized"},
+                                  {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
+                                  {"ignore", {"lm_head"}}};
+    });
+    EXPECT_EQ(logits_of(dir, spec, pool), logits_of(WOQ_MODEL_DIR, spec, pool));
+  }
+}
+
+class BadQuantizedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ThreadPool pool(1);
+    QuantizeOptions options;
+    options.spec = {LowBit::kSymInt4, 32, Int4Range::kFull};
+    quantize_checkpoint(WOQ_MODEL_DIR, tmp_.file("q"), options, pool);
+  }
+  std::string dir() const { return tmp_.file("q"); }
+  std::string load_error() {
+    ThreadPool pool(1);
+    return error_of([&] { LlamaModel::load(dir(), LoadOptions{}, pool); });
+  }
+  TempDir tmp_;
+};
+
+TEST_F(BadQuantizedCheckpoint, QuantizedCheckpointLoads) { EXPECT_EQ(load_error(), ""); }
+
+TEST_F(BadQuantizedCheckpoint, QweightWithWrongShape) {
+  edit_tensors(dir(), [](std::vector<RawTensor>& t) {
+    RawTensor& q = find(t, "model.layers.0.self_attn.q_proj.qweight");
+    q.shape = {q.shape[1], q.shape[0]};  // 8x64 -> 64x8
+  });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("'model.layers.0.self_attn.q_proj.qweight' has shape [64, 8], expected [8, 64]"), std::string::npos) << e;
+}
+
+TEST_F(BadQuantizedCheckpoint, GIdxOutOfRange) {
+  edit_tensors(dir(), [](std::vector<RawTensor>& t) {
+    RawTensor& g = find(t, "model.layers.2.mlp.up_proj.g_idx");
+    auto v = as<std::int32_t>(g);
+    v[5] = 99;
+    store(g, v);
+  });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("model.layers.2.mlp.up_proj.qweight': g_idx[5] = 99 is outside [0, 2)"), std::string::npos) << e;
+}
+
+TEST_F(BadQuantizedCheckpoint, UnsupportedBits) {
+  for (const int bits : {3, 5}) {
+    edit_config(dir(), [bits](nlohmann::json& c) { c["quantization_config"]["bits"] = bits; });
+    const std::string e = load_error();
+    EXPECT_NE(e.find(fmt::format("field 'bits' is {}: woq supports 4- and 8-bit weights only", bits)), std::string::npos)
+        << e;
+  }
+}
+
+TEST_F(BadQuantizedCheckpoint, ConfigDisagreesWithTensors) {
+  edit_config(dir(), [](nlohmann::json& c) { c["quantization_config"]["bits"] = 8; });
+  std::string e = load_error();
+  EXPECT_NE(e.find("qweight' has shape [8, 64], expected [16, 64] (K = 64, N = 64, bits = 8, group_size = 32)"),
+            std::string::npos)
+      << e;
+  edit_config(dir(), [](nlohmann::json& c) {
+    c["quantization_config"]["bits"] = 4;
+    c["quantization_config"]["group_size"] = 64;
+  });
+  e = load_error();
+  EXPECT_NE(e.find("qzeros' has shape [2, 8], expected [1, 8]"), std::string::npos) << e;
+  edit_config(dir(), [](nlohmann::json& c) {
+    c["quantization_config"]["group_size"] = 32;
+    c["quantization_config"]["sym"] = false;
+    c["quantization_config"]["checkpoint_format"] = "gptq_v2";
+  });
+  EXPECT_EQ(load_error(), "");  // asymmetric reading of zeros 7: a valid, different model
+  edit_config(dir(), [](nlohmann::json& c) { c["quantization_config"]["quant_method"] = "awq"; });
+  e = load_error();
+  EXPECT_NE(e.find("field 'quant_method' is 'awq'"), std::string::npos) << e;
+}
+
+TEST_F(BadQuantizedCheckpoint, MissingQzeros) {
+  edit_tensors(dir(), [](std::vector<RawTensor>& t) {
+    t.erase(std::remove_if(t.begin(), t.end(), [](const RawTensor& r) { return r.name == "model.layers.4.mlp.down_proj.qzeros"; }),
+            t.end());
+  });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("model.layers.4.mlp.down_proj.qzeros"), std::string::npos) << e;
+}
+
+TEST_F(BadQuantizedCheckpoint, TruncatedShardAndMissingShard) {
+  TempDir tmp;
+  ThreadPool pool(1);
+  QuantizeOptions options;
+  options.spec = {LowBit::kSymInt4, 32, Int4Range::kFull};
+  options.max_shard_bytes = 100'000;
+  const std::string sharded = tmp.file("s");
+  quantize_checkpoint(WOQ_MODEL_DIR, sharded, options, pool);
+  ASSERT_TRUE(fs::exists(sharded + "/model.safetensors.index.json"));
+  const std::string shard = sharded + "/model-00002-of-00003.safetensors";
+  ASSERT_TRUE(fs::exists(shard));
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  std::string e = error_of([&] { LlamaModel::load(sharded, LoadOptions{}, pool); });
+  EXPECT_NE(e.find("model-00002-of-00003.safetensors"), std::string::npos) << e;
+  fs::remove(shard);
+  e = error_of([&] { LlamaModel::load(sharded, LoadOptions{}, pool); });
+  EXPECT_NE(e.find("model-00002-of-00003.safetensors"), std::string::npos) << e;
+}
+
+// Hashable snapshot of a directory's files.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = test::read_file(e.path().string());
+  return files;
+}
+
+TEST(QuantizeWriting, RefusesExistingOutputUnlessForcedAndNeverTouchesInput) {
+  TempDir tmp;
+  ThreadPool pool(1);
+  const auto before = snapshot(WOQ_MODEL_DIR);
+  QuantizeOptions options;
+  options.spec = {LowBit::kSymInt8, -1, Int4Range::kFull};
+  const std::string out = tmp.file("q");
+  fs::create_directory(out);
+  test::write_file(out + "/keep.txt", "x");
+  EXPECT_NE(error_of([&] { quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool); }).find("already exists (pass --force"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(out + "/keep.txt"));
+  options.force = true;
+  quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool);
+  EXPECT_FALSE(fs::exists(out + "/keep.txt"));
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  EXPECT_EQ(snapshot(WOQ_MODEL_DIR), before);
+  // Already quantized input.
+  const std::string e = error_of([&] { quantize_checkpoint(out, tmp.file("qq"), options, pool); });
+  EXPECT_NE(e.find("already quantized (GPTQ v1 8-bit sym per channel)"), std::string::npos) << e;
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);
+}
+
+TEST(QuantizeWriting, FailureLeavesNoOutputAndNoTemporaryFiles) {
+  TempDir tmp;
+  ThreadPool pool(1);
+  const std::string in = tmp.file("in");
+  test::copy_model(WOQ_MODEL_DIR, in);
+  // A group of only positive weights: asymmetric zero point 0, which GPTQ v1 cannot store.
+  edit_tensors(in, [](std::vector<RawTensor>& t) {
+    RawTensor& w = find(t, "model.layers.3.mlp.up_proj.weight");
+    auto v = as<float>(w);
+    for (int i = 0; i < 32; ++i) v[static_cast<std::size_t>(i)] = 0.01f + 0.001f * static_cast<float>(i);
+    store(w, v);
+  });
+  QuantizeOptions options;
+  options.spec = {LowBit::kAsymInt4, 32, Int4Range::kFull};
+  const std::string e = error_of([&] { quantize_checkpoint(in, tmp.file("out"), options, pool); });
+  EXPECT_NE(e.find("model.layers.3.mlp.up_proj: row 0 group 0 has zero point 0"), std::string::npos) << e;
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);  // only "in"
+  options.zeros = GptqZeros::kV2;
+  quantize_checkpoint(in, tmp.file("out"), options, pool);
+  EXPECT_EQ(logits_of(tmp.file("out"), options.spec, pool), logits_of(in, options.spec, pool));
+}
+
+}  // namespace
+}  // namespace woq
