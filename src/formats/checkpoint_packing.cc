@@ -1,8 +1,12 @@
 #include "formats/checkpoint_packing.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace woq {
 
@@ -68,7 +72,8 @@ GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros) {
   return t;
 }
 
-IntMatrix unpack_gptq(const GptqTensors& t, GptqZeros zeros, bool sym, std::vector<std::string>& warnings) {
+IntMatrix unpack_gptq(const GptqTensors& t, GptqZeros zeros, bool sym, std::vector<std::string>& warnings,
+                      ThreadPool* pool) {
   check_bits(t.bits);
   check_size(t.qweight, t.qweight_rows() * t.n, "qweight");
   check_size(t.qzeros, t.groups * t.qzeros_cols(), "qzeros");
@@ -94,20 +99,38 @@ IntMatrix unpack_gptq(const GptqTensors& t, GptqZeros zeros, bool sym, std::vect
   IntMatrix m = empty_matrix(t.bits, t.n, t.k, t.groups);
   m.scale.resize(static_cast<std::size_t>(t.n * t.groups));
   m.g_idx = t.g_idx;
-  bool wrapped = false;
-  for (std::int64_t n = 0; n < t.n; ++n) {
-    for (std::int64_t k = 0; k < t.k; ++k)
-      m.q[static_cast<std::size_t>(n * t.k + k)] = static_cast<std::uint8_t>(
-          field(t.qweight[static_cast<std::size_t>(k / per_word * t.n + n)], t.bits, k % per_word));
-    for (std::int64_t g = 0; g < t.groups; ++g) {
-      std::uint32_t z = field(t.qzeros[static_cast<std::size_t>(g * t.qzeros_cols() + n / per_word)], t.bits, n % per_word);
-      if (add_one) {
-        wrapped = wrapped || z == all_ones;
-        z = (z + 1) & all_ones;
-      }
-      m.zero[static_cast<std::size_t>(n * t.groups + g)] = static_cast<std::uint16_t>(z);
-      m.scale[static_cast<std::size_t>(n * t.groups + g)] = t.scales[static_cast<std::size_t>(g * t.n + n)];
+  std::atomic<bool> wrapped = false;
+  // Blocks of columns: qweight rows are read contiguously within a block
+  // while each output row receives 32 / bits consecutive values per word.
+  constexpr std::int64_t kColumns = 64;
+  auto unpack = [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t n0 = b0 * kColumns; n0 < std::min(t.n, b1 * kColumns); n0 += kColumns) {
+      const std::int64_t n1 = std::min(t.n, n0 + kColumns);
+      for (std::int64_t w = 0; w < t.qweight_rows(); ++w)
+        for (std::int64_t n = n0; n < n1; ++n) {
+          const std::int32_t word = t.qweight[static_cast<std::size_t>(w * t.n + n)];
+          std::uint8_t* dst = m.q.data() + n * t.k;
+          for (std::int64_t j = 0; j < per_word && w * per_word + j < t.k; ++j)
+            dst[w * per_word + j] = static_cast<std::uint8_t>(field(word, t.bits, j));
+        }
+      for (std::int64_t n = n0; n < n1; ++n)
+        for (std::int64_t g = 0; g < t.groups; ++g) {
+          std::uint32_t z =
+              field(t.qzeros[static_cast<std::size_t>(g * t.qzeros_cols() + n / per_word)], t.bits, n % per_word);
+          if (add_one) {
+            if (z == all_ones) wrapped = true;
+            z = (z + 1) & all_ones;
+          }
+          m.zero[static_cast<std::size_t>(n * t.groups + g)] = static_cast<std::uint16_t>(z);
+          m.scale[static_cast<std::size_t>(n * t.groups + g)] = t.scales[static_cast<std::size_t>(g * t.n + n)];
+        }
     }
+  };
+  const std::int64_t blocks = (t.n + kColumns - 1) / kColumns;
+  if (pool != nullptr) {
+    pool->parallel_for(blocks, unpack);
+  } else {
+    unpack(0, blocks);
   }
   if (wrapped)
     warnings.push_back(fmt::format("some v1 qzeros hold {} (a zero of 0 written as -1): read as 0, as AutoGPTQ does",

@@ -24,6 +24,8 @@
 
 namespace woq {
 
+class ThreadPool;
+
 /// How GPTQ qzeros store the zero point.
 enum class GptqZeros {
   kV1,  ///< zero - 1 ("checkpoint_format": "gptq", the classic and most widely read)
@@ -54,8 +56,10 @@ GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros);
 /// is 2^(bits-1) (the v2 value) instead of 2^(bits-1) - 1, the checkpoint
 /// mislabels v2 zeros as v1; they are read as v2 and a warning is appended
 /// to `warnings`. A stored 2^bits - 1 (a zero of 0 written as -1) is read as
-/// 0, as AutoGPTQ does, also with a warning. Throws woq::Error on size mismatches.
-IntMatrix unpack_gptq(const GptqTensors& t, GptqZeros zeros, bool sym, std::vector<std::string>& warnings);
+/// 0, as AutoGPTQ does, also with a warning. Throws woq::Error on size
+/// mismatches. Columns are unpacked in parallel when `pool` is given.
+IntMatrix unpack_gptq(const GptqTensors& t, GptqZeros zeros, bool sym, std::vector<std::string>& warnings,
+                      ThreadPool* pool = nullptr);
 
 /// One linear layer in compressed-tensors pack-quantized layout.
 struct PackQuantizedTensors {

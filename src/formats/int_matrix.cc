@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace woq {
 
@@ -75,7 +76,7 @@ IntMatrix to_int_matrix(const QuantMatrix& w) {
   return m;
 }
 
-QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sym) {
+QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sym, ThreadPool* pool) {
   if (m.bits != 4 && m.bits != 8) fail("bits = {} is not supported (woq reads 4- and 8-bit weights)", m.bits);
   if (m.bits == 8 && !sym)
     fail("8-bit asymmetric weights (sym = false) are not supported: woq has no asym_int8 format");
@@ -90,7 +91,8 @@ QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sy
   w.input_order = act_order(m, w.group_size);
   w.scales = m.scale;
   const std::uint16_t sym_zero = m.bits == 8 ? 128 : 8;
-  for (std::int64_t n = 0; n < m.rows; ++n) {
+  auto convert = [&](std::int64_t r0, std::int64_t r1) {
+  for (std::int64_t n = r0; n < r1; ++n) {
     for (std::int64_t g = 0; g < m.groups; ++g) {
       const std::size_t i = static_cast<std::size_t>(n * m.groups + g);
       const std::uint16_t z = m.zero[i];
@@ -111,6 +113,12 @@ QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sy
         set_nibble(dst, k, q);
       }
     }
+  }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(m.rows, convert, 16);
+  } else {
+    convert(0, m.rows);
   }
   return w;
 }

@@ -37,7 +37,8 @@ IntMatrix to_int_matrix(const QuantMatrix& w);
 /// must hold exactly group_size features (the last one the remainder).
 /// Throws woq::Error, naming the offending row/group/feature, for bits other
 /// than 4 and 8, 8-bit asymmetric (woq has no asym_int8), zeros out of range,
-/// and g_idx values out of [0, groups) or groups of the wrong size.
-QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sym);
+/// and g_idx values out of [0, groups) or groups of the wrong size. Rows are
+/// converted in parallel when `pool` is given.
+QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sym, ThreadPool* pool = nullptr);
 
 }  // namespace woq

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/mmap_file.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -87,6 +88,7 @@ std::vector<std::int32_t> read_i32(const TensorView& t, const std::vector<std::i
          why);
   std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
   std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(std::int32_t));
+  release_pages(t.bytes);  // read once: keep the mapping from staying resident
   return v;
 }
 
@@ -98,6 +100,7 @@ std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<st
   std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
   if (t.dtype == DType::kF16) {
     std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(std::uint16_t));
+    release_pages(t.bytes);
     return out;
   }
   require_float_dtype(t);
@@ -113,16 +116,16 @@ std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<st
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-QuantMatrix finish(const IntMatrix& m, const QuantizationConfig& c, const TensorView& anchor) {
+QuantMatrix finish(const IntMatrix& m, const QuantizationConfig& c, const TensorView& anchor, ThreadPool* pool) {
   try {
-    return from_int_matrix(m, c.group_size, c.sym);
+    return from_int_matrix(m, c.group_size, c.sym, pool);
   } catch (const Error& e) {
     fail("{}: tensor '{}': {}", anchor.file, anchor.name, e.what());
   }
 }
 
 QuantMatrix load_gptq(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix,
-                      std::int64_t n, std::int64_t k, std::vector<std::string>& warnings) {
+                      std::int64_t n, std::int64_t k, std::vector<std::string>& warnings, ThreadPool* pool) {
   GptqTensors t;
   t.bits = c.bits;
   t.k = k;
@@ -141,13 +144,13 @@ QuantMatrix load_gptq(const TensorStore& store, const QuantizationConfig& c, con
       t.g_idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(c.group_size == -1 ? 0 : i / c.group_size);
   }
   std::vector<std::string> local;
-  const IntMatrix m = unpack_gptq(t, c.zeros, c.sym, local);
+  const IntMatrix m = unpack_gptq(t, c.zeros, c.sym, local, pool);
   for (const auto& w : local) warnings.push_back(fmt::format("{}: {}", prefix, w));
-  return finish(m, c, qweight);
+  return finish(m, c, qweight, pool);
 }
 
 QuantMatrix load_pack_quantized(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix,
-                                std::int64_t n, std::int64_t k) {
+                                std::int64_t n, std::int64_t k, ThreadPool* pool) {
   PackQuantizedTensors t;
   t.bits = c.bits;
   t.n = n;
@@ -174,7 +177,7 @@ QuantMatrix load_pack_quantized(const TensorStore& store, const QuantizationConf
     t.weight_zero_point =
         read_i32(store.get(prefix + ".weight_zero_point"), {ceil_div(n, per_word), t.groups}, why.c_str());
   if (const TensorView* g_idx = store.find(prefix + ".weight_g_idx")) t.g_idx = read_i32(*g_idx, {k}, why.c_str());
-  return finish(unpack_pack_quantized(t, c.group_size), c, packed);
+  return finish(unpack_pack_quantized(t, c.group_size), c, packed, pool);
 }
 
 }  // namespace
@@ -214,17 +217,17 @@ nlohmann::ordered_json gptq_config_json(const QuantizationConfig& c, double damp
 
 std::optional<QuantMatrix> load_quantized_linear(const TensorStore& store, const QuantizationConfig& config,
                                                  const std::string& prefix, std::int64_t rows, std::int64_t cols,
-                                                 std::vector<std::string>& warnings) {
+                                                 std::vector<std::string>& warnings, ThreadPool* pool) {
   if (store.find(prefix + ".qweight") != nullptr) {
     if (config.method != QuantizationConfig::Method::kGptq)
       fail("{}: '{}.qweight' is a GPTQ tensor, but config.json says {}", store.source(), prefix, config.describe());
-    return load_gptq(store, config, prefix, rows, cols, warnings);
+    return load_gptq(store, config, prefix, rows, cols, warnings, pool);
   }
   if (store.find(prefix + ".weight_packed") != nullptr) {
     if (config.method != QuantizationConfig::Method::kCompressedTensors)
       fail("{}: '{}.weight_packed' is a compressed-tensors tensor, but config.json says {}", store.source(), prefix,
            config.describe());
-    return load_pack_quantized(store, config, prefix, rows, cols);
+    return load_pack_quantized(store, config, prefix, rows, cols, pool);
   }
   return std::nullopt;
 }

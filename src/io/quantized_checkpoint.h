@@ -53,8 +53,9 @@ nlohmann::ordered_json gptq_config_json(const QuantizationConfig& config, double
 /// the config's bits and group_size, so a config that disagrees with the
 /// tensors fails here), out-of-range g_idx and zero points. Messages about
 /// recoverable oddities (v2 zeros labelled v1) are appended to `warnings`.
+/// The repack runs on `pool` when given.
 std::optional<QuantMatrix> load_quantized_linear(const TensorStore& store, const QuantizationConfig& config,
                                                  const std::string& prefix, std::int64_t rows, std::int64_t cols,
-                                                 std::vector<std::string>& warnings);
+                                                 std::vector<std::string>& warnings, ThreadPool* pool = nullptr);
 
 }  // namespace woq

@@ -105,7 +105,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
     if (quantized) {
       const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
-      std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings);
+      std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings, &pool);
       if (w) {
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/mmap_file.h"
 #include "io/json_file.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors_writer.h"
@@ -132,6 +133,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
       try {
         out.push_back(quantize_matrix([&t, cols](std::int64_t r, float* row) { tensor_to_f32(t, row, r * cols, cols); },
                                       n, k, spec, &pool));
+        release_pages(t.bytes);  // keeps the input's resident pages to about one tensor
       } catch (const Error& e) {
         fail("{}: tensor '{}': {}", t.file, t.name, e.what());
       }
@@ -224,6 +226,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     const Source& s = sources[i];
     if (s.copy != nullptr) {
       std::memcpy(dst.data(), s.copy->bytes.data(), dst.size());
+      release_pages(s.copy->bytes);
       return;
     }
     if (s.layer != current) {
