@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "formats/group_rule.h"
 #include "formats/scale.h"
 
 namespace woq::asym_int4 {
@@ -12,19 +13,10 @@ void quantize_row(const float* x, std::int64_t k, std::int64_t group, std::uint8
   for (std::int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * group;
     const std::int64_t n = codec::group_len(g, k, group);
-    float lo = 0.0f;
-    float hi = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) {
-      lo = std::min(lo, xg[j]);
-      hi = std::max(hi, xg[j]);
-    }
-    scales[g] = codec::encode_scale((hi - lo) / 15.0f);
-    const float s = fp16_to_fp32(scales[g]);
-    const int z = codec::round_div(-lo, s, 0, 15);
-    zeros[g] = static_cast<std::uint8_t>(z);
-    for (std::int64_t j = 0; j < n; ++j) {
-      codec::put_nibble(q, g * group + j, codec::round_div(xg[j], s, -z, 15 - z) + z);
-    }
+    const GroupRule rule = fit_group(LowBit::kAsymInt4, Int4Range::kFull, xg, n);
+    scales[g] = rule.scale;
+    zeros[g] = static_cast<std::uint8_t>(rule.zero);
+    for (std::int64_t j = 0; j < n; ++j) codec::put_nibble(q, g * group + j, rule.quantize(xg[j]));
   }
 }
 

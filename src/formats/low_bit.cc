@@ -9,6 +9,8 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "formats/asym_int4.h"
+#include "formats/group_rule.h"
+#include "formats/scale.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
 
@@ -72,6 +74,47 @@ void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
 }
 
 }  // namespace
+
+GroupRule fit_group(LowBit type, Int4Range range, const float* x, std::int64_t n) {
+  GroupRule r;
+  switch (type) {
+    case LowBit::kSymInt4: {
+      float amax = 0.0f, max = 0.0f;  // max: the signed value of largest magnitude
+      for (std::int64_t j = 0; j < n; ++j)
+        if (std::fabs(x[j]) > amax) {
+          amax = std::fabs(x[j]);
+          max = x[j];
+        }
+      const bool full = range == Int4Range::kFull;
+      r.scale = codec::encode_scale(full ? max / -8.0f : amax / 7.0f);
+      r.zero = 8;
+      r.lo = full ? 0 : 1;
+      r.hi = 15;
+      return r;
+    }
+    case LowBit::kAsymInt4: {
+      float lo = 0.0f, hi = 0.0f;
+      for (std::int64_t j = 0; j < n; ++j) {
+        lo = std::min(lo, x[j]);
+        hi = std::max(hi, x[j]);
+      }
+      r.scale = codec::encode_scale((hi - lo) / 15.0f);
+      r.zero = codec::round_div(-lo, r.step(), 0, 15);
+      r.lo = 0;
+      r.hi = 15;
+      return r;
+    }
+    case LowBit::kSymInt8: {
+      float amax = 0.0f;
+      for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+      r.scale = codec::encode_scale(amax / 127.0f);
+      r.lo = -127;
+      r.hi = 127;
+      return r;
+    }
+    default: fail("fit_group: {} is not an integer format", low_bit_name(type));
+  }
+}
 
 std::string_view low_bit_name(LowBit type) {
   for (const auto& [t, name] : kNames)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "formats/group_rule.h"
 #include "formats/scale.h"
 
 namespace woq::sym_int4 {
@@ -12,21 +13,9 @@ void quantize_row(const float* x, std::int64_t k, std::int64_t group, Int4Range 
   for (std::int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * group;
     const std::int64_t n = codec::group_len(g, k, group);
-    float amax = 0.0f;
-    float max = 0.0f;  // signed value of largest magnitude
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (std::fabs(xg[j]) > amax) {
-        amax = std::fabs(xg[j]);
-        max = xg[j];
-      }
-    }
-    const bool full = range == Int4Range::kFull;
-    scales[g] = codec::encode_scale(full ? max / -8.0f : amax / 7.0f);
-    const float d = fp16_to_fp32(scales[g]);
-    const int lo = full ? -8 : -7;
-    for (std::int64_t j = 0; j < n; ++j) {
-      codec::put_nibble(q, g * group + j, codec::round_div(xg[j], d, lo, 7) + 8);
-    }
+    const GroupRule rule = fit_group(LowBit::kSymInt4, range, xg, n);
+    scales[g] = rule.scale;
+    for (std::int64_t j = 0; j < n; ++j) codec::put_nibble(q, g * group + j, rule.quantize(xg[j]));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "formats/group_rule.h"
 #include "formats/scale.h"
 
 namespace woq::sym_int8 {
@@ -13,13 +14,9 @@ void quantize_row(const float* x, std::int64_t k, std::int64_t group, std::int8_
   for (std::int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * group;
     const std::int64_t n = codec::group_len(g, k, group);
-    float amax = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(xg[j]));
-    scales[g] = codec::encode_scale(amax / 127.0f);
-    const float d = fp16_to_fp32(scales[g]);
-    for (std::int64_t j = 0; j < n; ++j) {
-      q[g * group + j] = static_cast<std::int8_t>(codec::round_div(xg[j], d, -127, 127));
-    }
+    const GroupRule rule = fit_group(LowBit::kSymInt8, Int4Range::kFull, xg, n);
+    scales[g] = rule.scale;
+    for (std::int64_t j = 0; j < n; ++j) q[g * group + j] = static_cast<std::int8_t>(rule.quantize(xg[j]));
   }
 }
 

@@ -1,0 +1,183 @@
+#include "quantize/gptq.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "formats/group_rule.h"
+#include "formats/int_matrix.h"
+
+extern "C" {
+// LAPACK (Fortran interface), provided by OpenBLAS or reference LAPACK.
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+}
+
+namespace woq {
+
+namespace {
+
+std::size_t at(std::int64_t r, std::int64_t c, std::int64_t ld) { return static_cast<std::size_t>(r * ld + c); }
+
+// Replaces the symmetric positive definite `a` [k, k] (row-major) by the
+// upper Cholesky factor U of its inverse, a^-1 = U^T U, in the upper
+// triangle. LAPACK is column-major: its lower triangle is our upper one.
+void inverse_cholesky_upper(std::vector<double>& a, std::int64_t k) {
+  const int n = static_cast<int>(k);
+  int info = 0;
+  dpotrf_("L", &n, a.data(), &n, &info);
+  if (info > 0)
+    fail("GPTQ: the damped Hessian is not positive definite (leading minor {} of {}); raise --damp-percent", info,
+         n);
+  if (info == 0) dpotri_("L", &n, a.data(), &n, &info);
+  if (info == 0) dpotrf_("L", &n, a.data(), &n, &info);
+  if (info != 0) fail("GPTQ: inverting the Hessian failed (LAPACK info {}); raise --damp-percent", info);
+}
+
+}  // namespace
+
+Hessian::Hessian(std::int64_t k) : k_(k) {
+  if (k < 1) fail("Hessian: K must be positive, got {}", k);
+  sum_.assign(static_cast<std::size_t>(k * k), 0.0f);
+}
+
+void Hessian::add(const float* x, std::int64_t rows) {
+  if (rows <= 0) return;
+  // Row-major C = X^T X, upper triangle: column-major C' = C^T, lower.
+  cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(k_), static_cast<int>(rows), 1.0f, x,
+              static_cast<int>(k_), 1.0f, sum_.data(), static_cast<int>(k_));
+  rows_ += rows;
+}
+
+std::vector<double> Hessian::matrix() const {
+  if (rows_ == 0) fail("Hessian: no calibration rows were added");
+  std::vector<double> h(sum_.size());
+  const double scale = 2.0 / static_cast<double>(rows_);
+  for (std::int64_t i = 0; i < k_; ++i)
+    for (std::int64_t j = i; j < k_; ++j) h[at(i, j, k_)] = h[at(j, i, k_)] = scale * sum_[at(i, j, k_)];
+  return h;
+}
+
+QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, std::vector<double> h,
+                          const GptqOptions& options, ThreadPool& pool) {
+  const QuantSpec& spec = options.spec;
+  if (!is_quantized(spec.type)) fail("GPTQ quantizes to integer formats, not {}", low_bit_name(spec.type));
+  validate(spec);
+  if (n < 1 || k < 1) fail("GPTQ: empty matrix [{}, {}]", n, k);
+  if (h.size() != static_cast<std::size_t>(k * k)) fail("GPTQ: Hessian has {} entries, expected {}", h.size(), k * k);
+  if (!(options.damp_percent > 0)) fail("GPTQ: damp_percent must be positive, got {}", options.damp_percent);
+  if (options.block_size < 1) fail("GPTQ: block_size must be positive, got {}", options.block_size);
+  const bool per_channel = spec.group_size == -1 || spec.group_size >= k;
+  const std::int64_t g = per_channel ? k : spec.group_size;
+  const std::int64_t groups = (k + g - 1) / g;
+
+  std::vector<double> w(static_cast<std::size_t>(n * k));
+  std::copy_n(w_in, w.size(), w.begin());
+  for (std::int64_t i = 0; i < k; ++i)
+    if (h[at(i, i, k)] == 0.0) {  // dead input: nothing to reconstruct
+      h[at(i, i, k)] = 1.0;
+      for (std::int64_t r = 0; r < n; ++r) w[at(r, i, k)] = 0.0;
+    }
+
+  // Rules fitted once on the (original) weights: per channel, or static groups.
+  std::vector<GroupRule> rules(static_cast<std::size_t>(n * groups));
+  const bool fit_up_front = per_channel || options.static_groups;
+  if (fit_up_front)
+    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> x(static_cast<std::size_t>(g));
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t gi = 0; gi < groups; ++gi) {
+          const std::int64_t len = std::min(g, k - gi * g);
+          for (std::int64_t j = 0; j < len; ++j) x[static_cast<std::size_t>(j)] = static_cast<float>(w[at(r, gi * g + j, k)]);
+          rules[at(r, gi, groups)] = fit_group(spec.type, spec.int4_range, x.data(), len);
+        }
+    });
+
+  // Processing order: by decreasing diag(H) with desc_act (stable for ties).
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (options.desc_act) {
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](std::int32_t a, std::int32_t b) { return h[at(a, a, k)] > h[at(b, b, k)]; });
+    std::vector<double> wp(w.size()), hp(h.size());
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t j = 0; j < k; ++j) wp[at(r, j, k)] = w[at(r, perm[static_cast<std::size_t>(j)], k)];
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t j = 0; j < k; ++j)
+        hp[at(i, j, k)] = h[at(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)], k)];
+    w.swap(wp);
+    h.swap(hp);
+  }
+  double mean_diag = 0;
+  for (std::int64_t i = 0; i < k; ++i) mean_diag += h[at(i, i, k)];
+  mean_diag /= static_cast<double>(k);
+  for (std::int64_t i = 0; i < k; ++i) h[at(i, i, k)] += options.damp_percent * mean_diag;
+  inverse_cholesky_upper(h, k);
+  const std::vector<double>& u = h;
+
+  // Groups form in processing order unless fitted up front.
+  const std::int64_t block =
+      per_channel || options.static_groups ? options.block_size : std::max(g, options.block_size / g * g);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(n * k));  // stored integers, processing order
+  std::vector<double> err(static_cast<std::size_t>(n * block));
+  for (std::int64_t i1 = 0; i1 < k; i1 += block) {
+    const std::int64_t i2 = std::min(k, i1 + block);
+    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> x(static_cast<std::size_t>(g));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        double* row = w.data() + r * k;
+        for (std::int64_t j = i1; j < i2; ++j) {
+          const std::int64_t feature = perm[static_cast<std::size_t>(j)];
+          GroupRule* rule;
+          if (fit_up_front) {
+            rule = &rules[at(r, per_channel ? 0 : feature / g, groups)];
+          } else {
+            rule = &rules[at(r, j / g, groups)];
+            if (j % g == 0) {
+              const std::int64_t len = std::min(g, k - j);
+              for (std::int64_t c = 0; c < len; ++c) x[static_cast<std::size_t>(c)] = static_cast<float>(row[j + c]);
+              *rule = fit_group(spec.type, spec.int4_range, x.data(), len);
+            }
+          }
+          const int qi = rule->quantize(static_cast<float>(row[j]));
+          q[at(r, j, k)] = static_cast<std::uint8_t>(spec.type == LowBit::kSymInt8 ? qi + 128 : qi);
+          const double e = (row[j] - static_cast<double>(rule->value(qi))) / u[at(j, j, k)];
+          for (std::int64_t c = j + 1; c < i2; ++c) row[c] -= e * u[at(j, c, k)];
+          err[at(r, j - i1, block)] = e;
+        }
+      }
+    });
+    if (i2 < k)  // lazy batch update of the columns after the block
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(k - i2),
+                  static_cast<int>(i2 - i1), -1.0, err.data(), static_cast<int>(block), u.data() + i1 * k + i2,
+                  static_cast<int>(k), 1.0, w.data() + i2, static_cast<int>(k));
+  }
+
+  // Back to input-feature order, in the integer form every checkpoint shares.
+  IntMatrix m;
+  m.bits = spec.type == LowBit::kSymInt8 ? 8 : 4;
+  m.rows = n;
+  m.cols = k;
+  m.groups = groups;
+  m.q.resize(q.size());
+  m.zero.resize(static_cast<std::size_t>(n * groups));
+  m.scale.resize(m.zero.size());
+  m.g_idx.resize(static_cast<std::size_t>(k));
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t feature = perm[static_cast<std::size_t>(j)];
+    m.g_idx[static_cast<std::size_t>(feature)] =
+        static_cast<std::int32_t>(per_channel ? 0 : (options.static_groups ? feature / g : j / g));
+    for (std::int64_t r = 0; r < n; ++r) m.q[at(r, feature, k)] = q[at(r, j, k)];
+  }
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    m.zero[i] = static_cast<std::uint16_t>(spec.type == LowBit::kSymInt8 ? 128 : rules[i].zero);
+    m.scale[i] = rules[i].scale;
+  }
+  QuantMatrix out = from_int_matrix(m, spec.group_size, spec.type != LowBit::kAsymInt4, &pool);
+  out.int4_range = spec.int4_range;
+  return out;
+}
+
+}  // namespace woq

@@ -1,0 +1,57 @@
+// GPTQ (Frantar, Ashkboos, Hoefler, Alistarh, "GPTQ: Accurate Post-Training
+// Quantization for Generative Pre-trained Transformers", ICLR 2023,
+// arXiv 2210.17323), following AutoGPTQ's fasterquant: quantize the columns
+// of W one at a time, each time spreading the rounding error over the columns
+// not yet quantized through the inverse Hessian of the layer's inputs, with
+// lazy batch updates in blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/low_bit.h"
+
+namespace woq {
+
+/// Settings of one GPTQ run (names as in AutoGPTQ's BaseQuantizeConfig).
+struct GptqOptions {
+  QuantSpec spec;              ///< sym_int4 (full or clip), asym_int4 or sym_int8, group_size or -1
+  double damp_percent = 0.01;  ///< lambda = damp_percent * mean(diag H) added to diag H
+  bool desc_act = false;       ///< process columns by decreasing diag(H) ("act order")
+  bool static_groups = false;  ///< fit every group's scale/zero on the original W up front
+  std::int64_t block_size = 128;  ///< columns per lazy batch update
+};
+
+/// The Hessian of a linear layer's reconstruction error, H = (2 / T) X^T X,
+/// accumulated over T calibration input rows x (fp32 accumulation like AutoGPTQ).
+class Hessian {
+ public:
+  /// For inputs of K features. Throws woq::Error if K < 1.
+  explicit Hessian(std::int64_t k);
+  /// Adds rows x[0, rows) of K features each (row-major).
+  void add(const float* x, std::int64_t rows);
+  std::int64_t k() const { return k_; }
+  std::int64_t rows() const { return rows_; }
+  /// The full symmetric [K, K] matrix in f64, row-major. Throws woq::Error if no rows were added.
+  std::vector<double> matrix() const;
+
+ private:
+  std::int64_t k_;
+  std::int64_t rows_ = 0;
+  std::vector<float> sum_;  ///< upper triangle of X^T X, row-major [K, K]
+};
+
+/// GPTQ of W [N, K] (fp32 row-major) given its Hessian `h` ([K, K] f64 as
+/// from Hessian::matrix). Returns W in options.spec's format; with desc_act
+/// (and without static_groups) the result has input_order set (groups are
+/// formed in processing order, as GPTQ's g_idx records). Inputs with
+/// H_ii = 0 ("dead") get weight 0. Group parameters follow woq's RTN rule of
+/// the format (group_rule.h), fitted on the error-updated weights when a group
+/// starts (the block size is rounded to a multiple of group_size so that a
+/// group never straddles a lazy update). Throws woq::Error if H + lambda*I
+/// is not positive definite (raise damp_percent) or on a bad spec.
+QuantMatrix gptq_quantize(const float* w, std::int64_t n, std::int64_t k, std::vector<double> h,
+                          const GptqOptions& options, ThreadPool& pool);
+
+}  // namespace woq
