@@ -1,4 +1,6 @@
 // woq quantize: write a GPTQ-format checkpoint.
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/core.h>
@@ -6,6 +8,9 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "bench/bench.h"
+#include "io/json_file.h"
+#include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
 
 namespace woq::cli {
@@ -20,6 +25,16 @@ struct QuantizeArgs {
   std::string method = "rtn";
   std::string gptq_format = "v1";
   double max_shard_gb = 5.0;
+  double damp_percent = 0.01;
+  bool desc_act = false;
+  bool static_groups = false;
+  bool true_sequential = false;
+  std::int64_t block_size = 128;
+  std::string calib = "random";
+  std::string calib_file;
+  std::int64_t nsamples = 32;
+  std::int64_t seqlen = 512;
+  std::uint64_t seed = 0;
   bool force = false;
   int threads = 0;
 };
@@ -29,7 +44,7 @@ double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 
 int run_quantize(const QuantizeArgs& a) {
   QuantizeOptions options;
   options.spec = {parse_low_bit(a.low_bit), a.group_size, parse_int4_range(a.int4_range)};
-  if (a.method != "rtn") fail("--method '{}' is not supported (available: rtn)", a.method);
+  if (a.method != "rtn" && a.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", a.method);
   if (a.gptq_format == "v1") {
     options.zeros = GptqZeros::kV1;
   } else if (a.gptq_format == "v2") {
@@ -43,7 +58,47 @@ int run_quantize(const QuantizeArgs& a) {
   options.method = a.method;
   options.progress = [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); };
   ThreadPool pool(a.threads);
-  const QuantizeReport r = quantize_checkpoint(a.in_dir, a.out_dir, options, pool);
+  BlockQuantizer gptq;
+  std::unique_ptr<LlamaModel> model;
+  std::optional<TensorStore> store;
+  if (a.method == "gptq") {
+    options.damp_percent = a.damp_percent;
+    options.desc_act = a.desc_act;
+    options.static_groups = a.static_groups;
+    options.true_sequential = a.true_sequential;
+    model = load_for_calibration(a.in_dir, pool);
+    store = TensorStore::open_dir(a.in_dir);
+    std::int64_t count = a.nsamples, length = a.seqlen;
+    if (a.calib != "random") {  // random:NxL
+      const std::size_t x = a.calib.find_first_of("x*");
+      if (a.calib.rfind("random:", 0) != 0 || x == std::string::npos)
+        fail("--calib '{}' is not random or random:NxL (e.g. random:128x512)", a.calib);
+      try {
+        count = std::stoll(a.calib.substr(7, x - 7));
+        length = std::stoll(a.calib.substr(x + 1));
+      } catch (const std::exception&) {
+        fail("--calib '{}': N and L must be integers (e.g. random:128x512)", a.calib);
+      }
+    }
+    if (count < 1 || length < 1 || length > model->context_limit())
+      fail("calibration of {} x {} tokens: need N >= 1 and 1 <= L <= {}", count, length, model->context_limit());
+    Calibration calibration =
+        a.calib_file.empty()
+            ? random_calibration(count, length, model->config().vocab_size, a.seed)
+            : text_calibration(Tokenizer::load(a.in_dir), read_text_file(a.calib_file), count, length);
+    fmt::print(stderr, "woq: GPTQ calibration: {} sequences x {} tokens ({}), damp_percent {}, desc_act {}, "
+               "static_groups {}, true_sequential {}, block_size {}\n",
+               count, length, a.calib_file.empty() ? fmt::format("random ids, seed {}", a.seed) : a.calib_file,
+               a.damp_percent, a.desc_act, a.static_groups, a.true_sequential, a.block_size);
+    GptqOptions g;
+    g.spec = options.spec;
+    g.damp_percent = a.damp_percent;
+    g.desc_act = a.desc_act;
+    g.static_groups = a.static_groups;
+    g.block_size = a.block_size;
+    gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, a.true_sequential, pool);
+  }
+  const QuantizeReport r = quantize_checkpoint(a.in_dir, a.out_dir, options, pool, gptq);
   for (const auto& note : r.notes) fmt::print(stderr, "woq: note: {}\n", note);
   fmt::print(stderr,
              "woq: wrote {} (GPTQ {}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
@@ -52,6 +107,7 @@ int run_quantize(const QuantizeArgs& a) {
              a.group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", a.group_size), a.method,
              r.matrices, mib(r.bytes_before), mib(r.bytes_after),
              100.0 * static_cast<double>(r.bytes_after) / static_cast<double>(r.bytes_before), r.seconds);
+  fmt::print(stderr, "woq: peak RSS {:.2f} GiB\n", static_cast<double>(peak_rss_bytes()) / (1u << 30));
   return 0;
 }
 
@@ -71,7 +127,24 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--int4-range", args->int4_range,
                   "sym_int4 range: full ([-8, 7], ggml Q4_0; signed scales) or clip ([-7, 7]; positive scales)")
       ->capture_default_str();
-  cmd->add_option("--method", args->method, "Quantization algorithm: rtn (round to nearest)")->capture_default_str();
+  cmd->add_option("--method", args->method, "Quantization algorithm: rtn (round to nearest) or gptq")
+      ->capture_default_str();
+  cmd->add_option("--damp-percent", args->damp_percent, "GPTQ: dampening, as a fraction of mean(diag H)")
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_flag("--desc-act", args->desc_act, "GPTQ: quantize columns by decreasing activation size (act order)");
+  cmd->add_flag("--static-groups", args->static_groups, "GPTQ: fit all group scales on the original weights first");
+  cmd->add_flag("--true-sequential", args->true_sequential,
+                "GPTQ: quantize q/k/v, o, gate/up, down in turn, each on inputs through the quantized ones");
+  cmd->add_option("--block-size", args->block_size, "GPTQ: columns per lazy batch update")
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--calib", args->calib, "GPTQ calibration: random (--nsamples x --seqlen) or random:NxL")
+      ->capture_default_str();
+  cmd->add_option("--calib-file", args->calib_file, "GPTQ calibration from a text file: --nsamples windows of --seqlen tokens");
+  cmd->add_option("--nsamples", args->nsamples, "GPTQ: calibration sequences")->capture_default_str()->check(kPositive);
+  cmd->add_option("--seqlen", args->seqlen, "GPTQ: tokens per calibration sequence")->capture_default_str()->check(kPositive);
+  cmd->add_option("--seed", args->seed, "GPTQ: seed of the random calibration tokens")->capture_default_str();
   cmd->add_option("--gptq-format", args->gptq_format,
                   "qzeros format: v1 (zero - 1, read everywhere) or v2 (the zero itself; needed when an "
                   "asym_int4 zero point is 0)")

@@ -20,14 +20,20 @@ void require_regular_file(const std::string& path, std::uintmax_t max_bytes) {
   if (size > max_bytes) fail("{}: {} bytes is larger than the {} bytes accepted", path, size, max_bytes);
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  require_regular_file(path, kMaxJsonFileBytes);
+std::string read_text_file(const std::string& path, std::uintmax_t max_bytes) {
+  require_regular_file(path, max_bytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open", path);
   std::stringstream buf;
   buf << in.rdbuf();
+  if (!in.good() && !in.eof()) fail("{}: read failed", path);
+  return buf.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  const std::string text = read_text_file(path, kMaxJsonFileBytes);
   try {
-    return nlohmann::json::parse(buf.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }

@@ -26,6 +26,10 @@ std::string describe_json(const nlohmann::json& value);
 /// MAX bytes" unless `path` is a regular file of at most `max_bytes`.
 void require_regular_file(const std::string& path, std::uintmax_t max_bytes);
 
+/// The contents of the regular file `path` (at most `max_bytes`). Throws
+/// woq::Error as require_regular_file does, or "PATH: cannot open".
+std::string read_text_file(const std::string& path, std::uintmax_t max_bytes = 1ull << 30);
+
 /// Writes `json` (indented by 2) to `path` through a temporary file renamed
 /// into place. Throws woq::Error naming the path on failure.
 void write_json_file(const std::string& path, const nlohmann::ordered_json& json);

@@ -106,6 +106,87 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
   });
 }
 
+// Activations of one forward pass, [T, dim] row-major each.
+struct LlamaModel::Scratch {
+  Scratch(const ModelConfig& c, std::int64_t t)
+      : xn(static_cast<std::size_t>(t * c.hidden_size)),
+        q(static_cast<std::size_t>(t * c.q_dim())),
+        k(static_cast<std::size_t>(t * c.kv_dim())),
+        v(k.size()),
+        att(q.size()),
+        gate(static_cast<std::size_t>(t * c.intermediate_size)),
+        up(gate.size()),
+        proj(xn.size()) {}
+  std::vector<float> xn, q, k, v, att, gate, up, proj;
+};
+
+void LlamaModel::block(std::int64_t l, float* x, std::int64_t t_count, std::int64_t pos0, KVCache& cache,
+                       std::int64_t cache_layer, Scratch& s, const LinearObserver* observe) {
+  const ModelConfig& c = config_;
+  const std::int64_t hidden = c.hidden_size;
+  const std::int64_t q_dim = c.q_dim();
+  const std::int64_t kv_dim = c.kv_dim();
+  const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
+  auto norm_rows = [&](const std::vector<float>& weight) {
+    for (std::int64_t t = 0; t < t_count; ++t)
+      rms_norm(x + t * hidden, weight.data(), hidden, static_cast<float>(c.rms_norm_eps), s.xn.data() + t * hidden);
+  };
+  auto linear = [&](int i, const QuantMatrix& m, const float* in, float* out) {
+    if (observe != nullptr) (*observe)(i, in, t_count);
+    matmul(m, in, t_count, out, *pool_);
+  };
+  norm_rows(w.attn_norm);
+  linear(0, w.wq, s.xn.data(), s.q.data());
+  linear(1, w.wk, s.xn.data(), s.k.data());
+  linear(2, w.wv, s.xn.data(), s.v.data());
+  add_bias(s.q.data(), w.bq, t_count);
+  add_bias(s.k.data(), w.bk, t_count);
+  add_bias(s.v.data(), w.bv, t_count);
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    rope(s.q.data() + t * q_dim, c.num_attention_heads, c.head_dim, pos0 + t, inv_freq_.data());
+    rope(s.k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, pos0 + t, inv_freq_.data());
+    std::copy_n(s.k.data() + t * kv_dim, kv_dim, cache.key(cache_layer, pos0 + t));
+    std::copy_n(s.v.data() + t * kv_dim, kv_dim, cache.value(cache_layer, pos0 + t));
+  }
+  attention(s.q.data(), t_count, pos0, cache_layer, cache, s.att.data());
+  linear(3, w.wo, s.att.data(), s.proj.data());
+  for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
+
+  norm_rows(w.mlp_norm);
+  linear(4, w.gate, s.xn.data(), s.gate.data());
+  linear(5, w.up, s.xn.data(), s.up.data());
+  swiglu(s.gate.data(), s.up.data(), t_count * c.intermediate_size);
+  linear(6, w.down, s.gate.data(), s.proj.data());
+  for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
+}
+
+void LlamaModel::embed(std::span<const std::int32_t> tokens, float* x) const {
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    const std::int32_t id = tokens[t];
+    if (id < 0 || id >= config_.vocab_size)
+      fail("token id {} is outside the vocabulary [0, {})", id, config_.vocab_size);
+    dequantize_row(embed_, id, x + static_cast<std::int64_t>(t) * config_.hidden_size);
+  }
+}
+
+void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe) {
+  if (layer < 0 || layer >= config_.num_hidden_layers)
+    fail("forward_block: layer {} is outside [0, {})", layer, config_.num_hidden_layers);
+  if (t_count < 1 || t_count > context_limit())
+    fail("forward_block: {} tokens is outside [1, {}]", t_count, context_limit());
+  KVCache cache(1, t_count, config_.kv_dim());
+  Scratch s(config_, t_count);
+  block(layer, x, t_count, 0, cache, 0, s, observe ? &observe : nullptr);
+}
+
+QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {
+  if (layer < 0 || layer >= config_.num_hidden_layers || index < 0 || index >= 7)
+    fail("block_linear: no linear {} in layer {}", index, layer);
+  LayerWeights& w = layers_[static_cast<std::size_t>(layer)];
+  QuantMatrix* const all[7] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
+  return *all[index];
+}
+
 void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
                          std::vector<float>& logits) {
   const ModelConfig& c = config_;
@@ -115,66 +196,19 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
   if (pos0 + t_count > cache.capacity)
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
   const std::int64_t hidden = c.hidden_size;
-  const std::int64_t q_dim = c.q_dim();
-  const std::int64_t kv_dim = c.kv_dim();
-  const std::int64_t inter = c.intermediate_size;
-
-  std::vector<float> x(static_cast<std::size_t>(t_count * hidden));        // (T, hidden) residual
-  std::vector<float> xn(x.size());                                           // (T, hidden) normed
-  std::vector<float> q(static_cast<std::size_t>(t_count * q_dim));         // (T, q_dim)
-  std::vector<float> k(static_cast<std::size_t>(t_count * kv_dim));        // (T, kv_dim)
-  std::vector<float> v(k.size());                                            // (T, kv_dim)
-  std::vector<float> att(q.size());                                          // (T, q_dim)
-  std::vector<float> gate(static_cast<std::size_t>(t_count * inter));      // (T, intermediate)
-  std::vector<float> up(gate.size());                                        // (T, intermediate)
-  std::vector<float> proj(x.size());                                         // (T, hidden)
-
-  for (std::int64_t t = 0; t < t_count; ++t) {
-    const std::int32_t id = tokens[static_cast<std::size_t>(t)];
-    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
-    dequantize_row(embed_, id, x.data() + t * hidden);
-  }
-  auto norm_rows = [&](const std::vector<float>& weight) {
-    for (std::int64_t t = 0; t < t_count; ++t)
-      rms_norm(x.data() + t * hidden, weight.data(), hidden, static_cast<float>(c.rms_norm_eps),
-               xn.data() + t * hidden);
-  };
-
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
-    norm_rows(w.attn_norm);
-    matmul(w.wq, xn.data(), t_count, q.data(), *pool_);
-    matmul(w.wk, xn.data(), t_count, k.data(), *pool_);
-    matmul(w.wv, xn.data(), t_count, v.data(), *pool_);
-    add_bias(q.data(), w.bq, t_count);
-    add_bias(k.data(), w.bk, t_count);
-    add_bias(v.data(), w.bv, t_count);
-    for (std::int64_t t = 0; t < t_count; ++t) {
-      rope(q.data() + t * q_dim, c.num_attention_heads, c.head_dim, pos0 + t, inv_freq_.data());
-      rope(k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, pos0 + t, inv_freq_.data());
-      std::copy_n(k.data() + t * kv_dim, kv_dim, cache.key(l, pos0 + t));
-      std::copy_n(v.data() + t * kv_dim, kv_dim, cache.value(l, pos0 + t));
-    }
-    attention(q.data(), t_count, pos0, l, cache, att.data());
-    matmul(w.wo, att.data(), t_count, proj.data(), *pool_);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-
-    norm_rows(w.mlp_norm);
-    matmul(w.gate, xn.data(), t_count, gate.data(), *pool_);
-    matmul(w.up, xn.data(), t_count, up.data(), *pool_);
-    swiglu(gate.data(), up.data(), t_count * inter);
-    matmul(w.down, gate.data(), t_count, proj.data(), *pool_);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-  }
+  std::vector<float> x(static_cast<std::size_t>(t_count * hidden));  // (T, hidden) residual
+  embed(tokens, x.data());
+  Scratch s(c, t_count);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x.data(), t_count, pos0, cache, l, s, nullptr);
   cache.length = pos0 + t_count;
 
   const std::int64_t first = all_logits ? 0 : t_count - 1;
   const std::int64_t rows = t_count - first;
   for (std::int64_t t = first; t < t_count; ++t)
     rms_norm(x.data() + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
-             xn.data() + (t - first) * hidden);
+             s.xn.data() + (t - first) * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
-  matmul(lm_head_ ? *lm_head_ : embed_, xn.data(), rows, logits.data(), *pool_);
+  matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_);
 }
 
 }  // namespace woq

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,6 +35,12 @@ struct LayerWeights {
   QuantMatrix up;                ///< (intermediate, hidden)
   QuantMatrix down;              ///< (hidden, intermediate)
 };
+
+/// The seven linear layers of a decoder block, in the order LayerWeights,
+/// forward_block's observer and block_linear number them.
+inline constexpr const char* kBlockLinears[7] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 /// How to load a checkpoint.
 struct LoadOptions {
@@ -100,7 +107,25 @@ class LlamaModel {
   void forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
                std::vector<float>& logits);
 
+  // Block-by-block access, for calibration (GPTQ).
+
+  /// Receives the input x [rows, K] of block linear `index` (kBlockLinears
+  /// order) just before it runs.
+  using LinearObserver = std::function<void(int index, const float* x, std::int64_t rows)>;
+  /// Token embeddings: x [tokens.size(), hidden]. Throws woq::Error for an id outside [0, vocab).
+  void embed(std::span<const std::int32_t> tokens, float* x) const;
+  /// Runs decoder block `layer` in place on the hidden states x [T, hidden] of
+  /// one sequence at positions [0, T) (with its own KV), calling `observe`
+  /// (when set) before each linear. Throws woq::Error for a bad layer or T.
+  void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe);
+  /// Linear `index` (kBlockLinears order) of block `layer`, to inspect or
+  /// replace. Throws woq::Error for a bad index.
+  QuantMatrix& block_linear(std::int64_t layer, int index);
+
  private:
+  struct Scratch;
+  void block(std::int64_t layer, float* x, std::int64_t t_count, std::int64_t pos0, KVCache& cache,
+             std::int64_t cache_layer, Scratch& scratch, const LinearObserver* observe);
   LlamaModel(ModelConfig config, ThreadPool& pool);
   void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
                  KVCache& cache, float* out);

@@ -15,14 +15,9 @@
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "model/llama.h"
 
 namespace woq {
-
-/// The seven linear layers of one decoder block, in this order:
-/// q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
-inline constexpr const char* kBlockLinears[7] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 /// Produces the seven quantized linear layers of decoder block `layer`
 /// (order of kBlockLinears). Called once per layer, in increasing order.

@@ -1,0 +1,103 @@
+#include "quantize/gptq_calibration.h"
+
+#include <map>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+
+namespace woq {
+
+namespace {
+
+// Block linears sharing one input (and so one Hessian): the first of each set.
+constexpr int kInputOf[7] = {0, 0, 0, 3, 4, 4, 6};
+
+}  // namespace
+
+Calibration random_calibration(std::int64_t count, std::int64_t length, std::int64_t vocab, std::uint64_t seed) {
+  if (count < 1 || length < 1 || vocab < 1)
+    fail("random calibration needs positive sizes, got {} x {} over a vocabulary of {}", count, length, vocab);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(vocab - 1));
+  Calibration out(static_cast<std::size_t>(count));
+  for (auto& seq : out) {
+    seq.resize(static_cast<std::size_t>(length));
+    for (auto& t : seq) t = id(rng);
+  }
+  return out;
+}
+
+Calibration text_calibration(const Tokenizer& tokenizer, const std::string& text, std::int64_t count,
+                             std::int64_t length) {
+  if (count < 1 || length < 1) fail("text calibration needs positive sizes, got {} x {}", count, length);
+  const std::vector<std::int32_t> ids = tokenizer.encode(text);
+  if (static_cast<std::int64_t>(ids.size()) < count * length)
+    fail("the calibration text has {} tokens; {} windows of {} need {}", ids.size(), count, length, count * length);
+  Calibration out;
+  for (std::int64_t i = 0; i < count; ++i)
+    out.emplace_back(ids.begin() + i * length, ids.begin() + (i + 1) * length);
+  return out;
+}
+
+std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool) {
+  const TensorStore store = TensorStore::open_dir(dir);
+  const TensorView& probe = store.get("model.layers.0.self_attn.q_proj.weight");
+  LoadOptions options;
+  options.linear.type = probe.dtype == DType::kF16 ? LowBit::kFp16 : probe.dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;
+  return LlamaModel::load(dir, options, pool);
+}
+
+BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store, Calibration calibration,
+                                    const GptqOptions& options, bool true_sequential, ThreadPool& pool) {
+  if (calibration.empty()) fail("GPTQ needs calibration data");
+  const std::int64_t hidden = model.config().hidden_size;
+  const std::int64_t length = static_cast<std::int64_t>(calibration.front().size());
+  // Hidden states entering the next block, one buffer per sequence.
+  auto states = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& seq : calibration) {
+    if (static_cast<std::int64_t>(seq.size()) != length) fail("calibration sequences must have equal lengths");
+    states->emplace_back(static_cast<std::size_t>(length * hidden));
+    model.embed(seq, states->back().data());
+  }
+  return [&model, &store, states, options, true_sequential, &pool, length](std::int64_t layer) {
+    const std::vector<std::vector<int>> stages =
+        true_sequential ? std::vector<std::vector<int>>{{0, 1, 2}, {3}, {4, 5}, {6}}
+                        : std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6}};
+    std::vector<QuantMatrix> out(7);
+    std::vector<float> x;
+    for (const auto& stage : stages) {
+      std::map<int, Hessian> hessians;  // by kInputOf
+      for (const int i : stage) hessians.try_emplace(kInputOf[i], model.block_linear(layer, i).cols);
+      const LlamaModel::LinearObserver observe = [&](int i, const float* in, std::int64_t rows) {
+        const auto it = hessians.find(i);
+        if (it != hessians.end()) it->second.add(in, rows);
+      };
+      for (const auto& state : *states) {
+        x = state;
+        model.forward_block(layer, x.data(), length, observe);
+      }
+      for (const int i : stage) {
+        const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
+        require_float_dtype(t);
+        std::vector<float> w(static_cast<std::size_t>(t.numel()));
+        tensor_to_f32(t, w.data());
+        release_pages(t.bytes);
+        try {
+          out[static_cast<std::size_t>(i)] =
+              gptq_quantize(w.data(), t.shape[0], t.shape[1], hessians.at(kInputOf[i]).matrix(), options, pool);
+        } catch (const Error& e) {
+          fail("{}: tensor '{}': {}", t.file, t.name, e.what());
+        }
+        model.block_linear(layer, i) = out[static_cast<std::size_t>(i)];
+      }
+    }
+    for (auto& state : *states) model.forward_block(layer, state.data(), length, nullptr);
+    return out;
+  };
+}
+
+}  // namespace woq
