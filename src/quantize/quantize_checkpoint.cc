@@ -222,6 +222,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   std::int64_t current = -1;
   std::vector<GptqTensors> packed;
   auto block_start = std::chrono::steady_clock::now();
+  const auto first_block = block_start;
   const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) {
     const Source& s = sources[i];
     if (s.copy != nullptr) {
@@ -243,9 +244,12 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       }
       current = s.layer;
       const auto now = std::chrono::steady_clock::now();
+      const double elapsed = std::chrono::duration<double>(now - first_block).count();
+      const std::int64_t left = config.num_hidden_layers - s.layer - 1;
       if (options.progress)
-        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s", s.layer + 1, config.num_hidden_layers,
-                                     std::chrono::duration<double>(now - block_start).count()));
+        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s (ETA {:.0f} s)", s.layer + 1,
+                                     config.num_hidden_layers, std::chrono::duration<double>(now - block_start).count(),
+                                     elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left)));
       block_start = now;
     }
     const GptqTensors& t = packed[static_cast<std::size_t>(s.linear)];
