@@ -114,7 +114,7 @@ TEST(Cli, QuantizeThenGenerateFromTheCheckpoint) {
   EXPECT_NE(r.err.find("35 linear layers; tensors 0.99 MiB -> 0.26 MiB"), std::string::npos) << r.err;
   const RunResult stored = run("generate -m " + out + " -p \"Once upon a time\" -n 30 --temperature 0");
   ASSERT_EQ(stored.code, 0) << stored.err;
-  EXPECT_NE(stored.err.find("35 linear layers used as stored in the GPTQ v1 4-bit sym group_size 32 checkpoint"),
+  EXPECT_NE(stored.err.find("35 linear layers used as stored in the GPTQ v1 4-bit sym group_size 32 checkpoint (repacked"),
             std::string::npos)
       << stored.err;
   const RunResult memory = run("generate -m " + kModel + " -p \"Once upon a time\" -n 30 --temperature 0 --group-size 32");
@@ -131,6 +131,39 @@ TEST(Cli, QuantizeThenGenerateFromTheCheckpoint) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("writes integer formats"), std::string::npos) << r.err;
   EXPECT_FALSE(std::ifstream(tmp.file("x") + "/config.json").good());
+}
+
+TEST(Cli, QuantizeGptqWritesALoadableCheckpointAndChecksItsFlags) {
+  test::TempDir tmp;
+  const std::string out = tmp.file("gptq");
+  RunResult r = run("quantize -m " + kModel + " -o " + out + " --method gptq --calib random:8x64 --desc-act -t 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("GPTQ calibration: 8 sequences x 64 tokens (random ids, seed 0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("peak RSS"), std::string::npos) << r.err;
+  const auto config = nlohmann::json::parse(test::read_file(out + "/config.json"));
+  EXPECT_EQ(config["quantization_config"]["desc_act"], true);
+  EXPECT_EQ(config["quantization_config"]["meta"]["woq_method"], "gptq");
+  r = run("generate -m " + out + " -p \"Once upon a time\" -n 10");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("act-order checkpoint"), std::string::npos) << r.err;
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--method gptq --calib random:2x4x5", "--calib 'random:2x4x5' is not random or random:NxL"},
+      {"--method gptq --calib random:0x5", "--calib 'random:0x5' is not random or random:NxL"},
+      {"--method gptq --calib random:2x99999", "exceed the model's context of 512"},
+      {"--method gptq --calib random:99999999999x2", "GiB of fp32 activations"},
+      {"--method gptq --damp-percent 2", "--damp-percent must be in (0, 1], got 2"},
+      {"--method gptq --calib-file /nonexistent/calib.txt", "--calib-file /nonexistent/calib.txt: "},
+      {"--method gptq --calib random:2x4 --calib-file x.txt", "--calib and --calib-file are alternatives"},
+      {"--damp-percent 0.05", "--damp-percent applies to --method gptq only"},
+      {"--calib-file x.txt", "--calib-file applies to --method gptq only"},
+  };
+  for (const auto& [flags, message] : bad) {
+    r = run("quantize -m " + kModel + " -o " + tmp.file("bad") + " " + flags);
+    EXPECT_EQ(r.code, 1) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+  }
 }
 
 }  // namespace

@@ -36,10 +36,13 @@ TEST(GptqModel, BeatsRtnOnHeldOutStories) {
     QuantSpec spec;
     GptqZeros zeros;
     bool required;  // GPTQ must beat RTN (the acceptance case)
+    bool true_sequential = false;
+    bool desc_act = false;
   };
   for (const Case& c : {Case{{LowBit::kSymInt4, 32, Int4Range::kFull}, GptqZeros::kV1, true},
                         Case{{LowBit::kAsymInt4, 32, Int4Range::kFull}, GptqZeros::kV2, false},
-                        Case{{LowBit::kSymInt8, -1, Int4Range::kFull}, GptqZeros::kV1, false}}) {
+                        Case{{LowBit::kSymInt8, -1, Int4Range::kFull}, GptqZeros::kV1, false},
+                        Case{{LowBit::kSymInt4, 32, Int4Range::kFull}, GptqZeros::kV1, true, true, true}}) {
     test::TempDir tmp;
     QuantizeOptions options;
     options.spec = c.spec;
@@ -49,12 +52,16 @@ TEST(GptqModel, BeatsRtnOnHeldOutStories) {
     const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
     GptqOptions g;
     g.spec = c.spec;
+    g.desc_act = c.desc_act;
+    options.desc_act = c.desc_act;
     quantize_checkpoint(WOQ_MODEL_DIR, tmp.file("gptq"), options, pool,
-                        gptq_block_quantizer(*model, store, text_calibration(tok, calib_text, 64, 256), g, false, pool));
+                        gptq_block_quantizer(*model, store, text_calibration(tok, calib_text, 64, 256), g,
+                                             c.true_sequential, pool));
     const LogitAgreement rtn = compare_logits(ref, heldout_logits(WOQ_MODEL_DIR, c.spec, heldout, pool), vocab);
     const LogitAgreement gptq = compare_logits(ref, heldout_logits(tmp.file("gptq"), c.spec, heldout, pool), vocab);
-    std::printf("%-9s g%-3lld held-out vs fp32: RTN mean KL %.5f top-1 %.1f %% | GPTQ mean KL %.5f top-1 %.1f %%\n",
-                std::string(low_bit_name(c.spec.type)).c_str(), static_cast<long long>(c.spec.group_size), rtn.mean_kl,
+    std::printf("%-9s g%-3lld%s held-out vs fp32: RTN mean KL %.5f top-1 %.1f %% | GPTQ mean KL %.5f top-1 %.1f %%\n",
+                std::string(low_bit_name(c.spec.type)).c_str(), static_cast<long long>(c.spec.group_size),
+                c.true_sequential ? " true_sequential desc_act" : "", rtn.mean_kl,
                 100 * rtn.top1_agreement, gptq.mean_kl, 100 * gptq.top1_agreement);
     EXPECT_GT(gptq.mean_kl, 0.0);
     if (c.required) {

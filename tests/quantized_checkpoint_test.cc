@@ -365,6 +365,17 @@ TEST_F(BadQuantizedCheckpoint, ConfigDisagreesWithTensors) {
   EXPECT_NE(e.find("field 'quant_method' is 'awq'"), std::string::npos) << e;
 }
 
+TEST_F(BadQuantizedCheckpoint, NonFiniteScale) {
+  edit_tensors(dir(), [](std::vector<RawTensor>& t) {
+    RawTensor& s = find(t, "model.layers.1.self_attn.o_proj.scales");
+    auto v = as<std::uint16_t>(s);
+    v[7] = 0x7e00;  // NaN
+    store(s, v);
+  });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("'model.layers.1.self_attn.o_proj.scales' holds nan at index 7"), std::string::npos) << e;
+}
+
 TEST_F(BadQuantizedCheckpoint, MissingQzeros) {
   edit_tensors(dir(), [](std::vector<RawTensor>& t) {
     t.erase(std::remove_if(t.begin(), t.end(), [](const RawTensor& r) { return r.name == "model.layers.4.mlp.down_proj.qzeros"; }),
@@ -421,6 +432,24 @@ TEST(QuantizeWriting, RefusesExistingOutputUnlessForcedAndNeverTouchesInput) {
   const std::string e = error_of([&] { quantize_checkpoint(out, tmp.file("qq"), options, pool); });
   EXPECT_NE(e.find("already quantized (GPTQ v1 8-bit sym per channel)"), std::string::npos) << e;
   EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);
+}
+
+TEST(QuantizeWriting, RefusesOutputContainingOrInsideInput) {
+  TempDir tmp;
+  ThreadPool pool(1);
+  const std::string inner = tmp.file("outer/inner");
+  test::copy_model(WOQ_MODEL_DIR, inner);
+  QuantizeOptions options;
+  options.spec = {LowBit::kSymInt4, 32, Int4Range::kFull};
+  options.force = true;
+  std::string e = error_of([&] { quantize_checkpoint(inner, tmp.file("outer"), options, pool); });
+  EXPECT_NE(e.find("is or contains the input directory"), std::string::npos) << e;
+  e = error_of([&] { quantize_checkpoint(inner, inner + "/../inner", options, pool); });
+  EXPECT_NE(e.find("is or contains the input directory"), std::string::npos) << e;
+  e = error_of([&] { quantize_checkpoint(inner, inner + "/q", options, pool); });
+  EXPECT_NE(e.find("is inside the input directory"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(inner + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(inner + "/q"));
 }
 
 TEST(QuantizeWriting, FailureLeavesNoOutputAndNoTemporaryFiles) {

@@ -55,9 +55,9 @@ void print_load_report(const LoadReport& r, const LoadOptions& options) {
   for (const auto& w : r.warnings) fmt::print(stderr, "woq: warning: {}\n", w);
   if (r.linear_imported > 0)
     fmt::print(stderr,
-               "woq: {} linear layers used as stored in the {} checkpoint (repacked into woq's layout, not "
-               "re-quantized): {:.2f} MiB\n",
-               r.linear_imported, r.imported_format, mib(r.linear_imported_bytes));
+               "woq: {} linear layers used as stored in the {} checkpoint (repacked into woq's layout in {:.2f} s, "
+               "not re-quantized): {:.2f} MiB\n",
+               r.linear_imported, r.imported_format, r.repack_seconds, mib(r.linear_imported_bytes));
   const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
                                                          mib(r.lm_head_bytes))
                                            : "";

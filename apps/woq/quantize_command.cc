@@ -1,5 +1,7 @@
 // woq quantize: write a GPTQ-format checkpoint.
+#include <charconv>
 #include <memory>
+#include <tuple>
 #include <optional>
 #include <string>
 
@@ -37,7 +39,21 @@ struct QuantizeArgs {
   std::uint64_t seed = 0;
   bool force = false;
   int threads = 0;
+  CLI::App* cmd = nullptr;
 };
+
+// "random:NxL" -> {N, L}; throws on anything else.
+std::pair<std::int64_t, std::int64_t> parse_random_calib(const std::string& spec) {
+  std::int64_t count = 0, length = 0;
+  const char* p = spec.data() + std::string_view("random:").size();
+  const char* end = spec.data() + spec.size();
+  auto r = std::from_chars(p, end, count);
+  if (spec.rfind("random:", 0) == 0 && r.ec == std::errc() && r.ptr != end && (*r.ptr == 'x' || *r.ptr == '*')) {
+    r = std::from_chars(r.ptr + 1, end, length);
+    if (r.ec == std::errc() && r.ptr == end && count > 0 && length > 0) return {count, length};
+  }
+  fail("--calib '{}' is not random or random:NxL with positive integers N and L (e.g. random:128x512)", spec);
+}
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -45,6 +61,13 @@ int run_quantize(const QuantizeArgs& a) {
   QuantizeOptions options;
   options.spec = {parse_low_bit(a.low_bit), a.group_size, parse_int4_range(a.int4_range)};
   if (a.method != "rtn" && a.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", a.method);
+  if (a.method == "rtn")
+    for (const char* flag : {"--damp-percent", "--desc-act", "--static-groups", "--true-sequential", "--block-size",
+                             "--calib", "--calib-file", "--nsamples", "--seqlen", "--seed"})
+      if (a.cmd->count(flag) > 0) fail("{} applies to --method gptq only", flag);
+  if (a.cmd->count("--calib") > 0 && a.cmd->count("--calib-file") > 0)
+    fail("--calib and --calib-file are alternatives; give one (--calib-file uses --nsamples and --seqlen)");
+  if (!(a.damp_percent > 0 && a.damp_percent <= 1)) fail("--damp-percent must be in (0, 1], got {}", a.damp_percent);
   if (a.gptq_format == "v1") {
     options.zeros = GptqZeros::kV1;
   } else if (a.gptq_format == "v2") {
@@ -69,23 +92,20 @@ int run_quantize(const QuantizeArgs& a) {
     model = load_for_calibration(a.in_dir, pool);
     store = TensorStore::open_dir(a.in_dir);
     std::int64_t count = a.nsamples, length = a.seqlen;
-    if (a.calib != "random") {  // random:NxL
-      const std::size_t x = a.calib.find_first_of("x*");
-      if (a.calib.rfind("random:", 0) != 0 || x == std::string::npos)
-        fail("--calib '{}' is not random or random:NxL (e.g. random:128x512)", a.calib);
+    if (a.calib != "random") std::tie(count, length) = parse_random_calib(a.calib);
+    if (length > model->context_limit())
+      fail("calibration sequences of {} tokens exceed the model's context of {}", length, model->context_limit());
+    check_calibration_memory(count, length, model->config().hidden_size);
+    Calibration calibration;
+    if (a.calib_file.empty()) {
+      calibration = random_calibration(count, length, model->config().vocab_size, a.seed);
+    } else {
       try {
-        count = std::stoll(a.calib.substr(7, x - 7));
-        length = std::stoll(a.calib.substr(x + 1));
-      } catch (const std::exception&) {
-        fail("--calib '{}': N and L must be integers (e.g. random:128x512)", a.calib);
+        calibration = text_calibration(Tokenizer::load(a.in_dir), read_text_file(a.calib_file), count, length);
+      } catch (const Error& e) {
+        fail("--calib-file {}: {}", a.calib_file, e.what());
       }
     }
-    if (count < 1 || length < 1 || length > model->context_limit())
-      fail("calibration of {} x {} tokens: need N >= 1 and 1 <= L <= {}", count, length, model->context_limit());
-    Calibration calibration =
-        a.calib_file.empty()
-            ? random_calibration(count, length, model->config().vocab_size, a.seed)
-            : text_calibration(Tokenizer::load(a.in_dir), read_text_file(a.calib_file), count, length);
     fmt::print(stderr, "woq: GPTQ calibration: {} sequences x {} tokens ({}), damp_percent {}, desc_act {}, "
                "static_groups {}, true_sequential {}, block_size {}\n",
                count, length, a.calib_file.empty() ? fmt::format("random ids, seed {}", a.seed) : a.calib_file,
@@ -130,8 +150,7 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--method", args->method, "Quantization algorithm: rtn (round to nearest) or gptq")
       ->capture_default_str();
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ: dampening, as a fraction of mean(diag H)")
-      ->capture_default_str()
-      ->check(kPositive);
+      ->capture_default_str();
   cmd->add_flag("--desc-act", args->desc_act, "GPTQ: quantize columns by decreasing activation size (act order)");
   cmd->add_flag("--static-groups", args->static_groups, "GPTQ: fit all group scales on the original weights first");
   cmd->add_flag("--true-sequential", args->true_sequential,
@@ -155,6 +174,7 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("-t,--threads", args->threads, "Worker threads; 0 = all cores")
       ->capture_default_str()
       ->check(kNonNegative);
+  args->cmd = cmd;
   return [args] { return run_quantize(*args); };
 }
 

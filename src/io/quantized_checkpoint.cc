@@ -1,5 +1,7 @@
 #include "io/quantized_checkpoint.h"
 
+#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -58,6 +60,9 @@ QuantizationConfig compressed_tensors_config(const JsonFields& q) {
     if (g.has("input_activations") || g.has("output_activations"))
       g.field_error("input_activations", "is set: quantized activations are not supported (weight-only)");
     if (!g.has("weights")) g.field_error("weights", "is missing");
+    const nlohmann::json& targets = g.json().contains("targets") ? g.json().at("targets") : nlohmann::json();
+    if (!targets.is_array() || std::find(targets.begin(), targets.end(), nlohmann::json("Linear")) == targets.end())
+      g.field_error("targets", fmt::format("is {}; woq reads groups that target \"Linear\"", describe_json(targets)));
     const JsonFields w(g.json().at("weights"), g.path() + ".weights");
     if (w.string("type", "int") != "int") w.field_error("type", "must be \"int\"");
     QuantizationConfig c;
@@ -101,6 +106,9 @@ std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<st
   if (t.dtype == DType::kF16) {
     std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(std::uint16_t));
     release_pages(t.bytes);
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if ((out[i] & 0x7c00) == 0x7c00)  // exponent all ones: Inf or NaN
+        fail("{}: tensor '{}' holds {} at index {}", t.file, t.name, fp16_to_fp32(out[i]), i);
     return out;
   }
   require_float_dtype(t);
@@ -108,6 +116,7 @@ std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<st
   tensor_to_f32(t, f.data());
   for (std::size_t i = 0; i < f.size(); ++i) {
     out[i] = fp32_to_fp16(f[i]);
+    if (!std::isfinite(f[i])) fail("{}: tensor '{}' holds {} at index {}", t.file, t.name, f[i], i);
     if (fp16_to_fp32(out[i]) != f[i])
       fail("{}: tensor '{}' value {} at index {} is not exactly representable in fp16", t.file, t.name, f[i], i);
   }
@@ -196,6 +205,7 @@ std::optional<QuantizationConfig> read_quantization_config(const std::string& di
   const JsonFields config(read_json_file(path), path);
   if (!config.has("quantization_config")) return std::nullopt;
   const JsonFields q(config.json().at("quantization_config"), path + " quantization_config");
+  if (!q.has("quant_method")) q.field_error("quant_method", "is missing");
   const std::string method = q.string("quant_method", "");
   if (method == "gptq") return gptq_config(q);
   if (method == "compressed-tensors") return compressed_tensors_config(q);

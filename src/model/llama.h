@@ -64,6 +64,7 @@ struct LoadReport {
   std::int64_t linear_imported = 0;
   std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout
   std::string imported_format;              ///< QuantizationConfig::describe(); empty if none
+  double repack_seconds = 0;                ///< wall time of reading and repacking them
   std::vector<std::string> warnings;        ///< oddities of the checkpoint that were tolerated
   double seconds = 0;                     ///< wall time of loading and quantizing
 };

@@ -105,12 +105,17 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
     if (quantized) {
       const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
+      const auto t0 = std::chrono::steady_clock::now();
       std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings, &pool);
+      rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (w) {
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;
         return std::move(*w);
       }
+      if (store.find(name) == nullptr)
+        fail("{}: no tensor for '{}': neither GPTQ '{}.qweight', compressed-tensors '{}.weight_packed' nor float '{}'",
+             store.source(), prefix, prefix, prefix, name);
     }
     const TensorView& t = store.get(name);
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));

@@ -12,7 +12,7 @@
 extern "C" {
 // LAPACK (Fortran interface), provided by OpenBLAS or reference LAPACK.
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
-void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+void dtrtri_(const char* uplo, const char* diag, const int* n, double* a, const int* lda, int* info);
 }
 
 namespace woq {
@@ -22,18 +22,27 @@ namespace {
 std::size_t at(std::int64_t r, std::int64_t c, std::int64_t ld) { return static_cast<std::size_t>(r * ld + c); }
 
 // Replaces the symmetric positive definite `a` [k, k] (row-major) by the
-// upper Cholesky factor U of its inverse, a^-1 = U^T U, in the upper
-// triangle. LAPACK is column-major: its lower triangle is our upper one.
+// upper Cholesky factor U of its inverse, a^-1 = U^T U. With J the reversal
+// of indices, chol(J a J) = M (lower) gives a = R R^T with R = J M J upper,
+// so a^-1 = (R^-1)^T R^-1 and U = R^-1 = J M^-1 J: one Cholesky and one
+// triangular inverse (2k^3/3 flops) instead of Cholesky, inverse, Cholesky.
+// LAPACK is column-major, so its lower triangle is our upper one.
 void inverse_cholesky_upper(std::vector<double>& a, std::int64_t k) {
+  std::vector<double> rev(a.size());
+  for (std::int64_t i = 0; i < k; ++i)
+    for (std::int64_t j = 0; j < k; ++j) rev[at(i, j, k)] = a[at(k - 1 - i, k - 1 - j, k)];
   const int n = static_cast<int>(k);
   int info = 0;
-  dpotrf_("L", &n, a.data(), &n, &info);
+  dpotrf_("L", &n, rev.data(), &n, &info);
   if (info > 0)
     fail("GPTQ: the damped Hessian is not positive definite (leading minor {} of {}); raise --damp-percent", info,
          n);
-  if (info == 0) dpotri_("L", &n, a.data(), &n, &info);
-  if (info == 0) dpotrf_("L", &n, a.data(), &n, &info);
+  if (info == 0) dtrtri_("L", "N", &n, rev.data(), &n, &info);
   if (info != 0) fail("GPTQ: inverting the Hessian failed (LAPACK info {}); raise --damp-percent", info);
+  // rev's row-major upper triangle holds (M^-1)^T: U[i][j] = M^-1[k-1-i][k-1-j] = rev[k-1-j][k-1-i].
+  std::fill(a.begin(), a.end(), 0.0);
+  for (std::int64_t i = 0; i < k; ++i)
+    for (std::int64_t j = i; j < k; ++j) a[at(i, j, k)] = rev[at(k - 1 - j, k - 1 - i, k)];
 }
 
 }  // namespace
@@ -60,26 +69,64 @@ std::vector<double> Hessian::matrix() const {
   return h;
 }
 
+GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options) {
+  if (k < 1) fail("GPTQ: K must be positive, got {}", k);
+  if (h.size() != static_cast<std::size_t>(k * k)) fail("GPTQ: Hessian has {} entries, expected {}", h.size(), k * k);
+  if (!(options.damp_percent > 0 && options.damp_percent <= 1))
+    fail("GPTQ: damp_percent must be in (0, 1], got {}", options.damp_percent);
+  GptqHessian p;
+  p.k = k;
+  p.dead.assign(static_cast<std::size_t>(k), false);
+  for (std::int64_t i = 0; i < k; ++i)
+    if (h[at(i, i, k)] == 0.0) {  // dead input: nothing to reconstruct
+      h[at(i, i, k)] = 1.0;
+      p.dead[static_cast<std::size_t>(i)] = true;
+    }
+  // Processing order: by decreasing diag(H) with desc_act (stable for ties).
+  p.perm.resize(static_cast<std::size_t>(k));
+  std::iota(p.perm.begin(), p.perm.end(), 0);
+  if (options.desc_act) {
+    std::stable_sort(p.perm.begin(), p.perm.end(),
+                     [&](std::int32_t a, std::int32_t b) { return h[at(a, a, k)] > h[at(b, b, k)]; });
+    std::vector<double> hp(h.size());
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t j = 0; j < k; ++j)
+        hp[at(i, j, k)] = h[at(p.perm[static_cast<std::size_t>(i)], p.perm[static_cast<std::size_t>(j)], k)];
+    h.swap(hp);
+  }
+  double mean_diag = 0;
+  for (std::int64_t i = 0; i < k; ++i) mean_diag += h[at(i, i, k)];
+  mean_diag /= static_cast<double>(k);
+  for (std::int64_t i = 0; i < k; ++i) h[at(i, i, k)] += options.damp_percent * mean_diag;
+  inverse_cholesky_upper(h, k);
+  p.u = std::move(h);
+  return p;
+}
+
 QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, std::vector<double> h,
+                          const GptqOptions& options, ThreadPool& pool) {
+  return gptq_quantize(w_in, n, k, prepare_gptq(std::move(h), k, options), options, pool);
+}
+
+QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, const GptqHessian& prepared,
                           const GptqOptions& options, ThreadPool& pool) {
   const QuantSpec& spec = options.spec;
   if (!is_quantized(spec.type)) fail("GPTQ quantizes to integer formats, not {}", low_bit_name(spec.type));
   validate(spec);
   if (n < 1 || k < 1) fail("GPTQ: empty matrix [{}, {}]", n, k);
-  if (h.size() != static_cast<std::size_t>(k * k)) fail("GPTQ: Hessian has {} entries, expected {}", h.size(), k * k);
-  if (!(options.damp_percent > 0)) fail("GPTQ: damp_percent must be positive, got {}", options.damp_percent);
+  if (prepared.k != k) fail("GPTQ: the Hessian is for K = {}, the matrix has K = {}", prepared.k, k);
   if (options.block_size < 1) fail("GPTQ: block_size must be positive, got {}", options.block_size);
   const bool per_channel = spec.group_size == -1 || spec.group_size >= k;
   const std::int64_t g = per_channel ? k : spec.group_size;
   const std::int64_t groups = (k + g - 1) / g;
+  const std::vector<std::int32_t>& perm = prepared.perm;
+  const std::vector<double>& u = prepared.u;
 
   std::vector<double> w(static_cast<std::size_t>(n * k));
   std::copy_n(w_in, w.size(), w.begin());
   for (std::int64_t i = 0; i < k; ++i)
-    if (h[at(i, i, k)] == 0.0) {  // dead input: nothing to reconstruct
-      h[at(i, i, k)] = 1.0;
+    if (prepared.dead[static_cast<std::size_t>(i)])
       for (std::int64_t r = 0; r < n; ++r) w[at(r, i, k)] = 0.0;
-    }
 
   // Rules fitted once on the (original) weights: per channel, or static groups.
   std::vector<GroupRule> rules(static_cast<std::size_t>(n * groups));
@@ -95,31 +142,17 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, std
         }
     });
 
-  // Processing order: by decreasing diag(H) with desc_act (stable for ties).
-  std::vector<std::int32_t> perm(static_cast<std::size_t>(k));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (options.desc_act) {
-    std::stable_sort(perm.begin(), perm.end(),
-                     [&](std::int32_t a, std::int32_t b) { return h[at(a, a, k)] > h[at(b, b, k)]; });
-    std::vector<double> wp(w.size()), hp(h.size());
+  if (options.desc_act) {  // W in processing order
+    std::vector<double> wp(w.size());
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t j = 0; j < k; ++j) wp[at(r, j, k)] = w[at(r, perm[static_cast<std::size_t>(j)], k)];
-    for (std::int64_t i = 0; i < k; ++i)
-      for (std::int64_t j = 0; j < k; ++j)
-        hp[at(i, j, k)] = h[at(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)], k)];
     w.swap(wp);
-    h.swap(hp);
   }
-  double mean_diag = 0;
-  for (std::int64_t i = 0; i < k; ++i) mean_diag += h[at(i, i, k)];
-  mean_diag /= static_cast<double>(k);
-  for (std::int64_t i = 0; i < k; ++i) h[at(i, i, k)] += options.damp_percent * mean_diag;
-  inverse_cholesky_upper(h, k);
-  const std::vector<double>& u = h;
 
   // Groups form in processing order unless fitted up front.
+  const std::int64_t block_size = std::min(options.block_size, k);
   const std::int64_t block =
-      per_channel || options.static_groups ? options.block_size : std::max(g, options.block_size / g * g);
+      per_channel || options.static_groups ? block_size : std::max(g, block_size / g * g);
   std::vector<std::uint8_t> q(static_cast<std::size_t>(n * k));  // stored integers, processing order
   std::vector<double> err(static_cast<std::size_t>(n * block));
   for (std::int64_t i1 = 0; i1 < k; i1 += block) {

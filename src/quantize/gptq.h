@@ -42,6 +42,24 @@ class Hessian {
   std::vector<float> sum_;  ///< upper triangle of X^T X, row-major [K, K]
 };
 
+/// What GPTQ derives from a Hessian: shared by the linear layers that read
+/// the same input (q/k/v, gate/up), so it is computed once for them.
+struct GptqHessian {
+  std::int64_t k = 0;
+  std::vector<bool> dead;          ///< [K] inputs with H_ii = 0
+  std::vector<std::int32_t> perm;  ///< [K] processing order (identity without desc_act)
+  std::vector<double> u;           ///< [K, K] upper Cholesky factor of (H + lambda I)^-1, in processing order
+};
+
+/// Dead inputs, the desc_act order, damping and the inverse Cholesky factor
+/// (LAPACK dpotrf + dtrtri) of `h` ([K, K] f64). Throws woq::Error if
+/// H + lambda*I is not positive definite (raise damp_percent) or on bad sizes.
+GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options);
+
+/// GPTQ of W [N, K] with a prepared Hessian (options must be those it was prepared with).
+QuantMatrix gptq_quantize(const float* w, std::int64_t n, std::int64_t k, const GptqHessian& prepared,
+                          const GptqOptions& options, ThreadPool& pool);
+
 /// GPTQ of W [N, K] (fp32 row-major) given its Hessian `h` ([K, K] f64 as
 /// from Hessian::matrix). Returns W in options.spec's format; with desc_act
 /// (and without static_groups) the result has input_order set (groups are

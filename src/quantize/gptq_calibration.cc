@@ -4,6 +4,8 @@
 #include <memory>
 #include <random>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -35,12 +37,20 @@ Calibration text_calibration(const Tokenizer& tokenizer, const std::string& text
                              std::int64_t length) {
   if (count < 1 || length < 1) fail("text calibration needs positive sizes, got {} x {}", count, length);
   const std::vector<std::int32_t> ids = tokenizer.encode(text);
-  if (static_cast<std::int64_t>(ids.size()) < count * length)
+  if (static_cast<std::int64_t>(ids.size()) / count < length)
     fail("the calibration text has {} tokens; {} windows of {} need {}", ids.size(), count, length, count * length);
   Calibration out;
   for (std::int64_t i = 0; i < count; ++i)
     out.emplace_back(ids.begin() + i * length, ids.begin() + (i + 1) * length);
   return out;
+}
+
+void check_calibration_memory(std::int64_t count, std::int64_t length, std::int64_t hidden) {
+  const double bytes = 4.0 * static_cast<double>(count) * static_cast<double>(length) * static_cast<double>(hidden);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (bytes > 0.75 * ram)
+    fail("calibration of {} x {} tokens needs {:.1f} GiB of fp32 activations (hidden {}); this machine has {:.1f} GiB",
+         count, length, bytes / (1u << 30), hidden, ram / (1u << 30));
 }
 
 std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool) {
@@ -56,6 +66,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
   if (calibration.empty()) fail("GPTQ needs calibration data");
   const std::int64_t hidden = model.config().hidden_size;
   const std::int64_t length = static_cast<std::int64_t>(calibration.front().size());
+  check_calibration_memory(static_cast<std::int64_t>(calibration.size()), length, hidden);
   // Hidden states entering the next block, one buffer per sequence.
   auto states = std::make_shared<std::vector<std::vector<float>>>();
   for (const auto& seq : calibration) {
@@ -80,7 +91,17 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         x = state;
         model.forward_block(layer, x.data(), length, observe);
       }
+      // One prepared Hessian alive at a time (the largest is [intermediate, intermediate] f64).
+      GptqHessian prepared;
+      int prepared_for = -1;
       for (const int i : stage) {
+        if (kInputOf[i] != prepared_for) {
+          prepared_for = kInputOf[i];
+          prepared = GptqHessian{};
+          Hessian& h = hessians.at(prepared_for);
+          prepared = prepare_gptq(h.matrix(), h.k(), options);
+          h = Hessian(1);  // frees its sums
+        }
         const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
         require_float_dtype(t);
         std::vector<float> w(static_cast<std::size_t>(t.numel()));
@@ -88,7 +109,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         release_pages(t.bytes);
         try {
           out[static_cast<std::size_t>(i)] =
-              gptq_quantize(w.data(), t.shape[0], t.shape[1], hessians.at(kInputOf[i]).matrix(), options, pool);
+              gptq_quantize(w.data(), t.shape[0], t.shape[1], prepared, options, pool);
         } catch (const Error& e) {
           fail("{}: tensor '{}': {}", t.file, t.name, e.what());
         }

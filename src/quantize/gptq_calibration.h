@@ -29,6 +29,10 @@ Calibration random_calibration(std::int64_t count, std::int64_t length, std::int
 Calibration text_calibration(const Tokenizer& tokenizer, const std::string& text, std::int64_t count,
                              std::int64_t length);
 
+/// Throws woq::Error when `count` sequences of `length` tokens of `hidden`
+/// fp32 activations would not fit in three quarters of this machine's memory.
+void check_calibration_memory(std::int64_t count, std::int64_t length, std::int64_t hidden);
+
 /// Loads DIR for calibration: block linears kept in their stored float
 /// precision (fp16/bf16/fp32), so the calibration forward is the original
 /// model. Throws what LlamaModel::load throws.

@@ -155,8 +155,18 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   std::error_code ec;
   if (fs::exists(fs::symlink_status(out)) && !options.force)
     fail("{}: already exists (pass --force to replace it)", out_dir);
-  if (fs::exists(out) && fs::equivalent(in, out, ec)) fail("{}: the output directory is the input directory", out_dir);
-  if (!fs::is_directory(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
+  // Neither may contain the other: replacing OUT must never touch IN.
+  const fs::path in_real = fs::weakly_canonical(in, ec);
+  const fs::path out_real = fs::weakly_canonical(out, ec);
+  const auto within = [](const fs::path& inner, const fs::path& outer) {
+    const std::string a = inner.string(), b = outer.string();
+    return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && (b.back() == '/' || a[b.size()] == '/'));
+  };
+  if (within(in_real, out_real))
+    fail("{}: the output directory is or contains the input directory {}", out_dir, in_dir);
+  if (within(out_real, in_real)) fail("{}: the output directory is inside the input directory {}", out_dir, in_dir);
+  if (!fs::exists(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
+  if (!fs::is_directory(out.parent_path())) fail("{}: parent {} is not a directory", out_dir, out.parent_path().string());
 
   const ModelConfig config = read_model_config(in_dir);
   if (const auto q = read_quantization_config(in_dir))
