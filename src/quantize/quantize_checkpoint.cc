@@ -1,5 +1,6 @@
 #include "quantize/quantize_checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -178,14 +179,17 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
 
   const int bits = options.spec.type == LowBit::kSymInt8 ? 8 : 4;
+  // A group longer than every K is per channel: the config says -1.
+  const std::int64_t max_k = std::max({config.hidden_size, config.intermediate_size, config.q_dim()});
+  const std::int64_t group_size = options.spec.group_size >= max_k ? -1 : options.spec.group_size;
   QuantizationConfig qc;
   qc.bits = bits;
-  qc.group_size = options.spec.group_size;
+  qc.group_size = group_size;
   qc.sym = options.spec.type != LowBit::kAsymInt4;
   qc.desc_act = options.desc_act;
   qc.zeros = options.zeros;
   QuantizeReport report;
-  report.notes = compatibility_notes(config, options.spec.group_size, bits);
+  report.notes = compatibility_notes(config, group_size, bits);
 
   // Output order: embeddings, then block by block, then everything else.
   std::vector<TensorSpec> specs;
@@ -217,7 +221,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const TensorView& t = store.get(name + ".weight");
       report.bytes_before += t.bytes.size();
       const auto [n, k] = linear_shape(config, j);
-      const std::int64_t g = options.spec.group_size == -1 ? 1 : (k + options.spec.group_size - 1) / options.spec.group_size;
+      const std::int64_t g = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
       const auto parts = gptq_specs(name, n, k, bits, g);
       for (int p = 0; p < 4; ++p) {
         specs.push_back(parts[static_cast<std::size_t>(p)]);
