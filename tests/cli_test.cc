@@ -166,5 +166,40 @@ TEST(Cli, QuantizeGptqWritesALoadableCheckpointAndChecksItsFlags) {
   }
 }
 
+TEST(Cli, EvalPerplexityAndCompare) {
+  test::TempDir tmp;
+  const std::string text = std::string(WOQ_TEST_DATA) + "/tinystories_heldout.txt";
+  RunResult r = run("eval perplexity -m " + kModel + " --low-bit fp32 -f " + text + " --ctx 128 --chunks 5 --json " +
+                    tmp.file("ppl.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("over 315 scored tokens (5 chunks of 128 tokens scored from 64)"), std::string::npos) << r.out;
+  const auto ppl = nlohmann::json::parse(test::read_file(tmp.file("ppl.json")));
+  EXPECT_GT(ppl["ppl"].get<double>(), 1.0);
+  EXPECT_LT(ppl["ppl"].get<double>(), 512.0);
+  EXPECT_EQ(ppl["tokens"], 315);
+
+  r = run("eval compare -m " + kModel + " --low-bit sym_int4 -f " + text + " --ctx 128 --chunks 5 --save-ref " +
+          tmp.file("ref.bin") + " --json " + tmp.file("cmp.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Mean KLD"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Same top token"), std::string::npos) << r.out;
+  const auto first = nlohmann::json::parse(test::read_file(tmp.file("cmp.json")));
+  EXPECT_NEAR(first["ref_ppl"].get<double>(), ppl["ppl"].get<double>(), 1e-6 * ppl["ppl"].get<double>());  // fp32 log-probs
+  r = run("eval compare -m " + kModel + " --low-bit sym_int4 -f " + text + " --ctx 128 --chunks 5 --load-ref " +
+          tmp.file("ref.bin") + " --json " + tmp.file("cmp2.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(tmp.file("cmp2.json")))["mean_kl"], first["mean_kl"]);
+  r = run("eval compare -m " + kModel + " --low-bit sym_int4 -f " + text + " --ctx 64 --chunks 5 --load-ref " +
+          tmp.file("ref.bin"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("same --file, --ctx, --chunks and mode?"), std::string::npos) << r.err;
+  r = run("eval perplexity -m " + kModel + " -f " + kModel + "/config.json --ctx 512");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("config.json: the text has"), std::string::npos) << r.err;
+  r = run("eval perplexity -m " + kModel + " -f /nonexistent.txt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/nonexistent.txt: not found"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace woq

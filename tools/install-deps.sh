@@ -2,7 +2,7 @@
 # Installs woq's build and test dependencies from Debian 12 (bookworm) packages.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libsentencepiece-dev libcli11-dev
-          libfmt-dev libgtest-dev libbenchmark-dev libopenblas-dev)
+          libfmt-dev libgtest-dev libbenchmark-dev libopenblas-dev python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   const woq::cli::Run bench = woq::cli::add_bench(app);
   const woq::cli::Run make_random = woq::cli::add_make_random(app);
   const woq::cli::Run quantize = woq::cli::add_quantize(app);
+  const woq::cli::Run eval = woq::cli::add_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("make-random")) return make_random();
     if (app.got_subcommand("quantize")) return quantize();
+    if (app.got_subcommand("eval")) return eval();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());

@@ -1,0 +1,158 @@
+#include "eval/compare.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace woq {
+
+namespace {
+
+constexpr char kMagic[8] = {'W', 'O', 'Q', 'R', 'E', 'F', '0', '1'};
+
+void write_all(std::FILE* f, const void* p, std::size_t n, const std::string& path) {
+  if (std::fwrite(p, 1, n, f) != n) fail("{}: write failed: {}", path, std::strerror(errno));
+}
+
+void read_all(std::FILE* f, void* p, std::size_t n, const std::string& path, const char* what) {
+  if (std::fread(p, 1, n, f) != n) fail("{}: truncated ({})", path, what);
+}
+
+void log_softmax(const float* x, std::int64_t n, float* out) {
+  const double max = *std::max_element(x, x + n);
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  const double log_z = max + std::log(sum);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] - log_z);
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, std::int64_t vocab, long data_start)
+    : file_(f), path_(std::move(path)), vocab_(vocab), data_start_(data_start), row_(static_cast<std::size_t>(vocab)) {}
+
+RefLogprobFile::RefLogprobFile(RefLogprobFile&& o) noexcept
+    : file_(o.file_), path_(std::move(o.path_)), vocab_(o.vocab_), data_start_(o.data_start_), row_(std::move(o.row_)) {
+  o.file_ = nullptr;
+}
+
+RefLogprobFile::~RefLogprobFile() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+RefLogprobFile RefLogprobFile::create(const std::string& path, const ScoringPlan& plan, std::int64_t vocab) {
+  std::FILE* f = path.empty() ? std::tmpfile() : std::fopen((path + ".tmp").c_str(), "w+b");
+  const std::string shown = path.empty() ? std::string("temporary reference file") : path + ".tmp";
+  if (f == nullptr) fail("{}: cannot create: {}", shown, std::strerror(errno));
+  RefLogprobFile r(f, path, vocab, 0);
+  write_all(f, kMagic, sizeof kMagic, shown);
+  const std::int64_t head[3] = {vocab, plan.first_scored, static_cast<std::int64_t>(plan.sequences.size())};
+  write_all(f, head, sizeof head, shown);
+  for (const auto& s : plan.sequences) {
+    const auto n = static_cast<std::int64_t>(s.size());
+    write_all(f, &n, sizeof n, shown);
+    write_all(f, s.data(), s.size() * sizeof(std::int32_t), shown);
+  }
+  r.data_start_ = std::ftell(f);
+  return r;
+}
+
+RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& plan, std::int64_t vocab) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not found or not a regular file", path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail("{}: cannot open: {}", path, std::strerror(errno));
+  RefLogprobFile r(f, "", vocab, 0);
+  char magic[8];
+  read_all(f, magic, sizeof magic, path, "magic");
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq reference file (bad magic)", path);
+  std::int64_t head[3];
+  read_all(f, head, sizeof head, path, "header");
+  if (head[0] != vocab) fail("{}: computed with a vocabulary of {}, this model has {}", path, head[0], vocab);
+  if (head[1] != plan.first_scored || head[2] != static_cast<std::int64_t>(plan.sequences.size()))
+    fail("{}: computed on {} sequences scored from {}, this run has {} scored from {} (same --file, --ctx, "
+         "--chunks and mode?)", path, head[2], head[1], plan.sequences.size(), plan.first_scored);
+  std::vector<std::int32_t> ids;
+  for (std::size_t s = 0; s < plan.sequences.size(); ++s) {
+    std::int64_t n = 0;
+    read_all(f, &n, sizeof n, path, "sequence length");
+    if (n != static_cast<std::int64_t>(plan.sequences[s].size()))
+      fail("{}: sequence {} has {} tokens, this run has {}", path, s, n, plan.sequences[s].size());
+    ids.resize(static_cast<std::size_t>(n));
+    read_all(f, ids.data(), ids.size() * sizeof(std::int32_t), path, "token ids");
+    if (ids != plan.sequences[s]) fail("{}: sequence {} holds different tokens than this run's", path, s);
+  }
+  r.data_start_ = std::ftell(f);
+  return r;
+}
+
+void RefLogprobFile::write_logits(const float* logits) {
+  log_softmax(logits, vocab_, row_.data());
+  write_all(file_, row_.data(), row_.size() * sizeof(float), path_.empty() ? "temporary reference file" : path_);
+}
+
+void RefLogprobFile::finish() {
+  if (std::fflush(file_) != 0) fail("{}: flush failed: {}", path_, std::strerror(errno));
+  if (!path_.empty()) {
+    std::error_code ec;
+    std::filesystem::rename(path_ + ".tmp", path_, ec);
+    if (ec) fail("{}: cannot rename into place: {}", path_, ec.message());
+  }
+  std::fseek(file_, data_start_, SEEK_SET);
+}
+
+void RefLogprobFile::read(float* row) {
+  if (std::fread(row, sizeof(float), static_cast<std::size_t>(vocab_), file_) != static_cast<std::size_t>(vocab_))
+    fail("{}: ends before the last scored position", path_.empty() ? "reference file" : path_);
+}
+
+void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t target) {
+  std::vector<float> lc(static_cast<std::size_t>(vocab_));
+  log_softmax(cand, vocab_, lc.data());
+  double kl = 0;
+  for (std::int64_t i = 0; i < vocab_; ++i) {
+    const double p = std::exp(static_cast<double>(ref[i]));
+    kl += p * (static_cast<double>(ref[i]) - lc[static_cast<std::size_t>(i)]);
+  }
+  kl_.push_back(std::max(0.0, kl));
+  if (std::max_element(ref, ref + vocab_) - ref == std::max_element(cand, cand + vocab_) - cand) ++same_;
+  nll_ref_.push_back(-static_cast<double>(ref[target]));
+  nll_cand_.push_back(-static_cast<double>(lc[static_cast<std::size_t>(target)]));
+  dp_.push_back(std::exp(-nll_cand_.back()) - std::exp(-nll_ref_.back()));
+}
+
+CompareStats CompareAccumulator::result() const {
+  if (kl_.empty()) fail("compare: no scored positions");
+  CompareStats s;
+  s.positions = static_cast<std::int64_t>(kl_.size());
+  const double n = static_cast<double>(kl_.size());
+  double sum = 0, sum2 = 0, dp2 = 0;
+  for (std::size_t i = 0; i < kl_.size(); ++i) {
+    sum += kl_[i];
+    sum2 += kl_[i] * kl_[i];
+    dp2 += dp_[i] * dp_[i];
+  }
+  s.mean_kl = sum / n;
+  s.kl_stderr = kl_.size() > 1 ? std::sqrt(std::max(0.0, sum2 / n - s.mean_kl * s.mean_kl) / (n - 1)) : 0.0;
+  s.median_kl = quantile(kl_, 0.5);
+  s.p90_kl = quantile(kl_, 0.9);
+  s.p99_kl = quantile(kl_, 0.99);
+  s.max_kl = *std::max_element(kl_.begin(), kl_.end());
+  s.same_top = static_cast<double>(same_) / n;
+  s.ref = perplexity(nll_ref_);
+  s.cand = perplexity(nll_cand_);
+  s.ppl_ratio = s.cand.ppl / s.ref.ppl;
+  s.rms_dp = std::sqrt(dp2 / n);
+  return s;
+}
+
+}  // namespace woq

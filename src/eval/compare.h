@@ -1,0 +1,76 @@
+// Comparing a candidate model with a reference on the same scored tokens
+// (llama-perplexity --kl-divergence): KL divergence per position with its
+// quantiles, same-top-token rate, both perplexities and RMS of the change in
+// the probability of the correct token. The reference's log-probabilities are
+// streamed through a file, so the two models never need to be in memory
+// together and an expensive reference can be reused (--save-ref/--load-ref).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "eval/perplexity.h"
+
+namespace woq {
+
+/// Reference log-probabilities file: "WOQREF01", int64 vocab, int64
+/// first_scored, int64 sequences, per sequence int64 length and its int32
+/// token ids, then fp32 log-softmax rows [scored positions, vocab] in plan
+/// order (all little-endian).
+class RefLogprobFile {
+ public:
+  /// Creates `path` for writing the reference of `plan` (written to
+  /// PATH.tmp, renamed by finish()); an empty path uses an anonymous
+  /// temporary file. Throws woq::Error naming the path on I/O failure.
+  static RefLogprobFile create(const std::string& path, const ScoringPlan& plan, std::int64_t vocab);
+  /// Opens `path` and checks it was computed on exactly `plan`'s tokens with
+  /// `vocab` entries (else throws woq::Error saying what differs).
+  static RefLogprobFile open(const std::string& path, const ScoringPlan& plan, std::int64_t vocab);
+  ~RefLogprobFile();
+  RefLogprobFile(RefLogprobFile&& other) noexcept;
+  RefLogprobFile& operator=(RefLogprobFile&&) = delete;
+
+  /// Appends log_softmax(logits) [vocab].
+  void write_logits(const float* logits);
+  /// Completes writing and positions the file for reading (renames PATH.tmp to PATH).
+  void finish();
+  /// Reads the next row [vocab]; throws woq::Error at a premature end.
+  void read(float* row);
+
+ private:
+  RefLogprobFile(std::FILE* f, std::string path, std::int64_t vocab, long data_start);
+  std::FILE* file_;
+  std::string path_;  ///< final path, empty for anonymous
+  std::int64_t vocab_;
+  long data_start_;
+  std::vector<float> row_;
+};
+
+/// What eval compare prints.
+struct CompareStats {
+  std::int64_t positions = 0;
+  double mean_kl = 0, kl_stderr = 0, median_kl = 0, p90_kl = 0, p99_kl = 0, max_kl = 0;  ///< nats
+  double same_top = 0;  ///< fraction of positions whose argmax tokens agree
+  Perplexity ref, cand;
+  double ppl_ratio = 0;  ///< cand / ref
+  double rms_dp = 0;     ///< RMS of p_cand(target) - p_ref(target), as a fraction
+};
+
+/// Accumulates the comparison one scored position at a time.
+class CompareAccumulator {
+ public:
+  explicit CompareAccumulator(std::int64_t vocab) : vocab_(vocab) {}
+  /// ref_logprobs: the reference's log-softmax row; cand_logits: raw logits.
+  void add(const float* ref_logprobs, const float* cand_logits, std::int32_t target);
+  /// Throws woq::Error when nothing was added.
+  CompareStats result() const;
+
+ private:
+  std::int64_t vocab_;
+  std::vector<double> kl_, nll_ref_, nll_cand_, dp_;
+  std::int64_t same_ = 0;
+};
+
+}  // namespace woq

@@ -1,0 +1,179 @@
+// Perplexity against an independent f64 NumPy forward pass, and the
+// invariants of perplexity and model comparison.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "eval/compare.h"
+#include "eval/perplexity.h"
+#include "io/json_file.h"
+#include "test_files.h"
+
+namespace woq {
+namespace {
+
+const QuantSpec kFp32{LowBit::kFp32, 32, Int4Range::kFull};
+
+std::vector<double> nll_of(LlamaModel& model, const ScoringPlan& plan) {
+  std::vector<double> nll;
+  const std::int64_t vocab = model.config().vocab_size;
+  run_plan(model, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
+    nll.push_back(token_nll(logits, vocab, target));
+  });
+  return nll;
+}
+
+TEST(Perplexity, MatchesF64NumpyReference) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const std::string text = read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt");
+  for (const bool per_document : {false, true}) {
+    const ScoringPlan plan = per_document ? document_plan(tok, text, "<|endoftext|>", 128, 4)
+                                          : chunk_plan(tok.encode(text), 128, 4, tok.bos_id());
+    test::TempDir tmp;
+    test::write_file(tmp.file("plan.json"),
+                     nlohmann::json{{"sequences", plan.sequences}, {"first_scored", plan.first_scored}}.dump());
+    // Debian's interpreter first: another python3 earlier in PATH may lack NumPy.
+    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/llama_nll.py " WOQ_MODEL_DIR " " + tmp.file("plan.json") +
+                            " > " + tmp.file("ref.json") + " 2> " + tmp.file("err");
+    const int status = std::system(cmd.c_str());
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed (apt-get install python3-numpy)";
+    ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
+    const auto ref = nlohmann::json::parse(test::read_file(tmp.file("ref.json")))["nll"].get<std::vector<double>>();
+    auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+    const std::vector<double> nll = nll_of(*model, plan);
+    ASSERT_EQ(nll.size(), ref.size());
+    ASSERT_EQ(static_cast<std::int64_t>(nll.size()), plan.scored_tokens());
+    const double got = perplexity(nll).ppl, want = perplexity(ref).ppl;
+    EXPECT_NEAR(got, want, 1e-4 * want) << (per_document ? "per document" : "chunks");
+    for (std::size_t i = 0; i < nll.size(); ++i) ASSERT_NEAR(nll[i], ref[i], 2e-3) << i;
+  }
+}
+
+TEST(Perplexity, ChunkPlanFollowsLlamaPerplexity) {
+  std::vector<std::int32_t> tokens(1000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i % 500 + 3);
+  const ScoringPlan plan = chunk_plan(tokens, 256, 0, 1);
+  ASSERT_EQ(plan.sequences.size(), 3u);  // floor(1000 / 256)
+  EXPECT_EQ(plan.first_scored, 128);
+  EXPECT_EQ(plan.scored_tokens(), 3 * 127);
+  EXPECT_EQ(plan.sequences[1][0], 1);                            // BOS replaces the first token
+  EXPECT_EQ(plan.sequences[1][1], tokens[257]);
+  EXPECT_EQ(chunk_plan(tokens, 256, 2, -1).sequences.size(), 2u);
+  EXPECT_EQ(chunk_plan(tokens, 256, 0, -1).sequences[1][0], tokens[256]);
+  try {
+    chunk_plan(tokens, 2048, 0, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the text has 1000 tokens, fewer than one chunk of --ctx 2048"), std::string::npos);
+  }
+}
+
+TEST(Perplexity, StandardErrorByHand) {
+  const Perplexity p = perplexity({1.0, 2.0, 3.0, 4.0});
+  EXPECT_DOUBLE_EQ(p.mean_nll, 2.5);
+  EXPECT_DOUBLE_EQ(p.ppl, std::exp(2.5));
+  EXPECT_NEAR(p.ppl_stderr, std::exp(2.5) * std::sqrt(1.25 / 3.0), 1e-12);  // population variance 1.25, n - 1 = 3
+}
+
+TEST(Perplexity, UniformLogitModelHasPerplexityVocabSize) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("uniform");
+  test::copy_model(WOQ_MODEL_DIR, dir);
+  auto tensors = test::read_safetensors(dir + "/model.safetensors");
+  for (auto& t : tensors)
+    if (t.name == "model.norm.weight") std::fill(t.bytes.begin(), t.bytes.end(), 0);  // final hidden = 0 -> logits 0
+  test::write_safetensors(dir + "/model.safetensors", tensors);
+  ThreadPool pool(1);
+  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt}, pool);
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ScoringPlan plan = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 64, 3, 1);
+  const Perplexity p = perplexity(nll_of(*model, plan));
+  EXPECT_NEAR(p.ppl, 512.0, 1e-9);
+  EXPECT_NEAR(p.ppl_stderr, 0.0, 1e-9);
+}
+
+CompareStats compare(const std::string& dir_a, const QuantSpec& a, const QuantSpec& b, const ScoringPlan& plan,
+                     const std::string& save_path) {
+  ThreadPool pool(2);
+  auto ref_model = LlamaModel::load(dir_a, LoadOptions{a, std::nullopt}, pool);
+  const std::int64_t vocab = ref_model->config().vocab_size;
+  RefLogprobFile ref = RefLogprobFile::create(save_path, plan, vocab);
+  run_plan(*ref_model, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t, const float* l) { ref.write_logits(l); });
+  ref.finish();
+  auto cand = LlamaModel::load(dir_a, LoadOptions{b, std::nullopt}, pool);
+  CompareAccumulator acc(vocab);
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
+    ref.read(row.data());
+    acc.add(row.data(), l, target);
+  });
+  return acc.result();
+}
+
+TEST(Compare, ModelAgainstItselfHasZeroKlAndFullAgreement) {
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const ScoringPlan plan = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 128, 6, 1);
+  const CompareStats s = compare(WOQ_MODEL_DIR, kFp32, kFp32, plan, "");
+  EXPECT_EQ(s.positions, plan.scored_tokens());
+  EXPECT_EQ(s.mean_kl, 0.0);
+  EXPECT_EQ(s.max_kl, 0.0);
+  EXPECT_EQ(s.same_top, 1.0);
+  EXPECT_EQ(s.ppl_ratio, 1.0);
+  EXPECT_EQ(s.rms_dp, 0.0);
+  const CompareStats q = compare(WOQ_MODEL_DIR, kFp32, {LowBit::kSymInt4, 32, Int4Range::kFull}, plan, "");
+  EXPECT_GT(q.mean_kl, 0.01);
+  EXPECT_LT(q.same_top, 1.0);
+  EXPECT_GT(q.ppl_ratio, 1.0);
+  EXPECT_LE(q.median_kl, q.p90_kl);
+  EXPECT_LE(q.p90_kl, q.p99_kl);
+  EXPECT_LE(q.p99_kl, q.max_kl);
+}
+
+TEST(Compare, SavedReferenceIsReusedAndChecked) {
+  test::TempDir tmp;
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const auto tokens = tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt"));
+  const ScoringPlan plan = chunk_plan(tokens, 128, 4, 1);
+  const QuantSpec q4{LowBit::kSymInt4, 32, Int4Range::kFull};
+  const CompareStats direct = compare(WOQ_MODEL_DIR, kFp32, q4, plan, tmp.file("ref.bin"));
+  RefLogprobFile ref = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
+  ThreadPool pool(2);
+  auto cand = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{q4, std::nullopt}, pool);
+  CompareAccumulator acc(512);
+  std::vector<float> row(512);
+  run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
+    ref.read(row.data());
+    acc.add(row.data(), l, target);
+  });
+  EXPECT_EQ(acc.result().mean_kl, direct.mean_kl);
+  auto error_of = [&](const ScoringPlan& p, std::int64_t vocab) {
+    try {
+      RefLogprobFile::open(tmp.file("ref.bin"), p, vocab);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(chunk_plan(tokens, 64, 4, 1), 512).find("scored from 32"), std::string::npos);
+  EXPECT_NE(error_of(plan, 32000).find("vocabulary of 512"), std::string::npos);
+  ScoringPlan other = plan;
+  other.sequences[2][7] += 1;
+  EXPECT_NE(error_of(other, 512).find("sequence 2 holds different tokens"), std::string::npos);
+  std::filesystem::resize_file(tmp.file("ref.bin"), std::filesystem::file_size(tmp.file("ref.bin")) - 4);
+  RefLogprobFile cut = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
+  for (std::int64_t i = 0; i + 1 < plan.scored_tokens(); ++i) cut.read(row.data());
+  EXPECT_THROW(cut.read(row.data()), Error);
+}
+
+}  // namespace
+}  // namespace woq
