@@ -2,10 +2,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -13,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "eval/compare.h"
 #include "eval/perplexity.h"
+#include "eval/tasks.h"
 #include "io/json_file.h"
 
 namespace woq::cli {
@@ -69,6 +75,64 @@ std::string describe_plan(const EvalArgs& a, const ScoringPlan& plan) {
     return fmt::format("{} documents scored from position 0{}", plan.sequences.size(),
                        plan.truncated > 0 ? fmt::format(", {} cut to --ctx {}", plan.truncated, a.ctx) : "");
   return fmt::format("{} chunks of {} tokens scored from {}", plan.sequences.size(), a.ctx, plan.first_scored);
+}
+
+struct TasksArgs {
+  std::string model_dir;
+  std::string low_bit = "fp32";
+  std::string baseline = "fp32";
+  ModelFlags model;
+  std::string tasks;
+  std::string data_dir;
+  int shots = -1;
+  std::int64_t limit = 0;
+  std::uint64_t seed = 1234;
+  std::string ppl_file;
+  std::int64_t ctx = 512;
+  std::string json, markdown;
+};
+
+// Where each task's file is under --data-dir (the layout of woq's shared data).
+const std::map<std::string, std::string>& default_task_files() {
+  static const std::map<std::string, std::string> files = {
+      {"arc_easy", "arc_easy/arc_easy_test.jsonl"},
+      {"arc_challenge", "arc_challenge/arc_challenge_test.jsonl"},
+      {"hellaswag", "hellaswag/hellaswag_val_full.txt"},
+      {"piqa", "piqa/piqa_validation.jsonl"}};
+  return files;
+}
+
+// "--tasks a,b=path" -> loaded tasks.
+std::vector<McTask> load_tasks(const TasksArgs& a) {
+  std::vector<McTask> out;
+  std::size_t begin = 0;
+  while (begin <= a.tasks.size()) {
+    std::size_t end = a.tasks.find(',', begin);
+    if (end == std::string::npos) end = a.tasks.size();
+    const std::string spec = a.tasks.substr(begin, end - begin);
+    begin = end + 1;
+    if (spec.empty()) continue;
+    const std::size_t eq = spec.find('=');
+    const std::string name = spec.substr(0, eq);
+    std::string path;
+    if (eq != std::string::npos) {
+      path = spec.substr(eq + 1);
+    } else {
+      const auto it = default_task_files().find(name);
+      if (it == default_task_files().end() || a.data_dir.empty())
+        fail("--tasks {}: give its file as {}=PATH{}", name, name,
+             it == default_task_files().end() ? "" : " or the folder holding it with --data-dir");
+      path = (std::filesystem::path(a.data_dir) / it->second).string();
+    }
+    out.push_back(load_task(name, path));
+  }
+  if (out.empty()) fail("--tasks is empty");
+  return out;
+}
+
+nlohmann::ordered_json task_json(const TaskResult& r) {
+  return {{"task", r.name}, {"items", r.items}, {"shots", r.shots}, {"acc", r.acc}, {"acc_stderr", r.acc_stderr},
+          {"acc_norm", r.acc_norm}, {"acc_norm_stderr", r.acc_norm_stderr}};
 }
 
 // A progress line with ETA on a terminal; nothing otherwise.
@@ -183,6 +247,128 @@ int run_compare(const EvalArgs& a) {
   return 0;
 }
 
+std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<McTask>& tasks,
+                                  const TasksArgs& a) {
+  std::vector<TaskResult> out;
+  for (const McTask& t : tasks) {
+    TaskOptions o;
+    o.shots = a.shots;
+    o.limit = a.limit;
+    o.seed = a.seed;
+    out.push_back(run_task(model, tok, t, o, progress_bar(t.name.c_str())));
+  }
+  return out;
+}
+
+int run_tasks_command(const TasksArgs& a) {
+  ThreadPool pool(a.model.threads);
+  const std::vector<McTask> tasks = load_tasks(a);
+  EvalArgs load_args;
+  load_args.model = a.model;
+  auto model = load(a.model_dir, load_args, a.low_bit, pool);
+  const Tokenizer tok = Tokenizer::load(a.model_dir);
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  fmt::print("| task | items | shots | acc | acc_norm |\n|---|---:|---:|---:|---:|\n");
+  for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
+    fmt::print("| {} | {} | {} | {:.4f} ± {:.4f} | {:.4f} ± {:.4f} |\n", r.name, r.items, r.shots, r.acc, r.acc_stderr,
+               r.acc_norm, r.acc_norm_stderr);
+    j.push_back(task_json(r));
+  }
+  write_json(a.json, j);
+  return 0;
+}
+
+// Recovery = variant / baseline (higher is better), or baseline / variant for perplexity.
+int run_recovery_command(const TasksArgs& a) {
+  ThreadPool pool(a.model.threads);
+  const std::vector<McTask> tasks = load_tasks(a);
+  const Tokenizer tok = Tokenizer::load(a.model_dir);
+  std::vector<std::string> variants;
+  for (std::size_t b = 0, e; b <= a.low_bit.size(); b = e + 1) {
+    e = a.low_bit.find(',', b);
+    if (e == std::string::npos) e = a.low_bit.size();
+    if (e > b) variants.push_back(a.low_bit.substr(b, e - b));
+  }
+  std::vector<std::string> columns = {a.baseline};
+  columns.insert(columns.end(), variants.begin(), variants.end());
+  std::optional<ScoringPlan> ppl_plan;
+  if (!a.ppl_file.empty()) ppl_plan = chunk_plan(tok.encode(read_text_file(a.ppl_file)), a.ctx, 0, tok.add_bos() ? tok.bos_id() : -1);
+  // rows[metric][column]
+  std::vector<std::string> metrics;
+  std::map<std::string, std::vector<double>> values;
+  for (const std::string& column : columns) {
+    EvalArgs load_args;
+    load_args.model = a.model;
+    auto model = load(a.model_dir, load_args, column, pool);
+    for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
+      const std::string metric = fmt::format("{} acc_norm ({}-shot, {} items)", r.name, r.shots, r.items);
+      if (values[metric].empty()) metrics.push_back(metric);
+      values[metric].push_back(r.acc_norm);
+    }
+    if (ppl_plan) {
+      std::vector<double> nll;
+      const std::int64_t vocab = model->config().vocab_size;
+      run_plan(*model, *ppl_plan, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
+        nll.push_back(token_nll(l, vocab, t));
+      });
+      const std::string metric = fmt::format("perplexity {} (ctx {}, lower is better)",
+                                             std::filesystem::path(a.ppl_file).filename().string(), a.ctx);
+      if (values[metric].empty()) metrics.push_back(metric);
+      values[metric].push_back(perplexity(nll).ppl);
+    }
+  }
+  std::string md = "| metric | " + fmt::format("{}", fmt::join(columns, " | "));
+  for (const auto& v : variants) md += " | " + v + " recovery";
+  md += " |\n|---|";
+  for (std::size_t i = 0; i < columns.size() + variants.size(); ++i) md += "---:|";
+  md += "\n";
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::vector<double> sums(variants.size(), 0.0);
+  for (const std::string& m : metrics) {
+    const auto& v = values[m];
+    const bool lower_better = m.rfind("perplexity", 0) == 0;
+    md += "| " + m;
+    for (const double x : v) md += fmt::format(" | {:.4f}", x);
+    nlohmann::ordered_json row = {{"metric", m}, {"baseline", v[0]}};
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const double rec = 100.0 * (lower_better ? v[0] / v[i + 1] : v[i + 1] / v[0]);
+      sums[i] += rec;
+      md += fmt::format(" | {:.1f} %", rec);
+      row[variants[i]] = {{"value", v[i + 1]}, {"recovery_percent", rec}};
+    }
+    md += " |\n";
+    j.push_back(row);
+  }
+  md += "| average recovery";
+  for (std::size_t i = 0; i < columns.size(); ++i) md += " |";
+  for (const double s : sums) md += fmt::format(" | {:.1f} %", s / static_cast<double>(metrics.size()));
+  md += " |\n";
+  fmt::print("{}", md);
+  write_json(a.json, j);
+  if (!a.markdown.empty()) {
+    std::ofstream out(a.markdown + ".tmp");
+    out << md;
+    out.close();
+    if (!out) fail("{}: write failed", a.markdown);
+    std::filesystem::rename(a.markdown + ".tmp", a.markdown);
+  }
+  return 0;
+}
+
+void add_task_flags(CLI::App* cmd, TasksArgs& a) {
+  cmd->add_option("-m,--model", a.model_dir, "Model directory")->required();
+  add_model_flags(cmd, a.model);
+  cmd->add_option("--tasks", a.tasks,
+                  "Comma-separated tasks: arc_easy, arc_challenge, hellaswag, piqa (files found under --data-dir), "
+                  "or NAME=PATH (also jsonl=PATH for {context, choices, gold} lines)")
+      ->required();
+  cmd->add_option("--data-dir", a.data_dir, "Folder with the task files (e.g. ../shared/data/tasks)");
+  cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")->capture_default_str();
+  cmd->add_option("--limit", a.limit, "First N items of each task; 0 = all")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--seed", a.seed, "Seed of few-shot sampling and bootstrap")->capture_default_str();
+  cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
+}
+
 }  // namespace
 
 Run add_eval(CLI::App& app) {
@@ -201,7 +387,25 @@ Run add_eval(CLI::App& app) {
   c->add_option("--ref", cmp->ref_dir, "Reference model directory (instead of the same model at --ref-low-bit)");
   c->add_option("--save-ref", cmp->save_ref, "Save the reference's log-probabilities to this file");
   c->add_option("--load-ref", cmp->load_ref, "Use log-probabilities saved by --save-ref instead of running the reference");
-  return [p, c, ppl, cmp] { return p->parsed() ? run_perplexity(*ppl) : run_compare(*cmp); };
+  auto tasks = std::make_shared<TasksArgs>();
+  CLI::App* t = eval->add_subcommand("tasks", "Multiple-choice tasks scored by log-likelihood (lm-eval semantics)");
+  add_task_flags(t, *tasks);
+  t->add_option("--low-bit", tasks->low_bit, "Format of the linear layers")->capture_default_str();
+  auto rec = std::make_shared<TasksArgs>();
+  CLI::App* r = eval->add_subcommand("recovery", "Tasks (and perplexity) of the original and quantized variants, with recovery %");
+  add_task_flags(r, *rec);
+  rec->low_bit = "sym_int8,sym_int4,asym_int4";
+  r->add_option("--low-bit", rec->low_bit, "Comma-separated variants")->capture_default_str();
+  r->add_option("--baseline-low-bit", rec->baseline, "Format of the baseline")->capture_default_str();
+  r->add_option("--ppl-file", rec->ppl_file, "Also compare the perplexity of this text");
+  r->add_option("--ctx", rec->ctx, "Perplexity chunk size")->capture_default_str()->check(kPositive);
+  r->add_option("--markdown", rec->markdown, "Also write the table as Markdown to this file");
+  return [p, c, t, ppl, cmp, tasks, rec] {
+    if (p->parsed()) return run_perplexity(*ppl);
+    if (c->parsed()) return run_compare(*cmp);
+    if (t->parsed()) return run_tasks_command(*tasks);
+    return run_recovery_command(*rec);
+  };
 }
 
 }  // namespace woq::cli
