@@ -201,5 +201,36 @@ TEST(Cli, EvalPerplexityAndCompare) {
   EXPECT_NE(r.err.find("/nonexistent.txt: not found"), std::string::npos) << r.err;
 }
 
+TEST(Cli, EvalTasksRecoveryAndExplain) {
+  test::TempDir tmp;
+  const std::string data = WOQ_TEST_DATA;
+  RunResult r = run("eval tasks -m " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl,arc_easy=" + data +
+                    "/arc_easy_slice.jsonl --num-fewshot 2 --limit 10 --json " + tmp.file("t.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| jsonl | 3 | 2 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| arc_easy | 10 | 2 |"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(tmp.file("t.json"))).size(), 2u);
+  r = run("eval tasks -m " + kModel + " --tasks arc_easy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("give its file as arc_easy=PATH or the folder holding it with --data-dir"), std::string::npos) << r.err;
+
+  r = run("eval recovery -m " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl --low-bit sym_int8,sym_int4 " +
+          "--ppl-file " + data + "/tinystories_heldout.txt --ctx 128 --markdown " + tmp.file("r.md"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| metric | fp32 | sym_int8 | sym_int4 | sym_int8 recovery | sym_int4 recovery |"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| average recovery"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(tmp.file("r.md")), r.out);
+
+  r = run("explain -m " + kModel + " --low-bit sym_int4 -p \"Once upon a time\" -n 40 --json " + tmp.file("e.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("They first differ at generated token"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("original's top-2 there"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Quantization error per linear layer"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(test::read_file(tmp.file("e.json")));
+  EXPECT_EQ(j["layers"].size(), 35u);
+  EXPECT_EQ(j["kl"].size(), 40u);
+}
+
 }  // namespace
 }  // namespace woq

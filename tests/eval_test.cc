@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "eval/compare.h"
+#include "eval/explain.h"
 #include "eval/perplexity.h"
 #include "io/json_file.h"
 #include "test_files.h"
@@ -173,6 +174,46 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
   RefLogprobFile cut = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
   for (std::int64_t i = 0; i + 1 < plan.scored_tokens(); ++i) cut.read(row.data());
   EXPECT_THROW(cut.read(row.data()), Error);
+}
+
+TEST(Explain, IdenticalModelsAgreeEverywhere) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+  const Explanation e = explain(*a, *b, tok, "Once upon a time", 20);
+  EXPECT_EQ(e.diverges_at, -1);
+  EXPECT_EQ(e.original_ids, e.quantized_ids);
+  ASSERT_EQ(e.kl.size(), 20u);
+  for (const double kl : e.kl) EXPECT_EQ(kl, 0.0);
+  ASSERT_EQ(e.layers.size(), 35u);  // 5 layers x 7 linears
+  for (const auto& l : e.layers) {
+    EXPECT_EQ(l.weight_error, 0.0);
+    EXPECT_EQ(l.output_error, 0.0);
+  }
+}
+
+TEST(Explain, QuantizedModelDivergenceIsLocatedAndRanked) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt}, pool);
+  const Explanation e = explain(*a, *b, tok, "Once upon a time", 60);
+  ASSERT_GE(e.diverges_at, 0);  // 60 greedy tokens of a 4-bit 260K-parameter model differ somewhere
+  const auto d = static_cast<std::size_t>(e.diverges_at);
+  for (std::size_t i = 0; i < d; ++i) EXPECT_EQ(e.original_ids[i], e.quantized_ids[i]);
+  EXPECT_NE(e.original_ids[d], e.quantized_ids[d]);
+  ASSERT_EQ(e.original_top.size(), 2u);
+  EXPECT_EQ(e.original_top[0].id, e.original_ids[d]);  // greedy picked the top-1
+  EXPECT_EQ(e.quantized_top[0].id, e.quantized_ids[d]);  // same prefix, so the same position for both
+  EXPECT_GE(e.original_top[0].p, e.original_top[1].p);
+  ASSERT_EQ(e.layers.size(), 35u);
+  for (std::size_t i = 0; i + 1 < e.layers.size(); ++i) EXPECT_GE(e.layers[i].output_error, e.layers[i + 1].output_error);
+  for (const auto& l : e.layers) {
+    EXPECT_GT(l.weight_error, 0.01);
+    EXPECT_LT(l.weight_error, 0.5);
+  }
+  EXPECT_GT(e.kl[d], 0.0);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   const woq::cli::Run make_random = woq::cli::add_make_random(app);
   const woq::cli::Run quantize = woq::cli::add_quantize(app);
   const woq::cli::Run eval = woq::cli::add_eval(app);
+  const woq::cli::Run explain = woq::cli::add_explain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("make-random")) return make_random();
     if (app.got_subcommand("quantize")) return quantize();
     if (app.got_subcommand("eval")) return eval();
+    if (app.got_subcommand("explain")) return explain();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());
