@@ -170,10 +170,39 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
   ScoringPlan other = plan;
   other.sequences[2][7] += 1;
   EXPECT_NE(error_of(other, 512).find("sequence 2 holds different tokens"), std::string::npos);
-  std::filesystem::resize_file(tmp.file("ref.bin"), std::filesystem::file_size(tmp.file("ref.bin")) - 4);
+  {  // trailing bytes: another run's file
+    std::ofstream(tmp.file("ref.bin"), std::ios::app | std::ios::binary) << "xxxx";
+    RefLogprobFile longer = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
+    for (std::int64_t i = 0; i < plan.scored_tokens(); ++i) longer.read(row.data());
+    EXPECT_THROW(longer.expect_end(), Error);
+  }
+  {  // a corrupted value
+    std::fstream f(tmp.file("ref.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4 * 512 * 3, std::ios::end);
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  }
+  RefLogprobFile corrupt = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
+  try {
+    for (std::int64_t i = 0; i < plan.scored_tokens(); ++i) corrupt.read(row.data());
+    FAIL() << "a NaN was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a log-probability (corrupt file?)"), std::string::npos) << e.what();
+  }
+  std::filesystem::resize_file(tmp.file("ref.bin"), std::filesystem::file_size(tmp.file("ref.bin")) - 8);
   RefLogprobFile cut = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
-  for (std::int64_t i = 0; i + 1 < plan.scored_tokens(); ++i) cut.read(row.data());
-  EXPECT_THROW(cut.read(row.data()), Error);
+  for (std::int64_t i = 0; i + 3 < plan.scored_tokens(); ++i) cut.read(row.data());
+  try {
+    cut.read(row.data());  // the NaN row
+  } catch (const Error&) {
+  }
+  cut.read(row.data());
+  try {
+    cut.read(row.data());
+    FAIL() << "read past the end";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ref.bin: ends before the last scored position"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Explain, IdenticalModelsAgreeEverywhere) {

@@ -123,7 +123,13 @@ TEST(Tasks, LoadersReadEachFormatAndNameBadLines) {
   };
   EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\", \"y\"], \"gold\": 0}\n{oops\n").find("bad:2: malformed JSON"),
             std::string::npos);
-  EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\", \"y\"], \"gold\": 2}\n").find("gold 2 outside [0, 2)"),
+  EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\", \"y\"], \"gold\": 2}\n")
+                .find("bad:1: \"gold\" is 2, not an index into the 2 choices"),
+            std::string::npos);
+  EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\", \"y\"], \"gold\": 0.5}\n").find("\"gold\" is 0.5"),
+            std::string::npos);
+  EXPECT_NE(error_of("jsonl", "{\"choices\": [\"x\", \"y\"], \"gold\": 0}\n").find("needs a \"context\""), std::string::npos);
+  EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\", \"\"], \"gold\": 0}\n").find("item 1 has an empty choice"),
             std::string::npos);
   EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\"], \"gold\": 0}\n").find("1 choices"), std::string::npos);
   EXPECT_NE(error_of("jsonl", "{\"context\": 5, \"choices\": [\"x\", \"y\"], \"gold\": 0}\n").find("bad:1"), std::string::npos);

@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -55,11 +54,14 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
   cmd->add_flag("--no-bos-per-chunk", a.no_bos_per_chunk,
                 "Keep each chunk's first token (llama-perplexity replaces it with BOS when the tokenizer adds one)");
   cmd->add_option("--per-document", a.per_document,
-                  "Score each document from position 0 instead, splitting the text on this separator (e.g. '<|endoftext|>')");
+                  "Score each document from position 0 instead, splitting the text on this separator (e.g. '<|endoftext|>')")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                             "SEPARATOR"));
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
 }
 
-ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok) {
+ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok, std::int64_t context_limit) {
+  if (a.ctx > context_limit) fail("--ctx {} exceeds the model's context of {} tokens", a.ctx, context_limit);
   const std::string text = read_text_file(a.file);
   if (!a.per_document.empty()) return document_plan(tok, text, a.per_document, a.ctx, a.chunks);
   const std::int32_t bos = !a.no_bos_per_chunk && tok.add_bos() ? tok.bos_id() : -1;
@@ -79,7 +81,7 @@ std::string describe_plan(const EvalArgs& a, const ScoringPlan& plan) {
 
 struct TasksArgs {
   std::string model_dir;
-  std::string low_bit = "fp32";
+  std::string low_bit = "sym_int4";
   std::string baseline = "fp32";
   ModelFlags model;
   std::string tasks;
@@ -117,6 +119,7 @@ std::vector<McTask> load_tasks(const TasksArgs& a) {
     std::string path;
     if (eq != std::string::npos) {
       path = spec.substr(eq + 1);
+      if (path.empty()) fail("--tasks {}: the path after '=' is empty", spec);
     } else {
       const auto it = default_task_files().find(name);
       if (it == default_task_files().end() || a.data_dir.empty())
@@ -162,7 +165,7 @@ int run_perplexity(const EvalArgs& a) {
   ThreadPool pool(a.model.threads);
   auto model = load(a.model_dir, a, a.low_bit, pool);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
-  const ScoringPlan plan = make_plan(a, tok);
+  const ScoringPlan plan = make_plan(a, tok, model->context_limit());
   const std::int64_t vocab = model->config().vocab_size;
   std::vector<double> nll;
   const double seconds = run_plan(
@@ -193,8 +196,9 @@ int run_compare(const EvalArgs& a) {
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
   ThreadPool pool(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
-  const ScoringPlan plan = make_plan(a, tok);
-  const std::int64_t vocab = read_model_config(a.model_dir).vocab_size;
+  const ModelConfig config = read_model_config(a.model_dir);
+  const ScoringPlan plan = make_plan(a, tok, config.context_limit());
+  const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
@@ -219,6 +223,7 @@ int run_compare(const EvalArgs& a) {
         acc.add(row.data(), logits, target);
       },
       progress_bar("candidate"));
+  ref->expect_end();
   const CompareStats s = acc.result();
   fmt::print("{} vs {}: {} scored tokens ({})\n", a.low_bit,
              a.load_ref.empty() ? (a.ref_dir.empty() ? a.ref_low_bit : a.ref_dir) : a.load_ref, s.positions,
@@ -268,8 +273,9 @@ int run_tasks_command(const TasksArgs& a) {
   auto model = load(a.model_dir, load_args, a.low_bit, pool);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  const std::vector<TaskResult> results = run_tasks(*model, tok, tasks, a);
   fmt::print("| task | items | shots | acc | acc_norm |\n|---|---:|---:|---:|---:|\n");
-  for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
+  for (const TaskResult& r : results) {
     fmt::print("| {} | {} | {} | {:.4f} ± {:.4f} | {:.4f} ± {:.4f} |\n", r.name, r.items, r.shots, r.acc, r.acc_stderr,
                r.acc_norm, r.acc_norm_stderr);
     j.push_back(task_json(r));
@@ -289,10 +295,17 @@ int run_recovery_command(const TasksArgs& a) {
     if (e == std::string::npos) e = a.low_bit.size();
     if (e > b) variants.push_back(a.low_bit.substr(b, e - b));
   }
+  if (variants.empty()) fail("--low-bit '{}' lists no format to compare with the baseline", a.low_bit);
   std::vector<std::string> columns = {a.baseline};
   columns.insert(columns.end(), variants.begin(), variants.end());
   std::optional<ScoringPlan> ppl_plan;
-  if (!a.ppl_file.empty()) ppl_plan = chunk_plan(tok.encode(read_text_file(a.ppl_file)), a.ctx, 0, tok.add_bos() ? tok.bos_id() : -1);
+  if (!a.ppl_file.empty()) {
+    try {
+      ppl_plan = chunk_plan(tok.encode(read_text_file(a.ppl_file)), a.ctx, 0, tok.add_bos() ? tok.bos_id() : -1);
+    } catch (const Error& e) {
+      fail("--ppl-file {}: {}", a.ppl_file, e.what());
+    }
+  }
   // rows[metric][column]
   std::vector<std::string> metrics;
   std::map<std::string, std::vector<double>> values;
@@ -345,13 +358,7 @@ int run_recovery_command(const TasksArgs& a) {
   md += " |\n";
   fmt::print("{}", md);
   write_json(a.json, j);
-  if (!a.markdown.empty()) {
-    std::ofstream out(a.markdown + ".tmp");
-    out << md;
-    out.close();
-    if (!out) fail("{}: write failed", a.markdown);
-    std::filesystem::rename(a.markdown + ".tmp", a.markdown);
-  }
+  if (!a.markdown.empty()) write_text_file(a.markdown, md);
   return 0;
 }
 
@@ -363,7 +370,9 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
                   "or NAME=PATH (also jsonl=PATH for {context, choices, gold} lines)")
       ->required();
   cmd->add_option("--data-dir", a.data_dir, "Folder with the task files (e.g. ../shared/data/tasks)");
-  cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")->capture_default_str();
+  cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--limit", a.limit, "First N items of each task; 0 = all")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--seed", a.seed, "Seed of few-shot sampling and bootstrap")->capture_default_str();
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");

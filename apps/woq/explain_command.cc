@@ -27,7 +27,10 @@ struct ExplainArgs {
   std::string json;
 };
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+// A JSON-quoted string; invalid UTF-8 bytes shown as U+FFFD.
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 int run_explain(const ExplainArgs& a) {
   ThreadPool pool(a.model.threads);

@@ -37,11 +37,13 @@ double quantile(std::vector<double> v, double q) {
 
 }  // namespace
 
-RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, std::int64_t vocab, long data_start)
-    : file_(f), path_(std::move(path)), vocab_(vocab), data_start_(data_start), row_(static_cast<std::size_t>(vocab)) {}
+RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start)
+    : file_(f), path_(std::move(path)), rename_(rename), vocab_(vocab), data_start_(data_start),
+      row_(static_cast<std::size_t>(vocab)) {}
 
 RefLogprobFile::RefLogprobFile(RefLogprobFile&& o) noexcept
-    : file_(o.file_), path_(std::move(o.path_)), vocab_(o.vocab_), data_start_(o.data_start_), row_(std::move(o.row_)) {
+    : file_(o.file_), path_(std::move(o.path_)), rename_(o.rename_), rows_read_(o.rows_read_), vocab_(o.vocab_),
+      data_start_(o.data_start_), row_(std::move(o.row_)) {
   o.file_ = nullptr;
 }
 
@@ -53,7 +55,7 @@ RefLogprobFile RefLogprobFile::create(const std::string& path, const ScoringPlan
   std::FILE* f = path.empty() ? std::tmpfile() : std::fopen((path + ".tmp").c_str(), "w+b");
   const std::string shown = path.empty() ? std::string("temporary reference file") : path + ".tmp";
   if (f == nullptr) fail("{}: cannot create: {}", shown, std::strerror(errno));
-  RefLogprobFile r(f, path, vocab, 0);
+  RefLogprobFile r(f, path, !path.empty(), vocab, 0);
   write_all(f, kMagic, sizeof kMagic, shown);
   const std::int64_t head[3] = {vocab, plan.first_scored, static_cast<std::int64_t>(plan.sequences.size())};
   write_all(f, head, sizeof head, shown);
@@ -71,7 +73,7 @@ RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& 
   if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not found or not a regular file", path);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) fail("{}: cannot open: {}", path, std::strerror(errno));
-  RefLogprobFile r(f, "", vocab, 0);
+  RefLogprobFile r(f, path, false, vocab, 0);
   char magic[8];
   read_all(f, magic, sizeof magic, path, "magic");
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq reference file (bad magic)", path);
@@ -97,22 +99,42 @@ RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& 
 
 void RefLogprobFile::write_logits(const float* logits) {
   log_softmax(logits, vocab_, row_.data());
-  write_all(file_, row_.data(), row_.size() * sizeof(float), path_.empty() ? "temporary reference file" : path_);
+  write_all(file_, row_.data(), row_.size() * sizeof(float), name());
 }
 
 void RefLogprobFile::finish() {
-  if (std::fflush(file_) != 0) fail("{}: flush failed: {}", path_, std::strerror(errno));
-  if (!path_.empty()) {
+  if (std::fflush(file_) != 0) fail("{}: flush failed: {}", name(), std::strerror(errno));
+  if (rename_) {
     std::error_code ec;
     std::filesystem::rename(path_ + ".tmp", path_, ec);
-    if (ec) fail("{}: cannot rename into place: {}", path_, ec.message());
+    if (ec) {
+      const std::string why = ec.message();
+      std::filesystem::remove(path_ + ".tmp", ec);
+      fail("{}: cannot rename into place: {}", path_, why);
+    }
+    rename_ = false;
   }
   std::fseek(file_, data_start_, SEEK_SET);
 }
 
 void RefLogprobFile::read(float* row) {
   if (std::fread(row, sizeof(float), static_cast<std::size_t>(vocab_), file_) != static_cast<std::size_t>(vocab_))
-    fail("{}: ends before the last scored position", path_.empty() ? "reference file" : path_);
+    fail("{}: ends before the last scored position", name());
+  // A log-softmax row: finite values <= 0 whose probabilities sum to 1.
+  double sum = 0;
+  for (std::int64_t i = 0; i < vocab_; ++i) {
+    if (!std::isfinite(row[i]) || row[i] > 1e-3f)
+      fail("{}: scored position {} holds {} at token {}: not a log-probability (corrupt file?)", name(), rows_read_,
+           row[i], i);
+    sum += std::exp(static_cast<double>(row[i]));
+  }
+  if (std::fabs(sum - 1.0) > 1e-3)
+    fail("{}: scored position {}: probabilities sum to {}, not 1 (corrupt file?)", name(), rows_read_, sum);
+  ++rows_read_;
+}
+
+void RefLogprobFile::expect_end() {
+  if (std::fgetc(file_) != EOF) fail("{}: holds data after the last scored position (another run's file?)", name());
 }
 
 void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t target) {

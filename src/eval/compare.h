@@ -36,13 +36,19 @@ class RefLogprobFile {
   void write_logits(const float* logits);
   /// Completes writing and positions the file for reading (renames PATH.tmp to PATH).
   void finish();
-  /// Reads the next row [vocab]; throws woq::Error at a premature end.
+  /// Reads the next row [vocab]; throws woq::Error at a premature end or
+  /// when the row is not a log-probability distribution (a corrupt file).
   void read(float* row);
+  /// Throws woq::Error unless every row has been read (trailing bytes).
+  void expect_end();
 
  private:
-  RefLogprobFile(std::FILE* f, std::string path, std::int64_t vocab, long data_start);
+  RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start);
+  std::string name() const { return path_.empty() ? std::string("temporary reference file") : path_; }
   std::FILE* file_;
-  std::string path_;  ///< final path, empty for anonymous
+  std::string path_;  ///< the file (final path when writing); empty for anonymous
+  bool rename_;       ///< written to PATH.tmp, renamed by finish()
+  std::int64_t rows_read_ = 0;
   std::int64_t vocab_;
   long data_start_;
   std::vector<float> row_;

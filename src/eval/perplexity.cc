@@ -16,7 +16,7 @@ std::int64_t ScoringPlan::scored_tokens() const {
 
 ScoringPlan chunk_plan(const std::vector<std::int32_t>& tokens, std::int64_t ctx, std::int64_t max_chunks,
                        std::int32_t bos) {
-  if (ctx < 2) fail("the context must be at least 2 tokens, got {}", ctx);
+  if (ctx < 3) fail("--ctx {} leaves nothing to score: chunks are scored on their second half (need at least 3)", ctx);
   std::int64_t chunks = static_cast<std::int64_t>(tokens.size()) / ctx;
   if (chunks == 0)
     fail("the text has {} tokens, fewer than one chunk of --ctx {}", tokens.size(), ctx);

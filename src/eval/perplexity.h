@@ -28,7 +28,7 @@ struct ScoringPlan {
 /// llama-perplexity's plan: `tokens` cut into floor(size / ctx) chunks of ctx
 /// tokens (at most `max_chunks` when > 0), each scored from ctx / 2; with
 /// `bos` >= 0 the first token of every chunk is replaced by it (llama.cpp
-/// does so when the tokenizer adds BOS). Throws woq::Error when ctx < 2 or
+/// does so when the tokenizer adds BOS). Throws woq::Error when ctx < 3 or
 /// the text is shorter than one chunk (saying how many tokens it has).
 ScoringPlan chunk_plan(const std::vector<std::int32_t>& tokens, std::int64_t ctx, std::int64_t max_chunks,
                        std::int32_t bos);

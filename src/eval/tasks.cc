@@ -46,10 +46,14 @@ McItem jsonl_item(const nlohmann::json& j, const std::string& where, bool questi
       if (item.gold < 0) fail("{}: answer '{}' is not one of the option labels", where, answer);
       return item;
     }
+    if (!j.contains("context") && !j.contains("query")) fail("{}: needs a \"context\" (or \"query\") string", where);
     item.context = j.contains("context") ? j.at("context").get<std::string>() : j.at("query").get<std::string>();
     if (question_answer) item.context += "\nAnswer:";
     item.choices = j.at("choices").get<std::vector<std::string>>();
-    item.gold = j.at("gold").get<int>();
+    const auto& gold = j.at("gold");
+    if (!gold.is_number_integer() || gold.get<std::int64_t>() < 0 || gold.get<std::int64_t>() >= static_cast<std::int64_t>(item.choices.size()))
+      fail("{}: \"gold\" is {}, not an index into the {} choices", where, describe_json(gold), item.choices.size());
+    item.gold = gold.get<int>();
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", where, e.what());
   }
@@ -118,6 +122,8 @@ McTask load_task(const std::string& name, const std::string& path) {
   for (std::size_t i = 0; i < task.items.size(); ++i) {
     const McItem& it = task.items[i];
     if (it.choices.size() < 2) fail("{}: item {} has {} choices (need at least 2)", path, i + 1, it.choices.size());
+    for (const auto& c : it.choices)
+      if (c.empty()) fail("{}: item {} has an empty choice", path, i + 1);
     if (it.gold < 0 || it.gold >= static_cast<int>(it.choices.size()))
       fail("{}: item {} has gold {} outside [0, {})", path, i + 1, it.gold, it.choices.size());
   }

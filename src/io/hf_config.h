@@ -40,6 +40,11 @@ struct ModelConfig {
   std::vector<std::int64_t> eos_token_ids;  ///< generation stops on any of these
 
   std::int64_t q_dim() const { return num_attention_heads * head_dim; }
+  /// Longest sequence woq runs: max_position_embeddings, or the sliding
+  /// window when smaller (sliding-window attention is not implemented).
+  std::int64_t context_limit() const {
+    return sliding_window > 0 && sliding_window < max_position_embeddings ? sliding_window : max_position_embeddings;
+  }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
 

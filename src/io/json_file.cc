@@ -49,16 +49,30 @@ std::string describe_json(const nlohmann::json& value) {
   return value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);  // ASCII only
 }
 
-void write_json_file(const std::string& path, const nlohmann::ordered_json& json) {
+void write_text_file(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory", path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << json.dump(2) << "\n";
-    if (!out.flush()) fail("{}: cannot write", tmp);
+    if (!out) fail("{}: cannot create", tmp);
+    out << text;
+    if (!out.flush()) {
+      std::filesystem::remove(tmp, ec);
+      fail("{}: cannot write", tmp);
+    }
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    fail("{}: cannot rename to {}: {}", tmp, path, why);
+  }
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& json) {
+  // Strings from users (prompts, file text) may hold invalid UTF-8: write U+FFFD for those bytes.
+  write_text_file(path, json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 JsonFields::JsonFields(nlohmann::json json, std::string path)

@@ -30,8 +30,13 @@ void require_regular_file(const std::string& path, std::uintmax_t max_bytes);
 /// woq::Error as require_regular_file does, or "PATH: cannot open".
 std::string read_text_file(const std::string& path, std::uintmax_t max_bytes = 1ull << 30);
 
-/// Writes `json` (indented by 2) to `path` through a temporary file renamed
-/// into place. Throws woq::Error naming the path on failure.
+/// Writes `text` to `path` through PATH.tmp renamed into place (removed on
+/// failure). Throws woq::Error naming the path when it is a directory or on
+/// I/O failure.
+void write_text_file(const std::string& path, const std::string& text);
+
+/// Writes `json` (indented by 2; invalid UTF-8 replaced by U+FFFD) to `path`
+/// like write_text_file.
 void write_json_file(const std::string& path, const nlohmann::ordered_json& json);
 
 /// A JSON object read from a file, with typed field accessors whose errors

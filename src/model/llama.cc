@@ -52,10 +52,7 @@ void add_bias(float* x, const std::vector<float>& bias, std::int64_t rows) {
 LlamaModel::LlamaModel(ModelConfig config, ThreadPool& pool)
     : config_(std::move(config)), pool_(&pool), inv_freq_(rope_inv_freq(config_)) {}
 
-std::int64_t LlamaModel::context_limit() const {
-  const std::int64_t limit = config_.max_position_embeddings;
-  return config_.sliding_window > 0 ? std::min(limit, config_.sliding_window) : limit;
-}
+std::int64_t LlamaModel::context_limit() const { return config_.context_limit(); }
 
 std::uint64_t LlamaModel::weight_bytes_per_token() const {
   std::uint64_t bytes = (lm_head_ ? *lm_head_ : embed_).bytes() +

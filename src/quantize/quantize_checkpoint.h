@@ -33,7 +33,7 @@ struct QuantizeOptions {
   double damp_percent = 0.01;          ///< recorded in quantization_config (GPTQ)
   bool desc_act = false;               ///< recorded in quantization_config (GPTQ)
   bool static_groups = false;          ///< recorded in quantization_config (GPTQ)
-  bool true_sequential = true;         ///< recorded in quantization_config (GPTQ)
+  bool true_sequential = false;        ///< recorded in quantization_config (GPTQ)
   /// Receives one line per finished layer.
   std::function<void(const std::string&)> progress;
 };
