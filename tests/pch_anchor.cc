@@ -1,0 +1,1 @@
+// Anchors the precompiled header the test executables reuse (see CMakeLists.txt).
