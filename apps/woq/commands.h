@@ -42,6 +42,8 @@ struct ModelFlags {
   int threads = 0;
 };
 
+/// Registers -t/--threads (worker threads, 0 = all cores).
+void add_threads_flag(CLI::App* cmd, int& threads);
 /// Registers --group-size, --int4-range, --lm-head-low-bit and -t/--threads
 /// (commands add --low-bit themselves: one type or a list).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);

@@ -53,9 +53,7 @@ Run add_make_random(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype, "Weight dtype: f16, bf16 or f32")->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "Random seed")->capture_default_str();
   cmd->add_option("-o,--output", args->out_dir, "Output directory (created if missing)")->required();
-  cmd->add_option("-t,--threads", args->threads, "Worker threads; 0 = all cores")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  add_threads_flag(cmd, args->threads);
   return [args] { return run_make_random(*args); };
 }
 

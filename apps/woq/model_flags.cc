@@ -21,6 +21,12 @@ std::string describe(const QuantSpec& spec) {
 
 }  // namespace
 
+void add_threads_flag(CLI::App* cmd, int& threads) {
+  cmd->add_option("-t,--threads", threads, "Worker threads; 0 = all cores")
+      ->capture_default_str()
+      ->check(kNonNegative);
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--group-size", flags.group_size,
                   "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
@@ -30,9 +36,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
       ->capture_default_str();
   cmd->add_option("--lm-head-low-bit", flags.lm_head_low_bit,
                   "Also convert lm_head to this format (default: keep it as stored)");
-  cmd->add_option("-t,--threads", flags.threads, "Worker threads; 0 = all cores")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  add_threads_flag(cmd, flags.threads);
 }
 
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {

@@ -171,9 +171,7 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--max-shard-size", args->max_shard_gb, "Largest safetensors shard, in GB (1e9 bytes)")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace the output directory if it exists");
-  cmd->add_option("-t,--threads", args->threads, "Worker threads; 0 = all cores")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  add_threads_flag(cmd, args->threads);
   args->cmd = cmd;
   return [args] { return run_quantize(*args); };
 }

@@ -23,10 +23,7 @@ void read_all(std::FILE* f, void* p, std::size_t n, const std::string& path, con
 }
 
 void log_softmax(const float* x, std::int64_t n, float* out) {
-  const double max = *std::max_element(x, x + n);
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
-  const double log_z = max + std::log(sum);
+  const double log_z = log_sum_exp(x, n);
   for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] - log_z);
 }
 

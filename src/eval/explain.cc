@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "eval/perplexity.h"
 #include "generate/generate.h"
 #include "kernels/matmul.h"
 
@@ -13,11 +14,9 @@ namespace woq {
 namespace {
 
 std::vector<double> softmax(const float* logits, std::int64_t n) {
-  const double max = *std::max_element(logits, logits + n);
+  const double log_z = log_sum_exp(logits, n);
   std::vector<double> p(static_cast<std::size_t>(n));
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += p[static_cast<std::size_t>(i)] = std::exp(logits[i] - max);
-  for (auto& v : p) v /= sum;
+  for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = std::exp(logits[i] - log_z);
   return p;
 }
 

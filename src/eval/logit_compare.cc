@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "eval/perplexity.h"
 
 namespace woq {
 
@@ -12,10 +13,7 @@ namespace {
 
 // log-softmax of x[0, n) in double.
 std::vector<double> log_softmax(const float* x, std::int64_t n) {
-  const double max = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - max);
-  const double log_z = max + std::log(sum);
+  const double log_z = log_sum_exp(x, n);
   std::vector<double> out(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = x[i] - log_z;
   return out;

@@ -51,6 +51,9 @@ using ScoredLogits = std::function<void(std::int64_t seq, std::int64_t pos, std:
 double run_plan(LlamaModel& model, const ScoringPlan& plan, std::int64_t batch, const ScoredLogits& sink,
                 const std::function<void(std::int64_t, std::int64_t)>& progress = nullptr);
 
+/// log(sum_i exp(x[i])) over x[0, n), in double, shifted by the maximum.
+double log_sum_exp(const float* x, std::int64_t n);
+
 /// -log softmax(logits)[target] in double.
 double token_nll(const float* logits, std::int64_t vocab, std::int32_t target);
 

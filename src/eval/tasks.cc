@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "eval/perplexity.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -174,11 +175,7 @@ std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& to
     double ll = 0;
     const std::int64_t first = static_cast<std::int64_t>(input.size()) - static_cast<std::int64_t>(cont.size()) + 1;
     for (std::size_t c = 0; c < cont.size(); ++c) {
-      const float* row = logits.data() + (first - 1 + static_cast<std::int64_t>(c)) * vocab;
-      const double max = *std::max_element(row, row + vocab);
-      double sum = 0;
-      for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - max);
-      ll += static_cast<double>(row[cont[c]]) - max - std::log(sum);
+      ll -= token_nll(logits.data() + (first - 1 + static_cast<std::int64_t>(c)) * vocab, vocab, cont[c]);
     }
     out.push_back(ll);
   }

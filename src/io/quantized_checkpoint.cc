@@ -88,9 +88,7 @@ QuantizationConfig compressed_tensors_config(const JsonFields& q) {
 std::vector<std::int32_t> read_i32(const TensorView& t, const std::vector<std::int64_t>& shape, const char* why) {
   if (t.dtype != DType::kI32)
     fail("{}: tensor '{}' has dtype {}, expected I32", t.file, t.name, dtype_name(t.dtype));
-  if (t.shape != shape)
-    fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "),
-         why);
+  require_shape(t, shape, why);
   std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
   std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(std::int32_t));
   release_pages(t.bytes);  // read once: keep the mapping from staying resident
@@ -99,9 +97,7 @@ std::vector<std::int32_t> read_i32(const TensorView& t, const std::vector<std::i
 
 // fp16 scales; BF16/F32 are accepted when every value converts exactly.
 std::vector<std::uint16_t> read_scales(const TensorView& t, const std::vector<std::int64_t>& shape, const char* why) {
-  if (t.shape != shape)
-    fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "),
-         why);
+  require_shape(t, shape, why);
   std::vector<std::uint16_t> out(static_cast<std::size_t>(t.numel()));
   if (t.dtype == DType::kF16) {
     std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(std::uint16_t));

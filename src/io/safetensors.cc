@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -222,6 +223,11 @@ const TensorView& TensorStore::get(const std::string& name) const {
   const TensorView* t = find(name);
   if (t == nullptr) fail("{}: tensor '{}' is missing", source_, name);
   return *t;
+}
+
+void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, std::string_view why) {
+  if (t.shape != shape)
+    fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "), why);
 }
 
 void require_float_dtype(const TensorView& t) {

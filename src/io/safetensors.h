@@ -79,6 +79,10 @@ class TensorStore {
   std::map<std::string, const TensorView*> index_;
 };
 
+/// Throws woq::Error "FILE: tensor 'NAME' has shape [..], expected [..] (WHY)"
+/// unless t.shape == shape.
+void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, std::string_view why);
+
 /// Throws woq::Error naming the tensor and its file unless its dtype is
 /// F32, F16, BF16 or F64.
 void require_float_dtype(const TensorView& t);

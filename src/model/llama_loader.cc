@@ -15,9 +15,7 @@ namespace {
 
 // Checks that `t` has exactly `shape`, naming the config fields it comes from.
 void expect_shape(const TensorView& t, const std::vector<std::int64_t>& shape, const char* from) {
-  if (t.shape != shape)
-    fail("{}: tensor '{}' has shape {}, expected [{}] (from config.json {})", t.file, t.name,
-         t.shape_str(), fmt::join(shape, ", "), from);
+  require_shape(t, shape, fmt::format("from config.json {}", from));
 }
 
 std::vector<float> to_f32(const TensorView& t) {

@@ -127,8 +127,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
     for (int i = 0; i < 7; ++i) {
       const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
       const auto [n, k] = linear_shape(config, i);
-      if (t.shape != std::vector<std::int64_t>{n, k})
-        fail("{}: tensor '{}' has shape {}, expected [{}, {}] (from config.json)", t.file, t.name, t.shape_str(), n, k);
+      require_shape(t, {n, k}, "from config.json");
       require_float_dtype(t);
       const std::int64_t cols = k;
       try {
