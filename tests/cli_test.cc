@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,12 @@ TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {
     EXPECT_EQ(r.out, ref["text"].get<std::string>() + "\n") << env;
     EXPECT_NE(r.err.find("generated 60 tokens"), std::string::npos) << r.err;
   }
+  const std::string text = ref["text"].get<std::string>();
+  const RunResult r = run("generate -m " + kModel +
+                          " -p \"Once upon a time\" -n 60 --temperature 0 --low-bit fp32 --stop park --stop \"red ball\"");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, text.substr(0, text.find("park")) + "\n");
+  EXPECT_NE(r.err.find("stopped at stop string 'park'"), std::string::npos) << r.err;
 }
 
 TEST(Cli, DefaultIsSymInt4AndSaysSo) {
@@ -201,6 +208,43 @@ TEST(Cli, EvalPerplexityAndCompare) {
   EXPECT_NE(r.err.find("/nonexistent.txt: not found"), std::string::npos) << r.err;
 }
 
+// --tasks openllm: the six Open LLM Leaderboard v1 tasks at their shot counts,
+// found under --data-dir in the shared data's layout.
+TEST(Cli, EvalTasksOpenLlmPreset) {
+  test::TempDir tmp;
+  const std::filesystem::path data = WOQ_TEST_DATA, dir = tmp.file("tasks");
+  namespace fs = std::filesystem;
+  for (const char* sub : {"arc_challenge", "hellaswag", "winogrande", "truthfulqa"}) fs::create_directories(dir / sub);
+  fs::copy(data / "mmlu_slice", dir / "mmlu", fs::copy_options::recursive);
+  fs::copy(data / "gsm8k_slice", dir / "gsm8k", fs::copy_options::recursive);
+  fs::copy_file(data / "hellaswag_slice.txt", dir / "hellaswag/hellaswag_val_full.txt");
+  fs::copy_file(data / "winogrande_slice.jsonl", dir / "winogrande/winogrande_dev.jsonl");
+  fs::copy_file(data / "truthfulqa_slice.json", dir / "truthfulqa/mc_task.json");
+  std::string arc;
+  for (int i = 0; i < 30; ++i)
+    arc += R"({"question": "Which is number )" + std::to_string(i) + R"(?", "options": [{"label": "A", "text": ")" +
+           std::to_string(i) + R"("}, {"label": "B", "text": ")" + std::to_string(i + 1) + R"("}], "answer": "A"})" + "\n";
+  test::write_file((dir / "arc_challenge/arc_challenge_test.jsonl").string(), arc);
+  RunResult r = run("eval tasks -m " + kModel + " --tasks openllm --data-dir " + dir.string() + " --limit 1 --json " +
+                    tmp.file("o.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row : {"| mmlu | 2 | 5 | acc |", "| arc_challenge | 1 | 25 | acc_norm * |", "| gsm8k | 1 | 5 | exact_match |",
+                          "| hellaswag | 1 | 10 | acc_norm * |", "| winogrande | 1 | 5 | acc |", "| truthfulqa_mc2 | 1 | 0 | mc2 |"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  const auto j = nlohmann::json::parse(test::read_file(tmp.file("o.json")));
+  ASSERT_EQ(j.size(), 6u);
+  EXPECT_EQ(j[5]["primary_metric"], "mc2");
+  EXPECT_TRUE(j[5]["mc2"].is_number());
+  r = run("eval tasks -m " + kModel + " --tasks openllm");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--tasks mmlu: give its folder as mmlu=PATH or the folder holding it with --data-dir"),
+            std::string::npos)
+      << r.err;
+  r = run("eval tasks -m " + kModel + " --tasks mmlu5 --data-dir " + dir.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("unknown task 'mmlu5'"), std::string::npos) << r.err;
+}
+
 TEST(Cli, EvalTasksRecoveryAndExplain) {
   test::TempDir tmp;
   const std::string data = WOQ_TEST_DATA;
@@ -214,9 +258,12 @@ TEST(Cli, EvalTasksRecoveryAndExplain) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("give its file as arc_easy=PATH or the folder holding it with --data-dir"), std::string::npos) << r.err;
 
-  r = run("eval recovery -m " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl --low-bit sym_int8,sym_int4 " +
-          "--ppl-file " + data + "/tinystories_heldout.txt --ctx 128 --markdown " + tmp.file("r.md"));
+  r = run("eval recovery -m " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl,truthfulqa_mc2=" + data +
+          "/truthfulqa_slice.json --limit 3 --low-bit sym_int8,sym_int4 " + "--ppl-file " + data +
+          "/tinystories_heldout.txt --ctx 128 --markdown " + tmp.file("r.md"));
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| jsonl acc (0-shot, 3 items) |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| truthfulqa_mc2 mc2 (0-shot, 3 items) |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| metric | fp32 | sym_int8 | sym_int4 | sym_int8 recovery | sym_int4 recovery |"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("| average recovery"), std::string::npos) << r.out;

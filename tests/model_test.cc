@@ -70,6 +70,50 @@ TEST(Stories260K, GreedyFp32MatchesReferenceTokensAndText) {
   EXPECT_EQ(text, ref["text"].get<std::string>());
 }
 
+// Stop strings end generation inside or across tokens; the text from the stop
+// string on is neither streamed nor returned; a held-back prefix that never
+// completes is released at the end.
+TEST(Stories260K, StopStringsCutTheTextWhereTheyBegin) {
+  ThreadPool pool(2);
+  auto model = load(pool, kFp32);
+  const auto tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const std::string full = reference()["text"].get<std::string>();
+  const std::string prompt = "Once upon a time";
+  const std::string generated = full.substr(prompt.size());
+  auto run = [&](std::vector<std::string> stops, std::string& streamed) {
+    GenerateOptions opt;
+    opt.max_new_tokens = 60;
+    opt.sampling.temperature = 0;
+    opt.stop_strings = std::move(stops);
+    streamed.clear();
+    return generate(*model, tok, prompt, opt, [&](std::string_view s) { streamed += s; });
+  };
+  std::string streamed;
+  // Of two stop strings the one that appears first in the text wins ("park" before "ball. S").
+  GenerateResult r = run({"ball. S", "park"}, streamed);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.stop_token, -1);
+  EXPECT_EQ(r.stop_string, "park");
+  EXPECT_EQ(r.text, generated.substr(0, generated.find("park")));
+  EXPECT_EQ(streamed, prompt + r.text);
+  EXPECT_LT(r.generated_ids.size(), 60u);
+  // The token that completed the stop string is the last one generated.
+  EXPECT_NE(tok.decode(r.generated_ids).find("park"), std::string::npos);
+  EXPECT_EQ(tok.decode(std::vector<std::int32_t>(r.generated_ids.begin(), r.generated_ids.end() - 1)).find("park"),
+            std::string::npos);
+
+  r = run({"ball. S"}, streamed);  // spans several tokens
+  EXPECT_EQ(r.stop_string, "ball. S");
+  EXPECT_EQ(r.text, generated.substr(0, generated.find("ball. S")));
+  EXPECT_EQ(streamed, prompt + r.text);
+
+  // "\nLily" ends the text; "\nLily!" never matches: held back, then released.
+  r = run({"\nLily!", ""}, streamed);
+  EXPECT_FALSE(r.stopped);
+  EXPECT_EQ(r.text, generated);
+  EXPECT_EQ(streamed, full);
+}
+
 TEST(Stories260K, LastPromptLogitsMatchPyTorch) {
   ThreadPool pool(2);
   auto model = load(pool, kFp32);

@@ -94,24 +94,35 @@ struct TasksArgs {
   std::string json, markdown;
 };
 
-// Where each task's file is under --data-dir (the layout of woq's shared data).
+// Where each task's file (or folder) is under --data-dir (the layout of woq's shared data).
 const std::map<std::string, std::string>& default_task_files() {
   static const std::map<std::string, std::string> files = {
       {"arc_easy", "arc_easy/arc_easy_test.jsonl"},
       {"arc_challenge", "arc_challenge/arc_challenge_test.jsonl"},
       {"hellaswag", "hellaswag/hellaswag_val_full.txt"},
-      {"piqa", "piqa/piqa_validation.jsonl"}};
+      {"piqa", "piqa/piqa_validation.jsonl"},
+      {"winogrande", "winogrande/winogrande_dev.jsonl"},
+      {"mmlu", "mmlu"},
+      {"truthfulqa_mc1", "truthfulqa/mc_task.json"},
+      {"truthfulqa_mc2", "truthfulqa/mc_task.json"},
+      {"gsm8k", "gsm8k"}};
   return files;
 }
 
-// "--tasks a,b=path" -> loaded tasks.
-std::vector<McTask> load_tasks(const TasksArgs& a) {
-  std::vector<McTask> out;
+// The Open LLM Leaderboard v1 tasks (each run at its default shot count).
+constexpr const char* kOpenLlm = "mmlu,arc_challenge,gsm8k,hellaswag,winogrande,truthfulqa_mc2";
+
+// "--tasks a,b=path" -> loaded tasks; "openllm" expands to the six leaderboard tasks.
+std::vector<Task> load_tasks(const TasksArgs& a) {
+  std::vector<Task> out;
+  std::string specs = a.tasks;
+  for (std::size_t at; (at = (',' + specs + ',').find(",openllm,")) != std::string::npos;)
+    specs.replace(at, 7, kOpenLlm);
   std::size_t begin = 0;
-  while (begin <= a.tasks.size()) {
-    std::size_t end = a.tasks.find(',', begin);
-    if (end == std::string::npos) end = a.tasks.size();
-    const std::string spec = a.tasks.substr(begin, end - begin);
+  while (begin <= specs.size()) {
+    std::size_t end = specs.find(',', begin);
+    if (end == std::string::npos) end = specs.size();
+    const std::string spec = specs.substr(begin, end - begin);
     begin = end + 1;
     if (spec.empty()) continue;
     const std::size_t eq = spec.find('=');
@@ -122,8 +133,9 @@ std::vector<McTask> load_tasks(const TasksArgs& a) {
       if (path.empty()) fail("--tasks {}: the path after '=' is empty", spec);
     } else {
       const auto it = default_task_files().find(name);
+      if (it == default_task_files().end() && name != "jsonl") fail("--tasks: unknown task '{}' (available: {}, openllm)", name, task_names());
       if (it == default_task_files().end() || a.data_dir.empty())
-        fail("--tasks {}: give its file as {}=PATH{}", name, name,
+        fail("--tasks {}: give its {} as {}=PATH{}", name, name == "mmlu" || name == "gsm8k" ? "folder" : "file", name,
              it == default_task_files().end() ? "" : " or the folder holding it with --data-dir");
       path = (std::filesystem::path(a.data_dir) / it->second).string();
     }
@@ -134,8 +146,12 @@ std::vector<McTask> load_tasks(const TasksArgs& a) {
 }
 
 nlohmann::ordered_json task_json(const TaskResult& r) {
-  return {{"task", r.name}, {"items", r.items}, {"shots", r.shots}, {"acc", r.acc}, {"acc_stderr", r.acc_stderr},
-          {"acc_norm", r.acc_norm}, {"acc_norm_stderr", r.acc_norm_stderr}};
+  nlohmann::ordered_json j = {{"task", r.name}, {"items", r.items}, {"shots", r.shots}, {"primary_metric", r.primary_metric}};
+  for (const TaskMetric& m : r.metrics) {
+    j[m.name] = m.value;
+    j[m.name + "_stderr"] = m.standard_error;
+  }
+  return j;
 }
 
 // A progress line with ETA on a terminal; nothing otherwise.
@@ -252,10 +268,10 @@ int run_compare(const EvalArgs& a) {
   return 0;
 }
 
-std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<McTask>& tasks,
+std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<Task>& tasks,
                                   const TasksArgs& a) {
   std::vector<TaskResult> out;
-  for (const McTask& t : tasks) {
+  for (const Task& t : tasks) {
     TaskOptions o;
     o.shots = a.shots;
     o.limit = a.limit;
@@ -267,19 +283,22 @@ std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const
 
 int run_tasks_command(const TasksArgs& a) {
   ThreadPool pool(a.model.threads);
-  const std::vector<McTask> tasks = load_tasks(a);
+  const std::vector<Task> tasks = load_tasks(a);
   EvalArgs load_args;
   load_args.model = a.model;
   auto model = load(a.model_dir, load_args, a.low_bit, pool);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   const std::vector<TaskResult> results = run_tasks(*model, tok, tasks, a);
-  fmt::print("| task | items | shots | acc | acc_norm |\n|---|---:|---:|---:|---:|\n");
+  fmt::print("| task | items | shots | metric | value | stderr |\n|---|---:|---:|---|---:|---:|\n");
   for (const TaskResult& r : results) {
-    fmt::print("| {} | {} | {} | {:.4f} ± {:.4f} | {:.4f} ± {:.4f} |\n", r.name, r.items, r.shots, r.acc, r.acc_stderr,
-               r.acc_norm, r.acc_norm_stderr);
+    for (const TaskMetric& m : r.metrics)
+      fmt::print("| {} | {} | {} | {}{} | {:.4f} | {:.4f} |\n", r.name, r.items, r.shots, m.name,
+                 m.name == r.primary_metric && r.metrics.size() > 1 ? " *" : "", m.value, m.standard_error);
     j.push_back(task_json(r));
   }
+  if (results.size() > 1 || results.front().metrics.size() > 1)
+    fmt::print("(* the metric model cards report for the task)\n");
   write_json(a.json, j);
   return 0;
 }
@@ -287,7 +306,7 @@ int run_tasks_command(const TasksArgs& a) {
 // Recovery = variant / baseline (higher is better), or baseline / variant for perplexity.
 int run_recovery_command(const TasksArgs& a) {
   ThreadPool pool(a.model.threads);
-  const std::vector<McTask> tasks = load_tasks(a);
+  const std::vector<Task> tasks = load_tasks(a);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   std::vector<std::string> variants;
   for (std::size_t b = 0, e; b <= a.low_bit.size(); b = e + 1) {
@@ -314,9 +333,9 @@ int run_recovery_command(const TasksArgs& a) {
     load_args.model = a.model;
     auto model = load(a.model_dir, load_args, column, pool);
     for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
-      const std::string metric = fmt::format("{} acc_norm ({}-shot, {} items)", r.name, r.shots, r.items);
+      const std::string metric = fmt::format("{} {} ({}-shot, {} items)", r.name, r.primary_metric, r.shots, r.items);
       if (values[metric].empty()) metrics.push_back(metric);
-      values[metric].push_back(r.acc_norm);
+      values[metric].push_back(r.metric(r.primary_metric).value);
     }
     if (ppl_plan) {
       std::vector<double> nll;
@@ -366,14 +385,15 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
   cmd->add_option("-m,--model", a.model_dir, "Model directory")->required();
   add_model_flags(cmd, a.model);
   cmd->add_option("--tasks", a.tasks,
-                  "Comma-separated tasks: arc_easy, arc_challenge, hellaswag, piqa (files found under --data-dir), "
-                  "or NAME=PATH (also jsonl=PATH for {context, choices, gold} lines)")
+                  "Comma-separated tasks (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, "
+                  "truthfulqa_mc2, gsm8k: found under --data-dir), NAME=PATH (also jsonl=PATH for {context, choices, "
+                  "gold} lines), or openllm (the six Open LLM Leaderboard v1 tasks)")
       ->required();
   cmd->add_option("--data-dir", a.data_dir, "Folder with the task files (e.g. ../shared/data/tasks)");
   cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
-  cmd->add_option("--limit", a.limit, "First N items of each task; 0 = all")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--limit", a.limit, "First N items of each task (of each MMLU subject); 0 = all")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--seed", a.seed, "Seed of few-shot sampling and bootstrap")->capture_default_str();
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
 }
@@ -397,7 +417,7 @@ Run add_eval(CLI::App& app) {
   c->add_option("--save-ref", cmp->save_ref, "Save the reference's log-probabilities to this file");
   c->add_option("--load-ref", cmp->load_ref, "Use log-probabilities saved by --save-ref instead of running the reference");
   auto tasks = std::make_shared<TasksArgs>();
-  CLI::App* t = eval->add_subcommand("tasks", "Multiple-choice tasks scored by log-likelihood (lm-eval semantics)");
+  CLI::App* t = eval->add_subcommand("tasks", "lm-eval-style tasks: multiple choice by log-likelihood, GSM8K by generation");
   add_task_flags(t, *tasks);
   t->add_option("--low-bit", tasks->low_bit, "Format of the linear layers")->capture_default_str();
   auto rec = std::make_shared<TasksArgs>();

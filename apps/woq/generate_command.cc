@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -26,13 +27,21 @@ struct GenerateArgs {
   float top_p = 0.95f;
   std::int64_t seed = -1;
   std::string low_bit = "sym_int4";
+  std::vector<std::string> stop;
   ModelFlags model;
 };
+
+std::string stop_reason(const GenerateResult& r) {
+  if (!r.stop_string.empty()) return fmt::format("stopped at stop string '{}'", r.stop_string);
+  if (r.stopped) return fmt::format("stopped at stop token {}", r.stop_token);
+  return "reached -n";
+}
 
 int run_generate(const GenerateArgs& a) {
   // Everything that can be checked before the slow load is checked first.
   GenerateOptions gen;
   gen.max_new_tokens = a.n;
+  gen.stop_strings = a.stop;
   gen.sampling = {a.temperature, a.top_k, a.top_p,
                   a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
   validate(gen.sampling);
@@ -53,13 +62,13 @@ int run_generate(const GenerateArgs& a) {
   const auto prompt_n = static_cast<double>(r.prompt_ids.size());
   const auto gen_n = static_cast<double>(r.generated_ids.size());
   // The first generated token comes from the prefill pass; the decode passes produce the rest.
-  const double decode_steps = r.stopped ? gen_n : gen_n - 1;
+  const double decode_steps = r.stop_token >= 0 ? gen_n : gen_n - 1;
   std::string speed;
   if (r.prefill_seconds > 0)
     speed = fmt::format("; prefill {:.1f} tok/s ({:.1f} ms)", prompt_n / r.prefill_seconds, r.prefill_seconds * 1e3);
   if (r.decode_seconds > 0 && decode_steps > 0) speed += fmt::format(", decode {:.1f} tok/s", decode_steps / r.decode_seconds);
   fmt::print(stderr, "woq: prompt {} tokens, generated {} tokens ({}){}; {} thread{}, {} kernels, {}\n",
-             r.prompt_ids.size(), r.generated_ids.size(), r.stopped ? fmt::format("stopped at stop token {}", r.stop_token) : std::string("reached -n"), speed,
+             r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r), speed,
              pool.size(), pool.size() > 1 ? "s" : "", isa_name(active_isa()),
              a.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
   return 0;
@@ -89,6 +98,7 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--low-bit", args->low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4, asym_int4, sym_int8, fp16, bf16, fp32")
       ->capture_default_str();
+  cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)");
   add_model_flags(cmd, args->model);
   return [args] { return run_generate(*args); };
 }

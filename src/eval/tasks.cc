@@ -2,74 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <numeric>
 #include <random>
 
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
 #include "eval/perplexity.h"
-#include "io/json_file.h"
+#include "generate/generate.h"
 
 namespace woq {
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& path) {
-  const std::string text = read_text_file(path);
-  std::vector<std::string> lines;
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    std::size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    begin = end + 1;
-  }
-  return lines;
-}
-
-// One JSONL item: {"query"|"context", "choices", "gold"} or ARC-Challenge's
-// {"question", "options": [{"label", "text"}], "answer"}.
-McItem jsonl_item(const nlohmann::json& j, const std::string& where, bool question_answer) {
-  McItem item;
-  try {
-    if (j.contains("options")) {
-      item.context = "Question: " + j.at("question").get<std::string>() + "\nAnswer:";
-      const std::string answer = j.at("answer").get<std::string>();
-      item.gold = -1;
-      for (const auto& o : j.at("options")) {
-        if (o.at("label").get<std::string>() == answer) item.gold = static_cast<int>(item.choices.size());
-        item.choices.push_back(o.at("text").get<std::string>());
-      }
-      if (item.gold < 0) fail("{}: answer '{}' is not one of the option labels", where, answer);
-      return item;
-    }
-    if (!j.contains("context") && !j.contains("query")) fail("{}: needs a \"context\" (or \"query\") string", where);
-    item.context = j.contains("context") ? j.at("context").get<std::string>() : j.at("query").get<std::string>();
-    if (question_answer) item.context += "\nAnswer:";
-    item.choices = j.at("choices").get<std::vector<std::string>>();
-    const auto& gold = j.at("gold");
-    if (!gold.is_number_integer() || gold.get<std::int64_t>() < 0 || gold.get<std::int64_t>() >= static_cast<std::int64_t>(item.choices.size()))
-      fail("{}: \"gold\" is {}, not an index into the {} choices", where, describe_json(gold), item.choices.size());
-    item.gold = gold.get<int>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: {}", where, e.what());
-  }
-  return item;
-}
-
-double bootstrap_stderr(const std::vector<int>& hits, std::int64_t resamples, std::uint64_t seed) {
-  if (hits.size() < 2 || resamples < 2) return 0.0;
+double bootstrap_stderr(const std::vector<double>& values, std::int64_t resamples, std::uint64_t seed) {
+  if (values.size() < 2 || resamples < 2) return 0.0;
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> pick(0, hits.size() - 1);
+  std::uniform_int_distribution<std::size_t> pick(0, values.size() - 1);
   std::vector<double> means;
   for (std::int64_t r = 0; r < resamples; ++r) {
-    std::int64_t sum = 0;
-    for (std::size_t i = 0; i < hits.size(); ++i) sum += hits[pick(rng)];
-    means.push_back(static_cast<double>(sum) / static_cast<double>(hits.size()));
+    double sum = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) sum += values[pick(rng)];
+    means.push_back(sum / static_cast<double>(values.size()));
   }
   const double mean = std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size());
   double var = 0;
@@ -77,112 +29,129 @@ double bootstrap_stderr(const std::vector<int>& hits, std::int64_t resamples, st
   return std::sqrt(var / static_cast<double>(means.size() - 1));
 }
 
-}  // namespace
-
-McTask load_task(const std::string& name, const std::string& path) {
-  McTask task;
-  task.name = name;
-  const std::vector<std::string> lines = lines_of(path);
-  if (name == "hellaswag") {
-    task.default_shots = 10;
-    // llama.cpp's format: 6 lines per task: context, gold label, 4 endings.
-    std::size_t i = 0;
-    while (i < lines.size() && !(lines[i].empty() && i + 1 == lines.size())) {
-      if (i + 6 > lines.size()) fail("{}:{}: an incomplete task (6 lines each: context, label, 4 endings)", path, i + 1);
-      McItem item;
-      item.context = lines[i];
-      try {
-        std::size_t used = 0;
-        item.gold = std::stoi(lines[i + 1], &used);
-        if (used != lines[i + 1].size()) throw std::invalid_argument("trailing");
-      } catch (const std::exception&) {
-        fail("{}:{}: gold label '{}' is not a number", path, i + 2, lines[i + 1]);
-      }
-      item.choices.assign(lines.begin() + static_cast<std::ptrdiff_t>(i + 2), lines.begin() + static_cast<std::ptrdiff_t>(i + 6));
-      task.items.push_back(std::move(item));
-      i += 6;
-    }
-  } else if (name == "arc_easy" || name == "arc_challenge" || name == "piqa" || name == "jsonl") {
-    task.default_shots = name == "arc_challenge" ? 25 : 0;
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-      if (lines[i].find_first_not_of(" \t") == std::string::npos) continue;
-      const std::string where = fmt::format("{}:{}", path, i + 1);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(lines[i]);
-      } catch (const nlohmann::json::exception& e) {
-        fail("{}: malformed JSON: {}", where, e.what());
-      }
-      if (!j.is_object()) fail("{}: expected a JSON object", where);
-      task.items.push_back(jsonl_item(j, where, name != "jsonl"));
-    }
-  } else {
-    fail("unknown task '{}' (available: arc_easy, arc_challenge, hellaswag, piqa, jsonl)", name);
+// A few-shot example: the item with its gold target.
+std::string example_text(const Task& task, const TaskItem& ex) {
+  const auto gold = static_cast<std::size_t>(ex.gold);
+  switch (task.type) {
+    case TaskType::kMultipleInput: return ex.choices[gold] + task.target_delimiter + ex.target;
+    case TaskType::kGenerate: return ex.context + task.target_delimiter + ex.target;
+    case TaskType::kMultipleChoice: break;
   }
-  if (task.items.empty()) fail("{}: no items", path);
+  return ex.context + task.target_delimiter + ex.choices[gold];
+}
+
+// Items to run: the first `limit` (of each subject for MMLU), in file order.
+std::vector<std::int64_t> selected_items(const Task& task, std::int64_t limit) {
+  std::vector<std::int64_t> out;
+  std::vector<std::int64_t> taken(task.subjects.size() + 1, 0);
   for (std::size_t i = 0; i < task.items.size(); ++i) {
-    const McItem& it = task.items[i];
-    if (it.choices.size() < 2) fail("{}: item {} has {} choices (need at least 2)", path, i + 1, it.choices.size());
-    for (const auto& c : it.choices)
-      if (c.empty()) fail("{}: item {} has an empty choice", path, i + 1);
-    if (it.gold < 0 || it.gold >= static_cast<int>(it.choices.size()))
-      fail("{}: item {} has gold {} outside [0, {})", path, i + 1, it.gold, it.choices.size());
-  }
-  return task;
-}
-
-std::string build_prompt(const McTask& task, std::int64_t index, int shots, std::uint64_t seed) {
-  const auto n = static_cast<std::int64_t>(task.items.size());
-  if (shots > n - 1) fail("{}: {} few-shot examples requested, only {} other items", task.name, shots, n - 1);
-  std::string prompt;
-  if (shots > 0) {
-    std::vector<std::int64_t> pool(static_cast<std::size_t>(n));
-    std::iota(pool.begin(), pool.end(), 0);
-    pool.erase(pool.begin() + index);
-    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(index));
-    for (int s = 0; s < shots; ++s) {  // partial Fisher-Yates: `shots` distinct examples
-      std::uniform_int_distribution<std::size_t> pick(static_cast<std::size_t>(s), pool.size() - 1);
-      std::swap(pool[static_cast<std::size_t>(s)], pool[pick(rng)]);
-      const McItem& ex = task.items[static_cast<std::size_t>(pool[static_cast<std::size_t>(s)])];
-      prompt += ex.context + task.target_delimiter + ex.choices[static_cast<std::size_t>(ex.gold)] + task.fewshot_delimiter;
-    }
-  }
-  return prompt + task.items[static_cast<std::size_t>(index)].context;
-}
-
-std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const McTask& task,
-                                          std::int64_t index, const std::string& prompt) {
-  const McItem& item = task.items[static_cast<std::size_t>(index)];
-  const std::int64_t vocab = model.config().vocab_size;
-  const std::vector<std::int32_t> context = tokenizer.encode(prompt);
-  std::vector<double> out;
-  std::vector<float> logits;
-  for (const std::string& choice : item.choices) {
-    const std::vector<std::int32_t> whole = tokenizer.encode(prompt + task.target_delimiter + choice);
-    std::vector<std::int32_t> cont(whole.begin() + static_cast<std::ptrdiff_t>(std::min(context.size(), whole.size())),
-                                   whole.end());
-    if (cont.empty()) fail("{}: item {}: choice '{}' adds no tokens", task.name, index + 1, choice);
-    std::vector<std::int32_t> input = context;
-    input.insert(input.end(), cont.begin(), cont.end());
-    // Keep the last context_limit() + 1 tokens (lm-eval truncates on the left).
-    const std::int64_t keep = std::min<std::int64_t>(static_cast<std::int64_t>(input.size()), model.context_limit() + 1);
-    if (keep <= static_cast<std::int64_t>(cont.size()))
-      fail("{}: item {}: the continuation alone exceeds the context of {}", task.name, index + 1, model.context_limit());
-    input.erase(input.begin(), input.end() - keep);
-    input.pop_back();  // the last token is only a target
-    KVCache cache = model.make_cache(static_cast<std::int64_t>(input.size()));
-    model.forward(input, cache, true, logits);
-    double ll = 0;
-    const std::int64_t first = static_cast<std::int64_t>(input.size()) - static_cast<std::int64_t>(cont.size()) + 1;
-    for (std::size_t c = 0; c < cont.size(); ++c) {
-      ll -= token_nll(logits.data() + (first - 1 + static_cast<std::int64_t>(c)) * vocab, vocab, cont[c]);
-    }
-    out.push_back(ll);
+    auto& n = taken[static_cast<std::size_t>(task.items[i].subject + 1)];
+    if (limit > 0 && n >= limit) continue;
+    ++n;
+    out.push_back(static_cast<std::int64_t>(i));
   }
   return out;
 }
 
-std::pair<int, int> score_item(const McItem& item, const std::vector<double>& ll, const std::string& delimiter) {
+// Greedy generation of item `prompt` (cut on the left to leave room for
+// max_gen_tokens), until one of the task's stop strings or EOS.
+std::string generate_answer(LlamaModel& model, const Tokenizer& tokenizer, const Task& task, const std::string& prompt) {
+  std::vector<std::int32_t> ids = tokenizer.encode(prompt);
+  const std::int64_t max_new = std::min(task.max_gen_tokens, model.context_limit() - 1);
+  const std::int64_t keep = model.context_limit() - max_new;
+  if (static_cast<std::int64_t>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.temperature = 0;
+  o.stop_strings = task.until;
+  return generate(model, tokenizer, ids, o, [](std::string_view) {}).text;
+}
+
+}  // namespace
+
+const TaskMetric& TaskResult::metric(std::string_view metric) const {
+  for (const TaskMetric& m : metrics)
+    if (m.name == metric) return m;
+  fail("task {} has no metric '{}'", name, metric);
+}
+
+std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std::uint64_t seed) {
+  const TaskItem& item = task.items[static_cast<std::size_t>(index)];
+  std::string prefix;
+  if (item.subject >= 0)
+    prefix = fmt::format("The following are multiple choice questions (with answers) about {}.\n\n",
+                         task.subjects[static_cast<std::size_t>(item.subject)]);
+  if (shots <= 0) return prefix;
+  const bool own_items = task.fewshot.empty();
+  const std::vector<TaskItem>& source = own_items ? task.items : task.fewshot;
+  std::vector<std::size_t> pool;
+  for (std::size_t i = 0; i < source.size(); ++i)
+    if (!(own_items && static_cast<std::int64_t>(i) == index) && source[i].subject == item.subject) pool.push_back(i);
+  if (static_cast<std::size_t>(shots) > pool.size())
+    fail("{}: {} few-shot examples requested, only {} {}", task.name, shots, pool.size(),
+         own_items ? std::string("other items")
+                   : item.subject >= 0 ? fmt::format("in the dev split of {}", task.subjects[static_cast<std::size_t>(item.subject)])
+                                       : std::string("in the few-shot split"));
+  if (!task.fewshot_first_n) {
+    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(index));
+    for (std::size_t s = 0; s < static_cast<std::size_t>(shots); ++s) {  // partial Fisher-Yates
+      std::uniform_int_distribution<std::size_t> pick(s, pool.size() - 1);
+      std::swap(pool[s], pool[pick(rng)]);
+    }
+  }
+  for (std::size_t s = 0; s < static_cast<std::size_t>(shots); ++s)
+    prefix += example_text(task, source[pool[s]]) + task.fewshot_delimiter;
+  return prefix;
+}
+
+std::string build_prompt(const Task& task, std::int64_t index, int shots, std::uint64_t seed) {
+  return fewshot_prefix(task, index, shots, seed) + task.items[static_cast<std::size_t>(index)].context;
+}
+
+double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::string& context,
+                     const std::string& continuation) {
+  const std::int64_t vocab = model.config().vocab_size;
+  const std::vector<std::int32_t> context_ids = tokenizer.encode(context);
+  const std::vector<std::int32_t> whole = tokenizer.encode(context + continuation);
+  const std::vector<std::int32_t> cont(
+      whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())), whole.end());
+  if (cont.empty()) fail("the continuation '{}' adds no tokens", continuation);
+  std::vector<std::int32_t> input = context_ids;
+  input.insert(input.end(), cont.begin(), cont.end());
+  // Keep the last context_limit() + 1 tokens (lm-eval truncates on the left).
+  const std::int64_t keep = std::min<std::int64_t>(static_cast<std::int64_t>(input.size()), model.context_limit() + 1);
+  if (keep <= static_cast<std::int64_t>(cont.size()))
+    fail("the continuation '{}' alone exceeds the context of {} tokens", continuation, model.context_limit());
+  input.erase(input.begin(), input.end() - keep);
+  input.pop_back();  // the last token is only a target
+  KVCache cache = model.make_cache(static_cast<std::int64_t>(input.size()));
+  std::vector<float> logits;
+  model.forward(input, cache, true, logits);
+  double ll = 0;
+  const std::int64_t first = static_cast<std::int64_t>(input.size()) - static_cast<std::int64_t>(cont.size());
+  for (std::size_t c = 0; c < cont.size(); ++c)
+    ll -= token_nll(logits.data() + (first + static_cast<std::int64_t>(c)) * vocab, vocab, cont[c]);
+  return ll;
+}
+
+std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const Task& task,
+                                          std::int64_t index, const std::string& prefix) {
+  const TaskItem& item = task.items[static_cast<std::size_t>(index)];
+  std::vector<double> out;
+  for (const std::string& choice : item.choices) {
+    try {
+      if (task.type == TaskType::kMultipleInput)
+        out.push_back(loglikelihood(model, tokenizer, prefix + choice, task.target_delimiter + item.target));
+      else
+        out.push_back(loglikelihood(model, tokenizer, prefix + item.context, task.target_delimiter + choice));
+    } catch (const Error& e) {
+      fail("{}: item {}: {}", task.name, index + 1, e.what());
+    }
+  }
+  return out;
+}
+
+std::pair<int, int> score_item(const TaskItem& item, const std::vector<double>& ll, const std::string& delimiter) {
   std::size_t best = 0, best_norm = 0;
   double best_norm_value = -INFINITY;
   for (std::size_t c = 0; c < ll.size(); ++c) {
@@ -197,27 +166,74 @@ std::pair<int, int> score_item(const McItem& item, const std::vector<double>& ll
   return {best == gold ? 1 : 0, best_norm == gold ? 1 : 0};
 }
 
-TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const McTask& task, const TaskOptions& options,
+double mc2_score(const std::vector<int>& labels, const std::vector<double>& ll) {
+  // Shifted by the largest log-likelihood: the ratio is unchanged and exp cannot underflow to 0/0.
+  const double top = *std::max_element(ll.begin(), ll.end());
+  double all = 0, truth = 0;
+  for (std::size_t c = 0; c < ll.size(); ++c) {
+    const double p = std::exp(ll[c] - top);
+    all += p;
+    if (labels[c] == 1) truth += p;
+  }
+  return truth / all;
+}
+
+std::string gsm8k_extract(std::string_view completion) {
+  auto in_class = [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == ','; };
+  for (std::size_t at = completion.find("#### "); at != std::string_view::npos; at = completion.find("#### ", at + 1)) {
+    std::size_t b = at + 5, e = b;
+    if (e < completion.size() && completion[e] == '-') ++e;
+    const std::size_t digits = e;
+    while (e < completion.size() && in_class(completion[e])) ++e;
+    if (e > digits) return std::string(completion.substr(b, e - b));
+  }
+  return "[invalid]";
+}
+
+std::string gsm8k_normalize(std::string_view answer) {
+  const std::size_t mark = answer.rfind("#### ");
+  if (mark != std::string_view::npos) answer.remove_prefix(mark + 5);
+  std::string out;
+  for (const char c : answer)
+    if (c != ',' && c != '$') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!out.empty() && out.back() == '.') out.pop_back();
+  return out;
+}
+
+TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& task, const TaskOptions& options,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   TaskResult r;
   r.name = task.name;
+  r.primary_metric = task.primary_metric;
   r.shots = options.shots < 0 ? task.default_shots : options.shots;
-  const auto n = static_cast<std::int64_t>(task.items.size());
-  r.items = options.limit > 0 ? std::min(options.limit, n) : n;
-  std::vector<int> acc, acc_norm;
-  for (std::int64_t i = 0; i < r.items; ++i) {
-    const std::string prompt = build_prompt(task, i, r.shots, options.seed);
-    const auto [a, an] = score_item(task.items[static_cast<std::size_t>(i)],
-                                    choice_loglikelihoods(model, tokenizer, task, i, prompt), task.target_delimiter);
-    acc.push_back(a);
-    acc_norm.push_back(an);
-    if (progress) progress(i + 1, r.items);
+  const std::vector<std::int64_t> items = selected_items(task, options.limit);
+  r.items = static_cast<std::int64_t>(items.size());
+  const std::vector<std::string>& names = task.metrics;
+  const bool mc2 = names.front() == "mc2";
+  std::vector<std::vector<double>> values(names.size());
+  for (std::size_t n = 0; n < items.size(); ++n) {
+    const std::int64_t i = items[n];
+    const TaskItem& item = task.items[static_cast<std::size_t>(i)];
+    const std::string prefix = fewshot_prefix(task, i, r.shots, options.seed);
+    if (task.type == TaskType::kGenerate) {
+      const std::string answer = generate_answer(model, tokenizer, task, prefix + item.context);
+      values[0].push_back(gsm8k_normalize(gsm8k_extract(answer)) == gsm8k_normalize(item.target) ? 1.0 : 0.0);
+    } else {
+      const std::vector<double> ll = choice_loglikelihoods(model, tokenizer, task, i, prefix);
+      if (mc2) {
+        values[0].push_back(mc2_score(item.labels, ll));
+      } else {
+        const auto [acc, acc_norm] = score_item(item, ll, task.target_delimiter);
+        for (std::size_t m = 0; m < names.size(); ++m) values[m].push_back(names[m] == "acc_norm" ? acc_norm : acc);
+      }
+    }
+    if (progress) progress(static_cast<std::int64_t>(n) + 1, r.items);
   }
-  const double items = static_cast<double>(r.items);
-  r.acc = std::accumulate(acc.begin(), acc.end(), 0) / items;
-  r.acc_norm = std::accumulate(acc_norm.begin(), acc_norm.end(), 0) / items;
-  r.acc_stderr = bootstrap_stderr(acc, options.bootstrap, options.seed);
-  r.acc_norm_stderr = bootstrap_stderr(acc_norm, options.bootstrap, options.seed + 1);
+  for (std::size_t m = 0; m < names.size(); ++m) {
+    const double sum = std::accumulate(values[m].begin(), values[m].end(), 0.0);
+    r.metrics.push_back({names[m], values[m].empty() ? 0.0 : sum / static_cast<double>(values[m].size()),
+                         bootstrap_stderr(values[m], options.bootstrap, options.seed + m)});
+  }
   return r;
 }
 

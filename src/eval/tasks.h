@@ -1,24 +1,47 @@
-// lm-evaluation-harness-style multiple-choice tasks scored by log-likelihood.
+// lm-evaluation-harness-style tasks: multiple choice scored by log-likelihood,
+// Winogrande's partial scoring, and GSM8K's greedy generation.
 //
-// Semantics (lm-eval 0.4 "multiple_choice"): the prompt is K few-shot
-// examples, each "context + target_delimiter + gold choice", joined with
-// fewshot_delimiter ("\n\n") and followed by the item's context; each choice
-// is scored as the continuation target_delimiter + choice, by the sum of its
-// tokens' log-probabilities given the prompt. acc picks the highest sum;
-// acc_norm the highest sum divided by the continuation's length in bytes.
+// Semantics (lm-eval 0.4): the prompt is the task's description (MMLU only),
+// then K few-shot examples each followed by fewshot_delimiter ("\n\n"), then
+// the item. An example is "context + target_delimiter + gold target".
+//   multiple choice: each choice is scored as the continuation
+//     target_delimiter + choice by the sum of its tokens' log-probabilities
+//     given the prompt. acc picks the highest sum; acc_norm the highest sum
+//     divided by the continuation's length in bytes; mc2 (TruthfulQA) is the
+//     probability mass of the true choices, exp(ll) normalized over all choices.
+//   multiple input (Winogrande "partial scoring"): each choice is a context,
+//     scored by the log-likelihood of the shared continuation after it; acc.
+//   generate (GSM8K): greedy generation until a stop string ("\n\n",
+//     "Question:") or EOS, at most max_gen_tokens; the answer is the first
+//     match of the strict-match regex "#### (-?[0-9.,]+)", compared after
+//     removing ",", "$", everything up to "#### " and a trailing "."; exact_match.
 // Tokenization follows lm-eval's _encode_pair: context tokens = encode(prompt),
 // continuation tokens = encode(prompt + continuation) past that length (with
-// the tokenizer's BOS, i.e. lm-eval's add_bos_token=True).
+// the tokenizer's BOS, i.e. lm-eval's add_bos_token=True). Prompts longer than
+// the model's context are cut on the left, as lm-eval does.
 //
-// Prompt templates (lm-eval's task configs):
+// Prompt templates (lm-eval's task configs), item -> continuation:
 //   arc_easy, arc_challenge, piqa: "Question: {question}\nAnswer:" -> " {choice}"
 //   hellaswag: "{activity_label}: {ctx}" -> " {ending}" (llama.cpp's preprocessed text format)
+//   mmlu: "The following are multiple choice questions (with answers) about {subject}.\n\n" once, then
+//         "{question}\nA. {c0}\nB. {c1}\nC. {c2}\nD. {c3}\nAnswer:" -> " A" / " B" / " C" / " D";
+//         few-shot: the first K of the subject's dev split
+//   truthfulqa_mc1, truthfulqa_mc2: lm-eval's fixed six-question "Q: ...\nA: ..." preamble, then
+//         "\n\nQ: {question}\nA:" -> " {answer}" (0-shot; the preamble is part of the template)
+//   winogrande: "{sentence up to the blank, option filled in}" -> " {rest of the sentence}"
+//   gsm8k: "Question: {question}\nAnswer:" -> " {answer}"; few-shot drawn from train
 //   jsonl (generic): {"context": ..., "choices": [...], "gold": i} -> " {choice}"
+// Few-shot examples are drawn with woq's own seeded sampler (lm-eval's Python
+// RNG is not reproduced), so scores agree with lm-eval's in distribution, not
+// necessarily item by item.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/llama.h"
@@ -26,62 +49,118 @@
 
 namespace woq {
 
-/// One multiple-choice question.
-struct McItem {
-  std::string context;
-  std::vector<std::string> choices;
-  int gold = 0;
+/// How a task's items are scored (see the file comment).
+enum class TaskType { kMultipleChoice, kMultipleInput, kGenerate };
+
+/// One item of a task.
+struct TaskItem {
+  std::string context;               ///< the item's text (multiple choice, generate)
+  std::vector<std::string> choices;  ///< continuations; for multiple input, the contexts
+  int gold = 0;                      ///< index of the correct choice
+  std::string target;                ///< multiple input: the shared continuation; generate: the reference answer
+  std::vector<int> labels;           ///< truthfulqa_mc2: 1 marks a true choice
+  int subject = -1;                  ///< MMLU: index into Task::subjects
 };
 
-/// A loaded task. Few-shot examples come from the same file, never the item
-/// itself (the bundled files are single splits).
-struct McTask {
+/// A loaded task.
+struct Task {
   std::string name;
-  std::vector<McItem> items;
-  int default_shots = 0;  ///< the Open LLM Leaderboard v1 count where the task is in it
+  TaskType type = TaskType::kMultipleChoice;
+  std::vector<TaskItem> items;
+  /// The split few-shot examples come from (MMLU dev, GSM8K train); when
+  /// empty, the task's other items (never the item itself).
+  std::vector<TaskItem> fewshot;
+  bool fewshot_first_n = false;       ///< take the first K examples (MMLU) rather than a seeded sample
+  std::vector<std::string> subjects;  ///< MMLU subjects ("college chemistry"), named in the description
+  int default_shots = 0;              ///< the Open LLM Leaderboard v1 count where the task is in it
   std::string target_delimiter = " ";
   std::string fewshot_delimiter = "\n\n";
+  std::vector<std::string> until;        ///< generate: stop strings
+  std::int64_t max_gen_tokens = 256;     ///< generate: at most this many new tokens
+  /// What run_task reports: acc, acc_norm (multiple choice), mc2 (instead, for
+  /// truthfulqa_mc2) or exact_match (generate), as lm-eval does for the task.
+  std::vector<std::string> metrics = {"acc", "acc_norm"};
+  std::string primary_metric = "acc";    ///< the one model cards report
 };
 
-/// Loads task `name` (arc_easy, arc_challenge, piqa, hellaswag, jsonl) from
-/// `path` in the formats of ../shared/data/tasks (see README). Throws
-/// woq::Error naming the file and line for malformed input, an unknown
-/// task, a gold index outside the choices, or an empty file.
-McTask load_task(const std::string& name, const std::string& path);
+/// Loads task `name` from `path`:
+///   arc_easy, arc_challenge, piqa, winogrande, jsonl: a JSONL file;
+///   hellaswag: llama.cpp's 6-lines-per-item text file;
+///   truthfulqa_mc1, truthfulqa_mc2: TruthfulQA's mc_task.json (key order = choice order);
+///   mmlu: a folder with test/{subject}_test.csv and dev/{subject}_dev.csv
+///         (header question,choice0,choice1,choice2,choice3,answer; answer 0-3 or A-D);
+///   gsm8k: a folder with test.jsonl and train.jsonl ({"question", "answer"} lines).
+/// Throws woq::Error naming the file and line (or item) for malformed input,
+/// an unknown task, a gold index outside the choices, or no items.
+Task load_task(const std::string& name, const std::string& path);
+
+/// The names load_task accepts, comma-separated (for messages).
+std::string_view task_names();
 
 /// How to run a task.
 struct TaskOptions {
   int shots = -1;            ///< few-shot examples; -1 = the task's default
-  std::int64_t limit = 0;    ///< first N items; 0 = all
+  std::int64_t limit = 0;    ///< first N items (of each MMLU subject, as lm-eval does); 0 = all
   std::uint64_t seed = 1234; ///< few-shot sampling and bootstrap
   std::int64_t bootstrap = 1000;  ///< resamples for the standard errors
 };
 
-/// Accuracy with bootstrap standard errors.
+/// One metric: the mean over items and its bootstrap standard error.
+struct TaskMetric {
+  std::string name;  ///< acc, acc_norm, mc2 or exact_match
+  double value = 0;
+  double standard_error = 0;
+};
+
+/// A task's scores.
 struct TaskResult {
   std::string name;
   std::int64_t items = 0;
   int shots = 0;
-  double acc = 0, acc_stderr = 0;
-  double acc_norm = 0, acc_norm_stderr = 0;
+  std::vector<TaskMetric> metrics;
+  std::string primary_metric;
+
+  /// The metric called `metric`; throws woq::Error when the task has none.
+  const TaskMetric& metric(std::string_view metric) const;
 };
 
-/// The prompt of item `index` with `shots` examples drawn (seeded by
-/// seed and index) from the other items.
-std::string build_prompt(const McTask& task, std::int64_t index, int shots, std::uint64_t seed);
+/// The description and few-shot examples that precede item `index`, each
+/// example followed by the fewshot delimiter. Examples are seeded by seed and
+/// index. Throws woq::Error when `shots` exceeds the examples available.
+std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std::uint64_t seed);
 
-/// Log-likelihood of each choice of item `index` (prompt from build_prompt).
-std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const McTask& task,
-                                          std::int64_t index, const std::string& prompt);
+/// The whole prompt of item `index` (multiple choice, generate): the prefix
+/// and the item's context.
+std::string build_prompt(const Task& task, std::int64_t index, int shots, std::uint64_t seed);
+
+/// Sum of the log-probabilities (nats) of `continuation`'s tokens after
+/// `context` (lm-eval's loglikelihood request). Throws woq::Error when the
+/// continuation adds no tokens or alone fills the context.
+double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::string& context,
+                     const std::string& continuation);
+
+/// Log-likelihood of each choice of item `index` after `prefix` (from fewshot_prefix).
+std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const Task& task,
+                                          std::int64_t index, const std::string& prefix);
 
 /// Runs the task; `progress(done, total)` after each item. Throws woq::Error
-/// when shots exceed the other items available.
-TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const McTask& task, const TaskOptions& options,
+/// when shots exceed the examples available.
+TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& task, const TaskOptions& options,
                     const std::function<void(std::int64_t, std::int64_t)>& progress = nullptr);
 
-/// acc and acc_norm of per-item log-likelihoods (for tests and reuse):
-/// returns {acc, acc_norm} of one item as 0/1.
-std::pair<int, int> score_item(const McItem& item, const std::vector<double>& loglikelihoods,
+/// acc and acc_norm of one item (each 0 or 1) from its choices' log-likelihoods.
+std::pair<int, int> score_item(const TaskItem& item, const std::vector<double>& loglikelihoods,
                                const std::string& target_delimiter);
+
+/// TruthfulQA mc2: sum of exp(ll) over the true choices / sum over all choices.
+double mc2_score(const std::vector<int>& labels, const std::vector<double>& loglikelihoods);
+
+/// GSM8K strict-match: the first number after "#### " in `completion`, or
+/// "[invalid]" when there is none (lm-eval's fallback).
+std::string gsm8k_extract(std::string_view completion);
+
+/// lm-eval's gsm8k exact_match normalization: lower case, without ",", "$",
+/// anything up to the last "#### ", and a trailing ".".
+std::string gsm8k_normalize(std::string_view answer);
 
 }  // namespace woq

@@ -2,18 +2,80 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "core/error.h"
 
 namespace woq {
 
+namespace {
+
+// Holds back generated text that could be the start of a stop string, and
+// finds the first stop string in it.
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(const std::vector<std::string>& stops) {
+    for (const auto& s : stops)
+      if (!s.empty()) stops_.push_back(s);
+  }
+
+  /// Appends `piece`; returns the text now safe to emit. Sets stopped() when
+  /// a stop string appeared (the returned text ends just before it).
+  std::string push(std::string_view piece) {
+    pending_ += piece;
+    std::size_t first = std::string::npos;
+    for (const auto& s : stops_) {
+      const std::size_t at = pending_.find(s);
+      if (at < first) {
+        first = at;
+        matched_ = s;
+      }
+    }
+    if (first != std::string::npos) {
+      std::string out = pending_.substr(0, first);
+      pending_.clear();
+      return out;
+    }
+    std::size_t hold = 0;  // the longest suffix of pending_ that is a proper prefix of a stop string
+    for (const auto& s : stops_)
+      for (std::size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n)
+        if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    std::string out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out;
+  }
+
+  /// Text held back at the end of generation.
+  std::string flush() { return std::exchange(pending_, {}); }
+  bool stopped() const { return !matched_.empty(); }
+  const std::string& matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  std::string matched_;
+};
+
+}  // namespace
+
 GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(std::string_view)>& on_text) {
+  const std::vector<std::int32_t> ids = tokenizer.encode(prompt);
+  if (ids.empty()) fail("the prompt is empty and the tokenizer adds no BOS");
+  return generate(model, tokenizer, ids, options, on_text);
+}
+
+GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span<const std::int32_t> prompt_ids,
                         const GenerateOptions& options,
                         const std::function<void(std::string_view)>& on_text) {
   using Clock = std::chrono::steady_clock;
   GenerateResult result;
-  result.prompt_ids = tokenizer.encode(prompt);
-  if (result.prompt_ids.empty()) fail("the prompt is empty and the tokenizer adds no BOS");
+  result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
+  if (result.prompt_ids.empty()) fail("the prompt has no tokens");
   const auto prompt_len = static_cast<std::int64_t>(result.prompt_ids.size());
   if (options.max_new_tokens < 0) fail("the number of tokens to generate must be >= 0");
   if (tokenizer.vocab_size() > model.config().vocab_size)
@@ -35,6 +97,12 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::stri
   const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();
   for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i)
     on_text(stream.push(result.prompt_ids[i]));
+  StopStringFilter filter(options.stop_strings);
+  auto emit = [&](std::string_view piece) {
+    const std::string text = filter.push(piece);
+    result.text += text;
+    on_text(text);
+  };
   if (options.max_new_tokens == 0) {
     on_text(stream.flush());
     return result;
@@ -55,12 +123,21 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::stri
       break;
     }
     result.generated_ids.push_back(next);
-    on_text(stream.push(next));
+    emit(stream.push(next));
+    if (filter.stopped()) break;
     if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.max_new_tokens) break;
     model.forward(std::span(&next, 1), cache, false, logits);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  on_text(stream.flush());
+  if (!filter.stopped()) emit(stream.flush());
+  if (filter.stopped()) {
+    result.stopped = true;
+    result.stop_string = filter.matched();
+  } else {
+    const std::string rest = filter.flush();
+    result.text += rest;
+    on_text(rest);
+  }
   return result;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,13 +21,20 @@ struct GenerateOptions {
   /// Generation stops (without emitting the token) on any of these; empty
   /// means the model's eos_token_ids.
   std::vector<std::int32_t> stop_ids;
+  /// Generation also stops when the generated text contains one of these
+  /// (lm-eval's `until`, OpenAI's `stop`); the text from the stop string on is
+  /// neither streamed nor kept. Text that could begin a stop string is held
+  /// back until it is known not to. Empty strings are ignored.
+  std::vector<std::string> stop_strings;
 };
 
 struct GenerateResult {
   std::vector<std::int32_t> prompt_ids;     ///< including BOS when the tokenizer adds it
   std::vector<std::int32_t> generated_ids;  ///< excluding the stop token
-  bool stopped = false;                     ///< true: hit a stop id; false: reached max_new_tokens
-  std::int32_t stop_token = -1;             ///< the stop id that ended generation, when stopped
+  std::string text;                         ///< the generated text, cut before a stop string
+  bool stopped = false;                     ///< true: hit a stop id or stop string; false: reached max_new_tokens
+  std::int32_t stop_token = -1;             ///< the stop id that ended generation, if one did
+  std::string stop_string;                  ///< the stop string that ended generation, if one did
   double prefill_seconds = 0;               ///< the prompt's forward pass (first-token latency)
   double decode_seconds = 0;                ///< every later forward pass
 };
@@ -36,6 +44,13 @@ struct GenerateResult {
 /// llama.cpp prints them. Throws woq::Error if prompt + max_new_tokens exceeds
 /// the model's context limit or the prompt is empty.
 GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(std::string_view)>& on_text);
+
+/// The same from prompt token ids (BOS included when wanted), e.g. a prompt
+/// already cut to fit the context. Throws woq::Error as above, and for an id
+/// outside the vocabulary.
+GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span<const std::int32_t> prompt_ids,
                         const GenerateOptions& options,
                         const std::function<void(std::string_view)>& on_text);
 
