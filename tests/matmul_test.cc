@@ -83,6 +83,30 @@ TEST_P(MatmulTest, MatchesF64Reference) {
   }
 }
 
+// Batch invariance (woq serve's greedy decoding): each output row is
+// bit-identical whether its input row runs alone or among m others, for every
+// format and ISA, so a sequence's tokens do not depend on the batch it decodes in.
+TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
+  const Case c = GetParam();
+  const std::int64_t n = 37, k = 4096 + 40;
+  const auto wf = random_vector(n * k, 11, 0.02f);
+  const QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+  const std::int64_t m = 19;
+  const auto x = random_vector(m * k, 12, 1.0f);
+  ThreadPool pool(2);
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+    if (isa == Isa::kAvx2 && active_isa() != Isa::kAvx2) continue;
+    std::vector<float> alone(static_cast<std::size_t>(m * n));
+    for (std::int64_t i = 0; i < m; ++i) matmul(w, x.data() + i * k, 1, alone.data() + i * n, pool, isa);
+    for (const std::int64_t batch : {2, 3, 4, 5, 8, 19}) {
+      std::vector<float> y(static_cast<std::size_t>(batch * n));
+      matmul(w, x.data(), batch, y.data(), pool, isa);
+      for (std::size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], alone[i]) << "batch " << batch << " at " << i << " isa " << isa_name(isa);
+    }
+  }
+}
+
 TEST(VectorOps, DotAndAxpyMatchScalar) {
   if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   for (const std::int64_t n : {1, 7, 8, 17, 128, 1001}) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "eval/logit_compare.h"
 #include "generate/generate.h"
 #include "model/llama.h"
@@ -112,6 +113,38 @@ TEST(Stories260K, StopStringsCutTheTextWhereTheyBegin) {
   EXPECT_FALSE(r.stopped);
   EXPECT_EQ(r.text, generated);
   EXPECT_EQ(streamed, full);
+}
+
+// Continuous batching: one decode step of several sequences (different
+// lengths) gives each exactly the logits of its own forward().
+TEST(Stories260K, DecodeBatchRowsEqualEachSequenceAlone) {
+  ThreadPool pool(2);
+  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}}) {
+    auto model = load(pool, spec);
+    const std::vector<std::vector<std::int32_t>> prompts = {{1, 403, 407, 261}, {1, 9}, {1, 66, 67, 68, 69, 70, 71}};
+    const std::vector<std::int32_t> next = {300, 301, 302};
+    std::vector<KVCache> caches, alone;
+    std::vector<float> logits;
+    for (const auto& p : prompts) {
+      caches.push_back(model->make_cache(32));
+      model->forward(p, caches.back(), false, logits);
+      alone.push_back(model->make_cache(32));
+      model->forward(p, alone.back(), false, logits);
+    }
+    std::vector<KVCache*> ptrs = {&caches[0], &caches[1], &caches[2]};
+    std::vector<float> batched;
+    for (int step = 0; step < 3; ++step) {
+      model->decode_batch(next, ptrs, batched);
+      ASSERT_EQ(batched.size(), 3u * 512);
+      for (std::size_t i = 0; i < 3; ++i) {
+        model->forward(std::span(&next[i], 1), alone[i], false, logits);
+        EXPECT_EQ(caches[i].size(), alone[i].size());
+        for (std::size_t v = 0; v < 512; ++v) ASSERT_EQ(batched[i * 512 + v], logits[v]) << "seq " << i << " step " << step;
+      }
+    }
+    EXPECT_THROW(model->decode_batch(next, std::vector<KVCache*>{&caches[0], &caches[0], &caches[1]}, batched), Error);
+    EXPECT_THROW(model->decode_batch(std::vector<std::int32_t>{1, 2}, ptrs, batched), Error);
+  }
 }
 
 TEST(Stories260K, LastPromptLogitsMatchPyTorch) {

@@ -2,64 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <utility>
 
 #include "core/error.h"
+#include "generate/stop_strings.h"
 
 namespace woq {
-
-namespace {
-
-// Holds back generated text that could be the start of a stop string, and
-// finds the first stop string in it.
-class StopStringFilter {
- public:
-  explicit StopStringFilter(const std::vector<std::string>& stops) {
-    for (const auto& s : stops)
-      if (!s.empty()) stops_.push_back(s);
-  }
-
-  /// Appends `piece`; returns the text now safe to emit. Sets stopped() when
-  /// a stop string appeared (the returned text ends just before it).
-  std::string push(std::string_view piece) {
-    pending_ += piece;
-    std::size_t first = std::string::npos;
-    for (const auto& s : stops_) {
-      const std::size_t at = pending_.find(s);
-      if (at < first) {
-        first = at;
-        matched_ = s;
-      }
-    }
-    if (first != std::string::npos) {
-      std::string out = pending_.substr(0, first);
-      pending_.clear();
-      return out;
-    }
-    std::size_t hold = 0;  // the longest suffix of pending_ that is a proper prefix of a stop string
-    for (const auto& s : stops_)
-      for (std::size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n)
-        if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
-          hold = n;
-          break;
-        }
-    std::string out = pending_.substr(0, pending_.size() - hold);
-    pending_.erase(0, pending_.size() - hold);
-    return out;
-  }
-
-  /// Text held back at the end of generation.
-  std::string flush() { return std::exchange(pending_, {}); }
-  bool stopped() const { return !matched_.empty(); }
-  const std::string& matched() const { return matched_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  std::string matched_;
-};
-
-}  // namespace
 
 GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
                         const GenerateOptions& options,

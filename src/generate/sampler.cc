@@ -13,6 +13,12 @@ std::int32_t argmax(std::span<const float> logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int32_t, std::int32_t>> counts,
+                     float presence, float frequency) {
+  for (const auto& [id, count] : counts)
+    if (count > 0) logits[static_cast<std::size_t>(id)] -= presence + frequency * static_cast<float>(count);
+}
+
 void validate(const SamplingParams& params) {
   if (!(params.temperature >= 0.0f && std::isfinite(params.temperature)))
     fail("temperature must be finite and >= 0, got {}", params.temperature);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 
 namespace woq {
 
@@ -35,6 +36,12 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
 };
+
+/// OpenAI's presence and frequency penalties: logits[t] -= presence · [count_t > 0]
+/// + frequency · count_t, for each token t generated so far (`counts` holds
+/// (token, count) pairs with ids inside logits).
+void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int32_t, std::int32_t>> counts,
+                     float presence, float frequency);
 
 /// Index of the largest logit (lowest index on ties).
 std::int32_t argmax(std::span<const float> logits);

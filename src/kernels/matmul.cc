@@ -86,7 +86,12 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
                   const detail::RowKernels& kern) {
   const std::int64_t n = w.rows;
   const std::int64_t k = w.cols;
-  if (m < kTiledMinRows) {
+  // Quantized rows off the integer path (group sizes that are not a multiple
+  // of 32) sum group by group, which a dequantized tile would not reproduce:
+  // they always take the row path, so every row's result is the same at any m.
+  // Float rows give the same sums either way (dot_row is dot_f32 on exact
+  // widened values).
+  if (m < kTiledMinRows || is_quantized(w.type)) {
     pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
       std::vector<float> scratch(static_cast<std::size_t>(k));
       for (std::int64_t r = r0; r < r1; ++r)

@@ -117,12 +117,14 @@ struct LlamaModel::Scratch {
   std::vector<float> xn, q, k, v, att, gate, up, proj;
 };
 
-void LlamaModel::block(std::int64_t l, float* x, std::int64_t t_count, std::int64_t pos0, KVCache& cache,
-                       std::int64_t cache_layer, Scratch& s, const LinearObserver* observe) {
+void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
+                       Scratch& s, const LinearObserver* observe) {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size;
   const std::int64_t q_dim = c.q_dim();
   const std::int64_t kv_dim = c.kv_dim();
+  std::int64_t t_count = 0;
+  for (const Segment& seg : segments) t_count += seg.rows;
   const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
   auto norm_rows = [&](const std::vector<float>& weight) {
     for (std::int64_t t = 0; t < t_count; ++t)
@@ -139,13 +141,18 @@ void LlamaModel::block(std::int64_t l, float* x, std::int64_t t_count, std::int6
   add_bias(s.q.data(), w.bq, t_count);
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
-  for (std::int64_t t = 0; t < t_count; ++t) {
-    rope(s.q.data() + t * q_dim, c.num_attention_heads, c.head_dim, pos0 + t, inv_freq_.data());
-    rope(s.k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, pos0 + t, inv_freq_.data());
-    std::copy_n(s.k.data() + t * kv_dim, kv_dim, cache.key(cache_layer, pos0 + t));
-    std::copy_n(s.v.data() + t * kv_dim, kv_dim, cache.value(cache_layer, pos0 + t));
+  std::int64_t row0 = 0;
+  for (const Segment& seg : segments) {
+    for (std::int64_t i = 0; i < seg.rows; ++i) {
+      const std::int64_t t = row0 + i;
+      rope(s.q.data() + t * q_dim, c.num_attention_heads, c.head_dim, seg.pos0 + i, inv_freq_.data());
+      rope(s.k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, seg.pos0 + i, inv_freq_.data());
+      std::copy_n(s.k.data() + t * kv_dim, kv_dim, seg.cache->key(cache_layer, seg.pos0 + i));
+      std::copy_n(s.v.data() + t * kv_dim, kv_dim, seg.cache->value(cache_layer, seg.pos0 + i));
+    }
+    attention(s.q.data() + row0 * q_dim, seg.rows, seg.pos0, cache_layer, *seg.cache, s.att.data() + row0 * q_dim);
+    row0 += seg.rows;
   }
-  attention(s.q.data(), t_count, pos0, cache_layer, cache, s.att.data());
   linear(3, w.wo, s.att.data(), s.proj.data());
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
 
@@ -173,7 +180,8 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
     fail("forward_block: {} tokens is outside [1, {}]", t_count, context_limit());
   KVCache cache(1, t_count, config_.kv_dim());
   Scratch s(config_, t_count);
-  block(layer, x, t_count, 0, cache, 0, s, observe ? &observe : nullptr);
+  const Segment whole{&cache, 0, t_count};
+  block(layer, x, std::span(&whole, 1), 0, s, observe ? &observe : nullptr);
 }
 
 QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {
@@ -186,24 +194,45 @@ QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {
 
 void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
                          std::vector<float>& logits) {
-  const ModelConfig& c = config_;
   const auto t_count = static_cast<std::int64_t>(tokens.size());
   if (t_count == 0) fail("forward: no tokens");
   const std::int64_t pos0 = cache.size();
   if (pos0 + t_count > cache.capacity)
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
+  const Segment whole{&cache, pos0, t_count};
+  run(tokens, std::span(&whole, 1), all_logits ? 0 : t_count - 1, logits);
+}
+
+void LlamaModel::decode_batch(std::span<const std::int32_t> tokens, std::span<KVCache* const> caches,
+                              std::vector<float>& logits) {
+  if (tokens.empty() || tokens.size() != caches.size())
+    fail("decode_batch: {} tokens for {} caches (one each, at least one)", tokens.size(), caches.size());
+  std::vector<Segment> segments;
+  for (KVCache* cache : caches) {
+    if (cache->size() + 1 > cache->capacity)
+      fail("context full: {} cached + 1 new token exceed the cache of {}", cache->size(), cache->capacity);
+    for (const Segment& seg : segments)
+      if (seg.cache == cache) fail("decode_batch: a cache appears twice");
+    segments.push_back({cache, cache->size(), 1});
+  }
+  run(tokens, segments, 0, logits);
+}
+
+void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,
+                     std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const auto t_count = static_cast<std::int64_t>(tokens.size());
   const std::int64_t hidden = c.hidden_size;
   std::vector<float> x(static_cast<std::size_t>(t_count * hidden));  // (T, hidden) residual
   embed(tokens, x.data());
   Scratch s(c, t_count);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x.data(), t_count, pos0, cache, l, s, nullptr);
-  cache.length = pos0 + t_count;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x.data(), segments, l, s, nullptr);
+  for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
 
-  const std::int64_t first = all_logits ? 0 : t_count - 1;
-  const std::int64_t rows = t_count - first;
-  for (std::int64_t t = first; t < t_count; ++t)
+  const std::int64_t rows = t_count - first_logit;
+  for (std::int64_t t = first_logit; t < t_count; ++t)
     rms_norm(x.data() + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
-             s.xn.data() + (t - first) * hidden);
+             s.xn.data() + (t - first_logit) * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
   matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_);
 }

@@ -108,6 +108,14 @@ class LlamaModel {
   void forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
                std::vector<float>& logits);
 
+  /// One decode step of several sequences in one batched pass (continuous
+  /// batching): token i continues the sequence in caches[i]. Writes logits
+  /// [n, vocab]. Each row equals what forward() gives that sequence alone,
+  /// bit for bit (the kernels' sums do not depend on the batch). Throws
+  /// woq::Error for a size mismatch, a cache given twice, a bad id or a full cache.
+  void decode_batch(std::span<const std::int32_t> tokens, std::span<KVCache* const> caches,
+                    std::vector<float>& logits);
+
   // Block-by-block access, for calibration (GPTQ).
 
   /// Receives the input x [rows, K] of block linear `index` (kBlockLinears
@@ -125,8 +133,18 @@ class LlamaModel {
 
  private:
   struct Scratch;
-  void block(std::int64_t layer, float* x, std::int64_t t_count, std::int64_t pos0, KVCache& cache,
-             std::int64_t cache_layer, Scratch& scratch, const LinearObserver* observe);
+  /// `rows` consecutive rows of a pass continuing the sequence in `cache` at pos0.
+  struct Segment {
+    KVCache* cache;
+    std::int64_t pos0;
+    std::int64_t rows;
+  };
+  void block(std::int64_t layer, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
+             Scratch& scratch, const LinearObserver* observe);
+  /// Embeds `tokens` (the segments' rows in order), runs every block and
+  /// writes logits for rows [first_logit, T).
+  void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,
+           std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);
   void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
                  KVCache& cache, float* out);

@@ -63,6 +63,61 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return text;
 }
 
+std::vector<std::int32_t> Tokenizer::encode_with_special(std::string_view text) const {
+  std::vector<std::pair<std::string, std::int32_t>> specials;
+  for (int id = 0; id < sp_->GetPieceSize(); ++id)
+    if (sp_->IsControl(id) && !sp_->IdToPiece(id).empty()) specials.emplace_back(sp_->IdToPiece(id), id);
+  std::vector<std::int32_t> ids;
+  const std::string bos = bos_id() >= 0 ? sp_->IdToPiece(bos_id()) : std::string();
+  if (add_bos_ && bos_id() >= 0 && !(!bos.empty() && text.starts_with(bos))) ids.push_back(bos_id());
+  auto encode_plain = [&](std::string_view part) {
+    if (part.empty()) return;
+    std::vector<int> pieces;
+    const auto status = sp_->Encode(part, &pieces);
+    if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+  };
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t best = std::string_view::npos, best_len = 0;
+    std::int32_t best_id = -1;
+    for (const auto& [p, id] : specials) {
+      const std::size_t at = text.find(p, begin);
+      if (at < best || (at == best && p.size() > best_len)) {
+        best = at;
+        best_len = p.size();
+        best_id = id;
+      }
+    }
+    if (best == std::string_view::npos) break;
+    encode_plain(text.substr(begin, best - begin));
+    ids.push_back(best_id);
+    begin = best + best_len;
+  }
+  encode_plain(text.substr(std::min(begin, text.size())));
+  return ids;
+}
+
+std::string Tokenizer::token_text(std::int32_t id) const {
+  if (id < 0 || id >= sp_->GetPieceSize()) return fmt::format("<{}?>", id);
+  std::string p = sp_->IdToPiece(id);
+  if (sp_->IsByte(id) && p.size() == 6 && p.starts_with("<0x")) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += p[i];
+    }
+  }
+  return out;
+}
+
+std::string Tokenizer::piece(std::int32_t id) const {
+  return id >= 0 && id < sp_->GetPieceSize() ? sp_->IdToPiece(id) : std::string();
+}
+
 std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 

@@ -26,6 +26,15 @@ class Tokenizer {
 
   /// Token ids of `text`, preceded by BOS when add_bos_token is set.
   std::vector<std::int32_t> encode(std::string_view text) const;
+  /// Token ids of a rendered chat prompt: the text of control tokens ("<s>",
+  /// "</s>", ...) becomes their ids, as llama.cpp's parse_special does, and
+  /// BOS is added first (when add_bos_token) unless the text begins with it.
+  std::vector<std::int32_t> encode_with_special(std::string_view text) const;
+  /// The text one token stands for, as OpenAI's logprobs show it: "▁" is a
+  /// space, a byte token <0xNN> is that byte, a control token its piece.
+  std::string token_text(std::int32_t id) const;
+  /// The text of a control token such as BOS or EOS ("" for ids outside the vocabulary).
+  std::string piece(std::int32_t id) const;
   /// The text of `ids`. Ids outside the vocabulary (e.g. from a model whose
   /// vocab_size exceeds the tokenizer's) decode as the placeholder "<ID?>".
   std::string decode(const std::vector<std::int32_t>& ids) const;

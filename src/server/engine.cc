@@ -1,0 +1,235 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+
+#include "core/error.h"
+#include "generate/stop_strings.h"
+
+namespace woq::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// log-softmax of the chosen token and, when asked, the `top` most likely tokens.
+void logprobs_of(const float* logits, std::int64_t vocab, std::int32_t chosen, int top, TokenEvent& ev) {
+  const float max = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v] - max));
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  ev.token = {chosen, static_cast<double>(logits[chosen]) - log_z};
+  if (top <= 0) return;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
+  for (std::int32_t v = 0; v < static_cast<std::int32_t>(vocab); ++v) order[static_cast<std::size_t>(v)] = v;
+  const auto k = static_cast<std::ptrdiff_t>(std::min<std::int64_t>(top, vocab));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int32_t a, std::int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (std::ptrdiff_t i = 0; i < k; ++i) ev.top.push_back({order[static_cast<std::size_t>(i)], logits[order[static_cast<std::size_t>(i)]] - log_z});
+}
+
+}  // namespace
+
+struct Engine::Slot {
+  Slot(std::shared_ptr<EngineRequest> r, const Tokenizer& tokenizer)
+      : req(std::move(r)), sampler(req->sampling), stream(tokenizer), filter(req->stop) {}
+
+  std::shared_ptr<EngineRequest> req;
+  Sampler sampler;
+  TextStream stream;
+  StopStringFilter filter;
+  std::optional<KVCache> cache;
+  std::vector<std::pair<std::int32_t, std::int32_t>> counts;  ///< (token, times generated), for penalties
+  std::unordered_map<std::int32_t, std::size_t> count_index;
+  std::vector<float> scratch;
+  std::int64_t generated = 0;
+  std::int32_t next = -1;  ///< the token the next decode step feeds
+  Clock::time_point submitted = Clock::now(), last_token;
+  double first_token_seconds = 0;
+};
+
+Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
+    : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
+  if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
+  if (options_.ctx_size == 0) options_.ctx_size = model.context_limit();
+  if (options_.ctx_size < 1 || options_.ctx_size > model.context_limit())
+    fail("--ctx-size {} is outside [1, {}] (the model's context)", options_.ctx_size, model.context_limit());
+  for (const auto id : model.config().eos_token_ids) eos_.push_back(static_cast<std::int32_t>(id));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Engine::submit(std::shared_ptr<EngineRequest> request) {
+  const auto n = static_cast<std::int64_t>(request->prompt.size());
+  if (n == 0) fail("the prompt has no tokens");
+  if (n >= options_.ctx_size)
+    fail("the prompt has {} tokens; the context is {} tokens (including at least one generated)", n, options_.ctx_size);
+  validate(request->sampling);
+  auto slot = std::make_unique<Slot>(std::move(request), tokenizer_);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) fail("the server is shutting down");
+    queue_.push_back(std::move(slot));
+    metrics_.set_load(static_cast<std::int64_t>(queue_.size()), metrics_.active());
+  }
+  wake_.notify_all();
+}
+
+void Engine::finish(Slot& slot, const char* reason, std::string error) {
+  FinishEvent ev;
+  ev.reason = reason;
+  ev.error = std::move(error);
+  if (ev.reason == "length") ev.text = slot.filter.push(slot.stream.flush()) + slot.filter.flush();
+  ev.prompt_tokens = static_cast<std::int64_t>(slot.req->prompt.size());
+  ev.completion_tokens = slot.generated;
+  ev.first_token_seconds = slot.first_token_seconds;
+  ev.seconds = since(slot.submitted);
+  if (ev.reason == "cancelled") metrics_.cancelled();
+  metrics_.tokens(ev.prompt_tokens, ev.completion_tokens);
+  slot.cache.reset();
+  if (slot.req->on_finish) slot.req->on_finish(ev);
+}
+
+bool Engine::advance(Slot& slot, const float* logits) {
+  const EngineRequest& r = *slot.req;
+  const std::int64_t vocab = model_.config().vocab_size;
+  const float* row = logits;
+  if ((r.presence_penalty != 0 || r.frequency_penalty != 0) && !slot.counts.empty()) {
+    slot.scratch.assign(logits, logits + vocab);
+    apply_penalties(slot.scratch, slot.counts, r.presence_penalty, r.frequency_penalty);
+    row = slot.scratch.data();
+  }
+  const std::int32_t id = slot.sampler.sample(std::span(row, static_cast<std::size_t>(vocab)));
+  const auto now = Clock::now();
+  if (slot.generated == 0) {
+    slot.first_token_seconds = std::chrono::duration<double>(now - slot.submitted).count();
+    metrics_.first_token(slot.first_token_seconds);
+  } else {
+    metrics_.inter_token(std::chrono::duration<double>(now - slot.last_token).count());
+  }
+  slot.last_token = now;
+  if (std::find(eos_.begin(), eos_.end(), id) != eos_.end()) {
+    finish(slot, "stop");
+    return false;
+  }
+  ++slot.generated;
+  const auto [it, added] = slot.count_index.try_emplace(id, slot.counts.size());
+  if (added) slot.counts.emplace_back(id, 0);
+  ++slot.counts[it->second].second;
+  TokenEvent ev;
+  ev.text = slot.filter.push(slot.stream.push(id));
+  if (r.logprobs || r.top_logprobs > 0) logprobs_of(logits, vocab, id, r.top_logprobs, ev);
+  else ev.token.id = id;
+  if (r.on_token) r.on_token(ev);
+  if (slot.filter.stopped()) {
+    finish(slot, "stop");
+    return false;
+  }
+  if (slot.generated >= r.max_tokens || slot.cache->size() + 1 > slot.cache->capacity) {
+    finish(slot, "length");
+    return false;
+  }
+  slot.next = id;
+  return true;
+}
+
+void Engine::start(std::unique_ptr<Slot>& slot) {
+  const EngineRequest& r = *slot->req;
+  const auto n = static_cast<std::int64_t>(r.prompt.size());
+  // The prompt goes through the text stream first so that the first
+  // generated piece decodes in context (SentencePiece's leading space).
+  for (const std::int32_t id : r.prompt)
+    if (!(tokenizer_.add_bos() && id == tokenizer_.bos_id())) slot->stream.push(id);
+  slot->stream.flush();
+  slot->cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
+  std::vector<float> logits;
+  model_.forward(r.prompt, *slot->cache, false, logits);
+  if (r.max_tokens <= 0) {
+    finish(*slot, "length");
+    slot.reset();
+    return;
+  }
+  if (!advance(*slot, logits.data())) slot.reset();
+}
+
+void Engine::loop() {
+  std::vector<float> logits;
+  std::vector<std::int32_t> tokens;
+  std::vector<KVCache*> caches;
+  for (;;) {
+    std::vector<std::unique_ptr<Slot>> admitted;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+      if (stopping_) {
+        for (auto& s : queue_) finish(*s, "cancelled");
+        for (auto& s : active_) finish(*s, "cancelled");
+        queue_.clear();
+        active_.clear();
+        return;
+      }
+      while (static_cast<std::int64_t>(active_.size() + admitted.size()) < options_.parallel && !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), static_cast<std::int64_t>(active_.size() + admitted.size()));
+    }
+    // New sequences: each prefills alone (as it would if it were the only one).
+    for (auto& slot : admitted) {
+      if (slot->req->cancelled) {
+        finish(*slot, "cancelled");
+        continue;
+      }
+      try {
+        start(slot);
+      } catch (const std::exception& e) {
+        finish(*slot, "error", e.what());
+        slot.reset();
+      }
+      if (slot) active_.push_back(std::move(slot));
+    }
+    std::erase_if(active_, [&](std::unique_ptr<Slot>& s) {
+      if (!s->req->cancelled) return false;
+      finish(*s, "cancelled");
+      return true;
+    });
+    if (active_.empty()) continue;
+    tokens.clear();
+    caches.clear();
+    for (const auto& s : active_) {
+      tokens.push_back(s->next);
+      caches.push_back(&*s->cache);
+    }
+    try {
+      model_.decode_batch(tokens, caches, logits);
+    } catch (const std::exception& e) {
+      for (auto& s : active_) finish(*s, "error", e.what());
+      active_.clear();
+      continue;
+    }
+    const std::int64_t vocab = model_.config().vocab_size;
+    std::vector<std::unique_ptr<Slot>> still;
+    for (std::size_t i = 0; i < active_.size(); ++i)
+      if (advance(*active_[i], logits.data() + static_cast<std::int64_t>(i) * vocab)) still.push_back(std::move(active_[i]));
+    active_ = std::move(still);
+    {
+      std::lock_guard lock(mu_);
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), static_cast<std::int64_t>(active_.size()));
+    }
+  }
+}
+
+}  // namespace woq::server

@@ -1,0 +1,115 @@
+// Continuous batching: up to `parallel` sequences decode together, one
+// batched forward pass (LlamaModel::decode_batch) per step; new requests
+// join between steps after their own prefill, and a finished or cancelled
+// sequence frees its slot at once (the scheduling of Orca, Yu et al. 2022,
+// and vLLM, without paged attention: each sequence owns a KV cache).
+//
+// Batch invariance: a sequence's prefill runs alone, and decode_batch's rows
+// are bit-identical to single-sequence decoding, so a greedy request returns
+// the same tokens whatever else is running.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "generate/sampler.h"
+#include "model/llama.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq::server {
+
+/// A token and its log-probability (natural log, under the model's
+/// distribution before penalties and temperature).
+struct TokenLogprob {
+  std::int32_t id = 0;
+  double logprob = 0;
+};
+
+/// One generated token, as it streams.
+struct TokenEvent {
+  std::string text;  ///< text completed by this token (may be empty; never part of a stop string)
+  TokenLogprob token;
+  std::vector<TokenLogprob> top;  ///< the most likely tokens, when top_logprobs > 0
+};
+
+/// How a request ended.
+struct FinishEvent {
+  std::string reason;  ///< "stop" (EOS or stop string), "length", "cancelled" or "error"
+  std::string text;    ///< text held back until the end (may be empty)
+  std::string error;   ///< what went wrong, for "error"
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  double first_token_seconds = 0;  ///< from submit to the first generated token
+  double seconds = 0;              ///< from submit to the end
+};
+
+/// A generation request. Callbacks run on the engine's thread and must not block.
+struct EngineRequest {
+  std::vector<std::int32_t> prompt;  ///< token ids (BOS included when the tokenizer adds it); not empty
+  std::int64_t max_tokens = 16;      ///< generated tokens at most; the context also limits them
+  SamplingParams sampling;
+  std::vector<std::string> stop;     ///< stop strings
+  float presence_penalty = 0, frequency_penalty = 0;
+  int top_logprobs = 0;              ///< alternatives reported per token (0 = none)
+  bool logprobs = false;             ///< report the chosen token's log-probability
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const FinishEvent&)> on_finish;  ///< called exactly once
+  std::atomic<bool> cancelled{false};                 ///< set by the client's thread to stop early
+};
+
+struct EngineOptions {
+  std::int64_t parallel = 4;  ///< sequences decoded together
+  std::int64_t ctx_size = 0;  ///< tokens per sequence (prompt + generated); 0 = the model's context
+};
+
+class Engine {
+ public:
+  /// Starts the scheduling thread. The model, tokenizer and metrics must
+  /// outlive the engine. Throws woq::Error for parallel < 1 or a ctx_size
+  /// outside [1, context_limit()].
+  Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options);
+  /// Cancels what is running and queued (their on_finish says "cancelled") and joins the thread.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Queues a request. Throws woq::Error for an empty prompt or one of
+  /// ctx_size tokens or more (nothing is called back then).
+  void submit(std::shared_ptr<EngineRequest> request);
+  std::int64_t ctx_size() const { return options_.ctx_size; }
+  std::int64_t parallel() const { return options_.parallel; }
+
+ private:
+  struct Slot;
+  void loop();
+  void start(std::unique_ptr<Slot>& slot);
+  /// Samples from `logits` and emits; returns false when the sequence ended.
+  bool advance(Slot& slot, const float* logits);
+  void finish(Slot& slot, const char* reason, std::string error = {});
+
+  LlamaModel& model_;
+  const Tokenizer& tokenizer_;
+  Metrics& metrics_;
+  EngineOptions options_;
+  std::vector<std::int32_t> eos_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Slot>> queue_;
+  bool stopping_ = false;
+  std::vector<std::unique_ptr<Slot>> active_;  ///< engine thread only
+  std::thread thread_;
+};
+
+}  // namespace woq::server
