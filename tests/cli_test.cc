@@ -240,6 +240,10 @@ TEST(Cli, EvalTasksOpenLlmPreset) {
   EXPECT_NE(r.err.find("--tasks mmlu: give its folder as mmlu=PATH or the folder holding it with --data-dir"),
             std::string::npos)
       << r.err;
+  // A bad output path fails before any scoring.
+  r = run("eval tasks -m " + kModel + " --tasks openllm --data-dir " + dir.string() + " --json " + tmp.file("no/such/dir.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("its folder " + tmp.file("no/such") + " does not exist"), std::string::npos) << r.err;
   r = run("eval tasks -m " + kModel + " --tasks mmlu5 --data-dir " + dir.string());
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown task 'mmlu5'"), std::string::npos) << r.err;

@@ -108,6 +108,8 @@ TEST(Stories260K, StopStringsCutTheTextWhereTheyBegin) {
   EXPECT_EQ(r.text, generated.substr(0, generated.find("ball. S")));
   EXPECT_EQ(streamed, prompt + r.text);
 
+  EXPECT_THROW(run({"\x80\x9d"}, streamed), Error);  // not UTF-8: could match inside a character
+
   // "\nLily" ends the text; "\nLily!" never matches: held back, then released.
   r = run({"\nLily!", ""}, streamed);
   EXPECT_FALSE(r.stopped);

@@ -136,7 +136,7 @@ TEST(Tasks, LoadersReadEachFormatAndNameBadLines) {
   EXPECT_NE(error_of("jsonl", "{\"context\": \"a\", \"choices\": [\"x\"], \"gold\": 0}\n").find("1 choices"), std::string::npos);
   EXPECT_NE(error_of("jsonl", "{\"context\": 5, \"choices\": [\"x\", \"y\"], \"gold\": 0}\n").find("bad:1"), std::string::npos);
   EXPECT_NE(error_of("hellaswag", "ctx\n1\na\nb\n").find("incomplete task"), std::string::npos);
-  EXPECT_NE(error_of("hellaswag", "ctx\nx\na\nb\nc\nd\n").find("gold label 'x' is not a number"), std::string::npos);
+  EXPECT_NE(error_of("hellaswag", "ctx\nx\na\nb\nc\nd\n").find("gold label 'x' is not an index 0-3"), std::string::npos);
   EXPECT_NE(error_of("jsonl", "\n\n").find("no items"), std::string::npos);
   EXPECT_NE(error_of("mmlu2", "x").find("unknown task 'mmlu2'"), std::string::npos);
 }
@@ -380,6 +380,23 @@ TEST(Tasks, NewLoadersNameBadInput) {
             std::string::npos);
   EXPECT_NE(file_error("truthfulqa_mc1", R"([{"question": "q"}])").find("\"mc1_targets\" object"), std::string::npos);
   EXPECT_NE(file_error("truthfulqa_mc1", "[").find("malformed JSON"), std::string::npos);
+  // Labels beyond int range are not read modulo 2^32.
+  EXPECT_NE(file_error("truthfulqa_mc2", R"([{"question": "q", "mc2_targets": {"a": 4294967297, "b": 0}}])").find("is 4294967297, not 0 or 1"),
+            std::string::npos);
+  // Wrong JSON types name the field.
+  EXPECT_NE(file_error("jsonl", R"({"context": 5, "choices": ["x", "y"], "gold": 0})").find("bad:1: \"context\" must be a string, not number"),
+            std::string::npos);
+  EXPECT_NE(file_error("jsonl", R"({"context": "c", "choices": ["x", 2], "gold": 0})").find("\"choices\"[1] must be a string"),
+            std::string::npos);
+  EXPECT_NE(file_error("arc_challenge", R"({"question": "q", "options": "A", "answer": "A"})").find("\"options\" must be a list"),
+            std::string::npos);
+  EXPECT_NE(file_error("arc_challenge", R"({"question": "q", "options": [{"label": "A", "text": "x"}, {"label": "A", "text": "y"}], "answer": "A"})")
+                .find("two options are labelled 'A'"),
+            std::string::npos);
+  EXPECT_NE(file_error("jsonl", R"({"context": "c", "choices": ["x", "  "], "gold": 0})").find("item 1 has an empty choice"),
+            std::string::npos);
+  EXPECT_NE(file_error("hellaswag", "ctx\n\x1b[31m\na\nb\nc\nd\n").find("gold label '\\x1b[31m' is not an index 0-3"),
+            std::string::npos);
 
   auto mmlu_error = [&](const std::string& test_csv, const std::string& dev_csv) {
     std::filesystem::remove_all(tmp.file("mmlu"));
@@ -405,11 +422,25 @@ TEST(Tasks, NewLoadersNameBadInput) {
   EXPECT_NE(mmlu_error("q,a,b,c,d,1\n", header).find("the first line must be the header"), std::string::npos);
   EXPECT_NE(mmlu_error(header, header).find("no items"), std::string::npos);
   EXPECT_NE(error_of("mmlu", tmp.file("nowhere")).find("expected MMLU's test/ folder"), std::string::npos);
+  // Few-shot examples come only from dev: an empty dev split is an error, never the test items.
+  EXPECT_EQ(mmlu_error(header + "q,a,b,c,d,1\nr,a,b,c,d,2\n", header), "");
+  const Task no_dev = load_task("mmlu", tmp.file("mmlu"));
+  TaskOptions five;
+  EXPECT_NO_THROW(check_fewshot(no_dev, TaskOptions{0, 0, 1, 10}));
+  try {
+    check_fewshot(no_dev, five);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mmlu: 5 few-shot examples requested, only 0 in the dev split of x"), std::string::npos)
+        << e.what();
+  }
 
   std::filesystem::create_directories(tmp.file("gsm"));
   test::write_file(tmp.file("gsm/test.jsonl"), R"({"question": "q", "answer": "no marker"})" "\n");
   EXPECT_NE(error_of("gsm8k", tmp.file("gsm")).find("test.jsonl:1: \"answer\" has no \"#### <number>\" line"),
             std::string::npos);
+  test::write_file(tmp.file("gsm/test.jsonl"), R"({"question": "q", "answer": "so\n#### two"})" "\n");
+  EXPECT_NE(error_of("gsm8k", tmp.file("gsm")).find("has no \"#### <number>\" line"), std::string::npos);
   test::write_file(tmp.file("gsm/test.jsonl"), R"({"question": "q", "answer": "#### 1"})" "\n");
   EXPECT_NE(error_of("gsm8k", tmp.file("gsm")).find("train.jsonl: not found"), std::string::npos);
   EXPECT_NE(error_of("gsm8k", tmp.file("gsm/test.jsonl")).find("expected GSM8K's folder"), std::string::npos);

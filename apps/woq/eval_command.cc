@@ -178,6 +178,7 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
 }
 
 int run_perplexity(const EvalArgs& a) {
+  if (!a.json.empty()) require_writable_path(a.json);
   ThreadPool pool(a.model.threads);
   auto model = load(a.model_dir, a, a.low_bit, pool);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
@@ -210,6 +211,8 @@ int run_perplexity(const EvalArgs& a) {
 int run_compare(const EvalArgs& a) {
   if (!a.load_ref.empty() && (!a.ref_dir.empty() || !a.save_ref.empty()))
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
+  for (const std::string* out : {&a.json, &a.save_ref})
+    if (!out->empty()) require_writable_path(*out);
   ThreadPool pool(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ModelConfig config = read_model_config(a.model_dir);
@@ -268,22 +271,32 @@ int run_compare(const EvalArgs& a) {
   return 0;
 }
 
+TaskOptions task_options(const TasksArgs& a) {
+  TaskOptions o;
+  o.shots = a.shots;
+  o.limit = a.limit;
+  o.seed = a.seed;
+  return o;
+}
+
+// Everything that can fail before scoring: output paths and few-shot pools.
+void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
+  for (const std::string* out : {&a.json, &a.markdown})
+    if (!out->empty()) require_writable_path(*out);
+  for (const Task& t : tasks) check_fewshot(t, task_options(a));
+}
+
 std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<Task>& tasks,
                                   const TasksArgs& a) {
   std::vector<TaskResult> out;
-  for (const Task& t : tasks) {
-    TaskOptions o;
-    o.shots = a.shots;
-    o.limit = a.limit;
-    o.seed = a.seed;
-    out.push_back(run_task(model, tok, t, o, progress_bar(t.name.c_str())));
-  }
+  for (const Task& t : tasks) out.push_back(run_task(model, tok, t, task_options(a), progress_bar(t.name.c_str())));
   return out;
 }
 
 int run_tasks_command(const TasksArgs& a) {
   ThreadPool pool(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
+  check_before_running(a, tasks);
   EvalArgs load_args;
   load_args.model = a.model;
   auto model = load(a.model_dir, load_args, a.low_bit, pool);
@@ -307,6 +320,7 @@ int run_tasks_command(const TasksArgs& a) {
 int run_recovery_command(const TasksArgs& a) {
   ThreadPool pool(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
+  check_before_running(a, tasks);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   std::vector<std::string> variants;
   for (std::size_t b = 0, e; b <= a.low_bit.size(); b = e + 1) {

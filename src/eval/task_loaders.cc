@@ -43,6 +43,16 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// `s` for an error message: control bytes escaped, at most 60 bytes.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s.substr(0, 60)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u < 0x20 || u == 0x7f || u >= 0x80 ? fmt::format("\\x{:02x}", u) : std::string(1, c);
+  }
+  return s.size() > 60 ? out + "..." : out;
+}
+
 std::string strip(std::string_view s) {
   const std::size_t b = s.find_first_not_of(" \t\n\r\f\v");
   if (b == std::string_view::npos) return {};
@@ -71,6 +81,26 @@ void for_each_jsonl(const std::string& path, F&& item) {
   }
 }
 
+// j[key] as a string, or a woq::Error naming the field.
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) fail("{}: needs a \"{}\" string", where, key);
+  if (!j[key].is_string()) fail("{}: \"{}\" must be a string, not {}", where, key, j[key].type_name());
+  return j[key].get<std::string>();
+}
+
+// j[key] as a list of strings, or a woq::Error naming the field.
+std::vector<std::string> strings_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) fail("{}: needs a \"{}\" list of strings", where, key);
+  const auto& v = j[key];
+  if (!v.is_array()) fail("{}: \"{}\" must be a list of strings, not {}", where, key, v.type_name());
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) fail("{}: \"{}\"[{}] must be a string, not {}", where, key, i, v[i].type_name());
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
 int gold_index(const nlohmann::json& gold, std::size_t choices, const std::string& where) {
   if (!gold.is_number_integer() || gold.get<std::int64_t>() < 0 || gold.get<std::int64_t>() >= static_cast<std::int64_t>(choices))
     fail("{}: \"gold\" is {}, not an index into the {} choices", where, describe_json(gold), choices);
@@ -82,21 +112,28 @@ int gold_index(const nlohmann::json& gold, std::size_t choices, const std::strin
 TaskItem choice_item(const nlohmann::json& j, const std::string& where, bool question_answer) {
   TaskItem item;
   if (j.contains("options")) {
-    item.context = "Question: " + j.at("question").get<std::string>() + "\nAnswer:";
-    const std::string answer = j.at("answer").get<std::string>();
+    item.context = "Question: " + string_field(j, "question", where) + "\nAnswer:";
+    const std::string answer = string_field(j, "answer", where);
+    if (!j["options"].is_array()) fail("{}: \"options\" must be a list of {{\"label\", \"text\"}}", where);
     item.gold = -1;
-    for (const auto& o : j.at("options")) {
-      if (o.at("label").get<std::string>() == answer) item.gold = static_cast<int>(item.choices.size());
-      item.choices.push_back(o.at("text").get<std::string>());
+    for (std::size_t i = 0; i < j["options"].size(); ++i) {
+      const std::string at = fmt::format("{}: options[{}]", where, i);
+      const std::string label = string_field(j["options"][i], "label", at);
+      if (label == answer) {
+        if (item.gold >= 0) fail("{}: two options are labelled '{}'", where, answer);
+        item.gold = static_cast<int>(item.choices.size());
+      }
+      item.choices.push_back(string_field(j["options"][i], "text", at));
     }
     if (item.gold < 0) fail("{}: answer '{}' is not one of the option labels", where, answer);
     return item;
   }
   if (!j.contains("context") && !j.contains("query")) fail("{}: needs a \"context\" (or \"query\") string", where);
-  item.context = j.contains("context") ? j.at("context").get<std::string>() : j.at("query").get<std::string>();
+  item.context = string_field(j, j.contains("context") ? "context" : "query", where);
   if (question_answer) item.context += "\nAnswer:";
-  item.choices = j.at("choices").get<std::vector<std::string>>();
-  item.gold = gold_index(j.at("gold"), item.choices.size(), where);
+  item.choices = strings_field(j, "choices", where);
+  if (!j.contains("gold")) fail("{}: needs a \"gold\" index", where);
+  item.gold = gold_index(j["gold"], item.choices.size(), where);
   return item;
 }
 
@@ -113,7 +150,7 @@ void load_hellaswag(Task& task, const std::string& path) {
       item.gold = std::stoi(lines[i + 1], &used);
       if (used != lines[i + 1].size()) throw std::invalid_argument("trailing");
     } catch (const std::exception&) {
-      fail("{}:{}: gold label '{}' is not a number", path, i + 2, lines[i + 1]);
+      fail("{}:{}: gold label '{}' is not an index 0-3", path, i + 2, printable(lines[i + 1]));
     }
     item.choices.assign(lines.begin() + static_cast<std::ptrdiff_t>(i + 2), lines.begin() + static_cast<std::ptrdiff_t>(i + 6));
     task.items.push_back(std::move(item));
@@ -127,10 +164,11 @@ void load_hellaswag(Task& task, const std::string& path) {
 void load_winogrande(Task& task, const std::string& path) {
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     TaskItem item;
-    item.choices = j.at("context_options").get<std::vector<std::string>>();
-    item.target = strip(j.at("continuation").get<std::string>());
+    item.choices = strings_field(j, "context_options", where);
+    item.target = strip(string_field(j, "continuation", where));
     if (item.target.empty()) fail("{}: \"continuation\" is empty", where);
-    item.gold = gold_index(j.at("gold"), item.choices.size(), where);
+    if (!j.contains("gold")) fail("{}: needs a \"gold\" index", where);
+    item.gold = gold_index(j["gold"], item.choices.size(), where);
     task.items.push_back(std::move(item));
   });
 }
@@ -155,14 +193,14 @@ void load_truthfulqa(Task& task, const std::string& path, bool mc2) {
     item.context = std::string(kTruthfulQaPreamble) + "\n\nQ: " + j["question"].get<std::string>() + "\nA:";
     int trues = 0;
     for (const auto& [answer, label] : j[key].items()) {
-      if (!label.is_number_integer() || (label.get<int>() != 0 && label.get<int>() != 1))
+      if (!label.is_number_integer() || (label.get<std::int64_t>() != 0 && label.get<std::int64_t>() != 1))
         fail("{}: {}[\"{}\"] is {}, not 0 or 1", where, key, answer, label.dump());
-      if (label.get<int>() == 1) {
+      if (label.get<std::int64_t>() == 1) {
         if (trues == 0) item.gold = static_cast<int>(item.choices.size());
         ++trues;
       }
       item.choices.push_back(answer);
-      item.labels.push_back(label.get<int>());
+      item.labels.push_back(static_cast<int>(label.get<std::int64_t>()));
     }
     if (trues == 0 || trues == static_cast<int>(item.choices.size()))
       fail("{}: {} needs both true (1) and false (0) answers", where, key);
@@ -251,7 +289,7 @@ void load_mmlu(Task& task, const std::string& dir) {
   std::vector<std::string> subjects;
   for (const auto& e : fs::directory_iterator(test_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.ends_with("_test.csv")) subjects.push_back(name.substr(0, name.size() - 9));
+    if (name.ends_with("_test.csv") && name.size() > 9) subjects.push_back(name.substr(0, name.size() - 9));
   }
   std::sort(subjects.begin(), subjects.end());
   if (subjects.empty()) fail("{}: no SUBJECT_test.csv files", test_dir.string());
@@ -271,9 +309,9 @@ std::vector<TaskItem> gsm8k_items(const std::string& path) {
   std::vector<TaskItem> items;
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     TaskItem item;
-    item.context = "Question: " + j.at("question").get<std::string>() + "\nAnswer:";
-    item.target = j.at("answer").get<std::string>();
-    if (item.target.find("#### ") == std::string::npos) fail("{}: \"answer\" has no \"#### <number>\" line", where);
+    item.context = "Question: " + string_field(j, "question", where) + "\nAnswer:";
+    item.target = string_field(j, "answer", where);
+    if (gsm8k_extract(item.target) == "[invalid]") fail("{}: \"answer\" has no \"#### <number>\" line", where);
     items.push_back(std::move(item));
   });
   return items;
@@ -284,6 +322,7 @@ void load_gsm8k(Task& task, const std::string& dir) {
   if (!fs::is_directory(dir, ec)) fail("{}: expected GSM8K's folder holding test.jsonl and train.jsonl", dir);
   task.items = gsm8k_items((fs::path(dir) / "test.jsonl").string());
   task.fewshot = gsm8k_items((fs::path(dir) / "train.jsonl").string());
+  task.fewshot_split = "train";
   if (task.fewshot.empty()) fail("{}/train.jsonl: no items", dir);
 }
 
@@ -319,6 +358,7 @@ Task load_task(const std::string& name, const std::string& path) {
   } else if (name == "mmlu") {
     task.default_shots = 5;
     task.fewshot_first_n = true;
+    task.fewshot_split = "dev";
     task.metrics = {"acc"};
     load_mmlu(task, path);
   } else if (name == "gsm8k") {
@@ -337,7 +377,7 @@ Task load_task(const std::string& name, const std::string& path) {
     if (task.type == TaskType::kGenerate) continue;
     if (it.choices.size() < 2) fail("{}: item {} has {} choices (need at least 2)", path, i + 1, it.choices.size());
     for (const auto& c : it.choices)
-      if (c.empty()) fail("{}: item {} has an empty choice", path, i + 1);
+      if (strip(c).empty()) fail("{}: item {} has an empty choice", path, i + 1);
     if (it.gold < 0 || it.gold >= static_cast<int>(it.choices.size()))
       fail("{}: item {} has gold {} outside [0, {})", path, i + 1, it.gold, it.choices.size());
   }

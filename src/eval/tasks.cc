@@ -29,6 +29,9 @@ double bootstrap_stderr(const std::vector<double>& values, std::int64_t resample
   return std::sqrt(var / static_cast<double>(means.size() - 1));
 }
 
+// At most 60 bytes of `s`, for error messages.
+std::string shorten(const std::string& s) { return s.size() > 60 ? s.substr(0, 60) + "..." : s; }
+
 // A few-shot example: the item with its gold target.
 std::string example_text(const Task& task, const TaskItem& ex) {
   const auto gold = static_cast<std::size_t>(ex.gold);
@@ -82,7 +85,7 @@ std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std:
     prefix = fmt::format("The following are multiple choice questions (with answers) about {}.\n\n",
                          task.subjects[static_cast<std::size_t>(item.subject)]);
   if (shots <= 0) return prefix;
-  const bool own_items = task.fewshot.empty();
+  const bool own_items = task.fewshot_split.empty();
   const std::vector<TaskItem>& source = own_items ? task.items : task.fewshot;
   std::vector<std::size_t> pool;
   for (std::size_t i = 0; i < source.size(); ++i)
@@ -90,8 +93,9 @@ std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std:
   if (static_cast<std::size_t>(shots) > pool.size())
     fail("{}: {} few-shot examples requested, only {} {}", task.name, shots, pool.size(),
          own_items ? std::string("other items")
-                   : item.subject >= 0 ? fmt::format("in the dev split of {}", task.subjects[static_cast<std::size_t>(item.subject)])
-                                       : std::string("in the few-shot split"));
+                   : item.subject >= 0 ? fmt::format("in the {} split of {}", task.fewshot_split,
+                                                     task.subjects[static_cast<std::size_t>(item.subject)])
+                                       : fmt::format("in the {} split", task.fewshot_split));
   if (!task.fewshot_first_n) {
     std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(index));
     for (std::size_t s = 0; s < static_cast<std::size_t>(shots); ++s) {  // partial Fisher-Yates
@@ -102,6 +106,18 @@ std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std:
   for (std::size_t s = 0; s < static_cast<std::size_t>(shots); ++s)
     prefix += example_text(task, source[pool[s]]) + task.fewshot_delimiter;
   return prefix;
+}
+
+void check_fewshot(const Task& task, const TaskOptions& options) {
+  const int shots = options.shots < 0 ? task.default_shots : options.shots;
+  if (shots <= 0) return;
+  std::vector<bool> checked(task.subjects.size() + 1, false);
+  for (const std::int64_t i : selected_items(task, options.limit)) {
+    const auto subject = static_cast<std::size_t>(task.items[static_cast<std::size_t>(i)].subject + 1);
+    if (checked[subject]) continue;  // every item of a subject has the same number of examples
+    checked[subject] = true;
+    fewshot_prefix(task, i, shots, options.seed);
+  }
 }
 
 std::string build_prompt(const Task& task, std::int64_t index, int shots, std::uint64_t seed) {
@@ -115,13 +131,13 @@ double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::s
   const std::vector<std::int32_t> whole = tokenizer.encode(context + continuation);
   const std::vector<std::int32_t> cont(
       whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())), whole.end());
-  if (cont.empty()) fail("the continuation '{}' adds no tokens", continuation);
+  if (cont.empty()) fail("the continuation '{}' adds no tokens", shorten(continuation));
   std::vector<std::int32_t> input = context_ids;
   input.insert(input.end(), cont.begin(), cont.end());
   // Keep the last context_limit() + 1 tokens (lm-eval truncates on the left).
   const std::int64_t keep = std::min<std::int64_t>(static_cast<std::int64_t>(input.size()), model.context_limit() + 1);
   if (keep <= static_cast<std::int64_t>(cont.size()))
-    fail("the continuation '{}' alone exceeds the context of {} tokens", continuation, model.context_limit());
+    fail("the continuation '{}' alone exceeds the context of {} tokens", shorten(continuation), model.context_limit());
   input.erase(input.begin(), input.end() - keep);
   input.pop_back();  // the last token is only a target
   KVCache cache = model.make_cache(static_cast<std::int64_t>(input.size()));

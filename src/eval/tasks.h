@@ -67,9 +67,11 @@ struct Task {
   std::string name;
   TaskType type = TaskType::kMultipleChoice;
   std::vector<TaskItem> items;
-  /// The split few-shot examples come from (MMLU dev, GSM8K train); when
-  /// empty, the task's other items (never the item itself).
+  /// Few-shot examples from their own split (MMLU dev, GSM8K train).
   std::vector<TaskItem> fewshot;
+  /// The name of that split; empty: examples are the task's other items
+  /// (never the item itself).
+  std::string fewshot_split;
   bool fewshot_first_n = false;       ///< take the first K examples (MMLU) rather than a seeded sample
   std::vector<std::string> subjects;  ///< MMLU subjects ("college chemistry"), named in the description
   int default_shots = 0;              ///< the Open LLM Leaderboard v1 count where the task is in it
@@ -128,6 +130,10 @@ struct TaskResult {
 /// example followed by the fewshot delimiter. Examples are seeded by seed and
 /// index. Throws woq::Error when `shots` exceeds the examples available.
 std::string fewshot_prefix(const Task& task, std::int64_t index, int shots, std::uint64_t seed);
+
+/// Throws woq::Error, before any scoring, when an item of the first
+/// `options.limit` would get fewer few-shot examples than asked for.
+void check_fewshot(const Task& task, const TaskOptions& options);
 
 /// The whole prompt of item `index` (multiple choice, generate): the prefix
 /// and the item's context.

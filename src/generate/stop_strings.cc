@@ -3,11 +3,32 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/error.h"
+
 namespace woq {
 
+namespace {
+
+// Whether `s` is well-formed UTF-8 (no stray continuation bytes, no truncated sequences).
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
 StopStringFilter::StopStringFilter(const std::vector<std::string>& stops) {
-  for (const auto& s : stops)
+  for (const auto& s : stops) {
+    if (!valid_utf8(s)) fail("a stop string is not valid UTF-8 (it could match inside a character)");
     if (!s.empty()) stops_.push_back(s);
+  }
 }
 
 std::string StopStringFilter::push(std::string_view piece) {

@@ -12,7 +12,8 @@ namespace woq {
 /// (part of) a stop string that later completes.
 class StopStringFilter {
  public:
-  /// Empty strings in `stops` are ignored.
+  /// Empty strings in `stops` are ignored. Throws woq::Error for a stop
+  /// string that is not valid UTF-8.
   explicit StopStringFilter(const std::vector<std::string>& stops);
 
   /// Appends `piece`; returns the text now safe to emit. Once a stop string

@@ -49,9 +49,18 @@ std::string describe_json(const nlohmann::json& value) {
   return value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);  // ASCII only
 }
 
+void require_writable_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) fail("an output path is empty");
+  if (fs::is_directory(path, ec)) fail("{}: is a directory", path);
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir, ec)) fail("{}: its folder {} does not exist", path, dir.string());
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory", path);
+  require_writable_path(path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -30,6 +30,11 @@ void require_regular_file(const std::string& path, std::uintmax_t max_bytes);
 /// woq::Error as require_regular_file does, or "PATH: cannot open".
 std::string read_text_file(const std::string& path, std::uintmax_t max_bytes = 1ull << 30);
 
+/// Throws woq::Error "PATH: is a directory" / "PATH: its folder DIR does not
+/// exist" unless write_text_file(path) could create the file; lets a command
+/// refuse a bad output path before hours of work rather than after.
+void require_writable_path(const std::string& path);
+
 /// Writes `text` to `path` through PATH.tmp renamed into place (removed on
 /// failure). Throws woq::Error naming the path when it is a directory or on
 /// I/O failure.
