@@ -2,7 +2,10 @@
 # Installs woq's build and test dependencies from Debian 12 (bookworm) packages.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libsentencepiece-dev libcli11-dev
-          libfmt-dev libgtest-dev libbenchmark-dev libopenblas-dev python3-numpy)
+          libfmt-dev libgtest-dev libbenchmark-dev libopenblas-dev libcpp-httplib-dev python3-numpy python3-jinja2)
+# Node.js and npm run the OpenAI client tests of woq serve; a node from elsewhere (e.g. NodeSource) is kept.
+command -v node > /dev/null || packages+=(nodejs)
+command -v npm > /dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -138,7 +138,9 @@ bool Engine::advance(Slot& slot, const float* logits) {
     finish(slot, "stop");
     return false;
   }
-  if (slot.generated >= r.max_tokens || slot.cache->size() + 1 > slot.cache->capacity) {
+  // The context holds the prompt and every generated token (OpenAI's rule).
+  if (slot.generated >= r.max_tokens || static_cast<std::int64_t>(r.prompt.size()) + slot.generated >= options_.ctx_size ||
+      slot.cache->size() + 1 > slot.cache->capacity) {
     finish(slot, "length");
     return false;
   }

@@ -1,0 +1,113 @@
+// woq serve: load a model, then answer the OpenAI API until SIGINT/SIGTERM.
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <fmt/core.h>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "generate/chat_template.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string low_bit = "sym_int4";
+  ModelFlags model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::int64_t parallel = 4;
+  std::int64_t ctx_size = 0;
+  std::string served_model_name;
+  std::string api_key;
+};
+
+// SIGINT/SIGTERM write their number to a pipe (async-signal-safe) that a
+// thread reads to stop the server: libraries may have started threads that
+// do not block signals, so any thread can take the signal.
+int stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] const auto n = write(stop_pipe[1], &c, 1);
+}
+
+int run_serve(const ServeArgs& a) {
+  if (pipe(stop_pipe) != 0) fail("cannot create a pipe for signal handling");
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  const LoadOptions options = load_options(a.model, a.low_bit);
+  read_model_config(a.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
+  const ChatTemplate chat = ChatTemplate::load(a.model_dir);
+  ThreadPool pool(a.model.threads);
+  LoadReport report;
+  auto model = LlamaModel::load(a.model_dir, options, pool, &report);
+  print_load_report(report, options);
+  server::Metrics metrics;
+  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size});
+  server::HttpOptions http;
+  http.host = a.host;
+  http.port = a.port;
+  http.api_key = a.api_key;
+  http.served_model_name =
+      a.served_model_name.empty() ? std::filesystem::path(a.model_dir).lexically_normal().filename().string() : a.served_model_name;
+  if (http.served_model_name.empty()) http.served_model_name = "woq";
+  server::HttpServer server(engine, tokenizer, chat, metrics, http);
+  const int port = server.bind();
+  fmt::print(stderr, "woq: chat template: {}\n",
+             chat.is_default() ? "none in tokenizer_config.json; using the ChatML default" : "tokenizer_config.json");
+  fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each{})\n",
+             http.served_model_name, a.host, port, engine.parallel(), engine.ctx_size(),
+             a.api_key.empty() ? "" : ", API key required");
+  std::thread waiter([&] {
+    char sig = 0;
+    while (read(stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig != 0) fmt::print(stderr, "woq: {}; stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    server.stop();
+  });
+  server.serve();
+  const char wake = 0;  // serve() also returns when listening fails: release the waiter
+  [[maybe_unused]] const auto n = write(stop_pipe[1], &wake, 1);
+  waiter.join();
+  return 0;
+}
+
+}  // namespace
+
+Run add_serve(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI API (/v1/completions, /v1/chat/completions) with continuous batching");
+  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--low-bit", args->low_bit, "Format of the linear layers")->capture_default_str();
+  add_model_flags(cmd, args->model);
+  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", args->parallel, "Sequences decoded together (continuous batching)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--ctx-size", args->ctx_size, "Tokens per sequence, prompt included; 0 = the model's context")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--served-model-name", args->served_model_name, "Model name for clients (default: the directory's name)");
+  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  return [args] { return run_serve(*args); };
+}
+
+}  // namespace woq::cli

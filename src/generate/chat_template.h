@@ -1,0 +1,43 @@
+// A model's chat template (tokenizer_config.json "chat_template"), rendered
+// as transformers' apply_chat_template does (see jinja.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "generate/jinja.h"
+
+namespace woq {
+
+class ChatTemplate {
+ public:
+  /// Reads DIR/tokenizer_config.json: "chat_template" (a string, or a list
+  /// of {"name", "template"} from which "default" is taken) and the
+  /// bos_token / eos_token strings (or {"content": ...} objects). Without a
+  /// template, the ChatML default (as llama.cpp's server falls back to) is
+  /// used and is_default() is true. Throws woq::Error naming the file for
+  /// malformed JSON or a template that does not parse.
+  static ChatTemplate load(const std::string& dir);
+
+  /// Parses `source` with the given special-token strings.
+  ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool is_default);
+
+  /// Renders `messages` (a JSON array of {"role", "content", ...}) with
+  /// add_generation_prompt, bos_token and eos_token set. Throws
+  /// jinja::RaisedException when the template calls raise_exception and
+  /// jinja::TemplateError for other template errors.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+
+  bool is_default() const { return is_default_; }
+  /// The ChatML template used when a model has none.
+  static const char* default_source();
+
+ private:
+  std::shared_ptr<const jinja::Template> template_;
+  std::string bos_, eos_;
+  bool is_default_ = false;
+};
+
+}  // namespace woq

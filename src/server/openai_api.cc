@@ -1,0 +1,270 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace woq::server {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, "invalid_request_error", param);
+}
+
+// A field that may be absent or null.
+const Json* field(const Json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<double> number(const Json& j, const char* key, double lo, double hi) {
+  const Json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) bad(key, fmt::format("'{}' must be a number, not {}", key, v->type_name()));
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) bad(key, fmt::format("'{}' is {}; it must be in [{}, {}]", key, v->dump(), lo, hi));
+  return x;
+}
+
+std::optional<std::int64_t> integer(const Json& j, const char* key, std::int64_t lo, std::int64_t hi) {
+  const Json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) bad(key, fmt::format("'{}' must be an integer, not {}", key, v->type_name()));
+  if (v->is_number_unsigned() ? v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi) : (v->get<std::int64_t>() < lo || v->get<std::int64_t>() > hi))
+    bad(key, fmt::format("'{}' is {}; it must be in [{}, {}]", key, v->dump(), lo, hi));
+  return v->get<std::int64_t>();
+}
+
+std::optional<bool> boolean(const Json& j, const char* key) {
+  const Json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) bad(key, fmt::format("'{}' must be a boolean, not {}", key, v->type_name()));
+  return v->get<bool>();
+}
+
+std::string text_of_content(const Json& content, std::size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  if (content.is_null()) return {};
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) bad(param, fmt::format("'{}' must be a string or a list of text parts", param));
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      bad(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (no images or audio)", param));
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+Json usage_of(const Generated& g) {
+  return {{"prompt_tokens", g.prompt_tokens},
+          {"completion_tokens", g.completion_tokens},
+          {"total_tokens", g.prompt_tokens + g.completion_tokens}};
+}
+
+Json token_bytes(const std::string& s) {
+  Json bytes = Json::array();
+  for (const char c : s) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+// Text for JSON: invalid UTF-8 (a token may hold half a character) becomes U+FFFD.
+std::string json_text(const std::string& s) {
+  const Json j = s;
+  const std::string dumped = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return Json::parse(dumped).get<std::string>();
+}
+
+// Chat's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
+Json chat_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) {
+  Json content = Json::array();
+  for (const TokenEvent& ev : tokens) {
+    const std::string t = tok.token_text(ev.token.id);
+    Json top = Json::array();
+    for (const auto& alt : ev.top) {
+      const std::string a = tok.token_text(alt.id);
+      top.push_back({{"token", json_text(a)}, {"logprob", alt.logprob}, {"bytes", token_bytes(a)}});
+    }
+    content.push_back({{"token", json_text(t)}, {"logprob", ev.token.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// Completions' (legacy) logprobs: parallel lists.
+Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok, bool with_top, std::int64_t offset) {
+  Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  for (const TokenEvent& ev : tokens) {
+    const std::string t = json_text(tok.token_text(ev.token.id));
+    out["tokens"].push_back(t);
+    out["token_logprobs"].push_back(ev.token.logprob);
+    Json top = Json::object();
+    for (const auto& alt : ev.top) top[json_text(tok.token_text(alt.id))] = alt.logprob;
+    out["top_logprobs"].push_back(with_top ? top : Json(nullptr));
+    out["text_offset"].push_back(offset);
+    offset += static_cast<std::int64_t>(ev.text.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+ApiError::ApiError(int s, std::string message, std::string t, std::string p, std::string c)
+    : std::runtime_error(std::move(message)), status(s), type(std::move(t)), param(std::move(p)), code(std::move(c)) {}
+
+nlohmann::ordered_json ApiError::body() const {
+  return {{"error",
+           {{"message", what()},
+            {"type", type},
+            {"param", param.empty() ? Json(nullptr) : Json(param)},
+            {"code", code.empty() ? Json(nullptr) : Json(code)}}}};
+}
+
+ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model) {
+  Json j;
+  try {
+    j = Json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    bad("", fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) bad("", "the request body must be a JSON object");
+  ApiRequest r;
+  r.chat = chat;
+  if (const Json* m = field(j, "model")) {
+    if (!m->is_string()) bad("model", "'model' must be a string");
+    r.model = m->get<std::string>();
+    if (r.model != served_model)
+      throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, served_model),
+                     "invalid_request_error", "model", "model_not_found");
+  }
+  if (chat) {
+    const Json* messages = field(j, "messages");
+    if (messages == nullptr) bad("messages", "'messages' is required");
+    if (!messages->is_array() || messages->empty()) bad("messages", "'messages' must be a non-empty list");
+    r.messages = Json::array();
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+      const Json& m = (*messages)[i];
+      const std::string param = fmt::format("messages[{}]", i);
+      if (!m.is_object()) bad(param, fmt::format("'{}' must be an object", param));
+      if (!m.contains("role") || !m["role"].is_string()) bad(param + ".role", fmt::format("'{}.role' must be a string", param));
+      Json copy = m;
+      copy["content"] = text_of_content(m.contains("content") ? m["content"] : Json(nullptr), i);
+      r.messages.push_back(std::move(copy));
+    }
+  } else {
+    const Json* prompt = field(j, "prompt");
+    if (prompt == nullptr) bad("prompt", "'prompt' is required");
+    if (prompt->is_string()) {
+      r.prompt = prompt->get<std::string>();
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+      r.prompt = (*prompt)[0].get<std::string>();
+    } else {
+      bad("prompt", "'prompt' must be a string (or a list of one string; token ids and batches are not supported)");
+    }
+  }
+  const auto max_tokens = integer(j, "max_tokens", 0, 1 << 30);
+  const auto max_completion = integer(j, "max_completion_tokens", 0, 1 << 30);
+  r.max_tokens = max_completion ? *max_completion : max_tokens ? *max_tokens : chat ? -1 : 16;
+  r.sampling.temperature = static_cast<float>(number(j, "temperature", 0, 2).value_or(1.0));
+  r.sampling.top_p = static_cast<float>(number(j, "top_p", 0, 1).value_or(1.0));
+  if (r.sampling.top_p <= 0) bad("top_p", "'top_p' must be greater than 0");
+  r.sampling.top_k = static_cast<std::int32_t>(integer(j, "top_k", 0, 1 << 30).value_or(0));
+  if (const auto seed = integer(j, "seed", INT64_MIN, INT64_MAX)) r.sampling.seed = static_cast<std::uint64_t>(*seed);
+  else r.sampling.seed = std::random_device{}();
+  r.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2, 2).value_or(0));
+  r.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2, 2).value_or(0));
+  if (const auto n = integer(j, "n", INT64_MIN, INT64_MAX); n && *n != 1) bad("n", "only n = 1 is supported");
+  if (const Json* stop = field(j, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 16) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of at most 16 strings");
+    }
+  }
+  r.stream = boolean(j, "stream").value_or(false);
+  if (const Json* so = field(j, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = boolean(*so, "include_usage").value_or(false);
+  }
+  if (chat) {
+    r.logprobs = boolean(j, "logprobs").value_or(false);
+    r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20).value_or(0));
+    if (r.top_logprobs > 0 && !r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else if (const auto lp = integer(j, "logprobs", 0, 5)) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(*lp);
+  }
+  if (const Json* user = field(j, "user"); user != nullptr && !user->is_string()) bad("user", "'user' must be a string");
+  return r;
+}
+
+nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                     const std::string& model, const Generated& g, const Tokenizer& tokenizer) {
+  Json choice;
+  if (r.chat) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", json_text(g.text)}}},
+              {"logprobs", r.logprobs ? chat_logprobs(g.tokens, tokenizer) : Json(nullptr)},
+              {"finish_reason", g.finish_reason}};
+  } else {
+    choice = {{"index", 0},
+              {"text", json_text(g.text)},
+              {"logprobs", r.logprobs ? completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, 0) : Json(nullptr)},
+              {"finish_reason", g.finish_reason}};
+  }
+  return {{"id", id},
+          {"object", r.chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", Json::array({choice})},
+          {"usage", usage_of(g)}};
+}
+
+nlohmann::ordered_json chunk_body(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                  const std::string& model, const std::string& text, const std::vector<TokenEvent>& tokens,
+                                  const std::string& finish_reason, bool first, const Tokenizer& tokenizer) {
+  const Json finish = finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
+  Json choice;
+  if (r.chat) {
+    Json delta = Json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = json_text(text);
+    choice = {{"index", 0},
+              {"delta", delta},
+              {"logprobs", r.logprobs && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : Json(nullptr)},
+              {"finish_reason", finish}};
+  } else {
+    choice = {{"index", 0},
+              {"text", json_text(text)},
+              {"logprobs", r.logprobs && !tokens.empty() ? completion_logprobs(tokens, tokenizer, r.top_logprobs > 0, 0) : Json(nullptr)},
+              {"finish_reason", finish}};
+  }
+  Json out = {{"id", id},
+              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", Json::array({choice})}};
+  if (r.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+nlohmann::ordered_json usage_chunk(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                   const std::string& model, const Generated& g) {
+  return {{"id", id},
+          {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", Json::array()},
+          {"usage", usage_of(g)}};
+}
+
+}  // namespace woq::server

@@ -1,0 +1,73 @@
+// The OpenAI API's request and response bodies for /v1/completions and
+// /v1/chat/completions (https://platform.openai.com/docs/api-reference),
+// without the transport: parsing with validation into what the engine needs,
+// and building responses, stream chunks and errors.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "generate/sampler.h"
+#include "server/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq::server {
+
+/// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type, std::string param = {}, std::string code = {});
+  int status;          ///< HTTP status
+  std::string type;    ///< invalid_request_error, not_found_error, server_error
+  std::string param;   ///< the request field at fault, or empty
+  std::string code;    ///< e.g. model_not_found, context_length_exceeded, invalid_api_key
+  nlohmann::ordered_json body() const;
+};
+
+/// A validated request.
+struct ApiRequest {
+  bool chat = false;
+  std::string model;                     ///< as sent (checked against the served name)
+  std::string prompt;                    ///< completions: the prompt
+  nlohmann::ordered_json messages;       ///< chat: [{"role", "content": string}], content parts joined
+  std::int64_t max_tokens = -1;          ///< -1: until the context is full
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  float presence_penalty = 0, frequency_penalty = 0;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool stream = false;
+  bool include_usage = false;            ///< stream_options.include_usage
+};
+
+/// Parses a request body. `served_model` is the name /v1/models lists; a
+/// different "model" is a 404. Throws ApiError (400) naming the field for
+/// malformed JSON, wrong types, values out of range and n != 1.
+ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model);
+
+/// What a finished (or streaming) generation produced, for the response.
+struct Generated {
+  std::string text;
+  std::vector<TokenEvent> tokens;  ///< kept when logprobs were asked for
+  std::string finish_reason;       ///< "stop" or "length"
+  std::int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+/// The non-streaming response body.
+nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                     const std::string& model, const Generated& g, const Tokenizer& tokenizer);
+
+/// One streamed chunk: `text` (possibly with the role first, for chat) and,
+/// for the last one, finish_reason; `tokens` carries logprobs when asked for.
+nlohmann::ordered_json chunk_body(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                  const std::string& model, const std::string& text, const std::vector<TokenEvent>& tokens,
+                                  const std::string& finish_reason, bool first, const Tokenizer& tokenizer);
+
+/// The last chunk of stream_options.include_usage: empty choices and the usage.
+nlohmann::ordered_json usage_chunk(const ApiRequest& r, const std::string& id, std::int64_t created,
+                                   const std::string& model, const Generated& g);
+
+}  // namespace woq::server

@@ -1,0 +1,287 @@
+// woq serve driven by the official OpenAI Node.js client (pinned in
+// package-lock.json) and by raw sockets for malformed HTTP.
+// Run: WOQ_BIN=build/bin/woq WOQ_MODEL_DIR=assets/models/stories260K WOQ_TEST_DATA=tests/data node tests/server/openai_client.test.mjs
+// Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+
+let OpenAI;
+try {
+  ({ default: OpenAI } = await import('openai'));
+} catch {
+  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/server)');
+  process.exit(77);
+}
+
+const WOQ = process.env.WOQ_BIN;
+const MODEL = process.env.WOQ_MODEL_DIR;
+const reference = JSON.parse(readFileSync(`${process.env.WOQ_TEST_DATA}/stories260K_greedy_once_upon_a_time.json`, 'utf8'));
+const PROMPT = 'Once upon a time';
+
+// Starts `woq serve` on a free port; resolves when it listens.
+async function startServer(args) {
+  const proc = spawn(WOQ, ['serve', '-m', MODEL, '--port', '0', '-t', '2', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`woq serve did not start: ${log}`)), 60000);
+    proc.stderr.on('data', (d) => {
+      log += d;
+      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`woq serve exited with ${code}: ${log}`)));
+  });
+  return { proc, port, url: `http://127.0.0.1:${port}`, log: () => log };
+}
+
+function stop(server) {
+  return new Promise((resolve) => {
+    server.proc.removeAllListeners('exit');
+    server.proc.on('exit', (code, signal) => resolve({ code, signal }));
+    server.proc.kill('SIGTERM');
+  });
+}
+
+// A raw HTTP exchange: writes `payload` (without half-closing: cpp-httplib
+// drops half-closed connections) and returns what arrives until the server
+// closes or goes quiet for a second.
+function raw(port, payload) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(payload));
+    let data = '';
+    socket.on('data', (d) => (data += d));
+    socket.on('end', () => resolve(data));
+    socket.on('error', reject);
+    socket.setTimeout(1000, () => {
+      socket.destroy();
+      resolve(data);
+    });
+  });
+}
+
+async function metrics(url) {
+  return (await fetch(`${url}/metrics`)).text();
+}
+
+describe('woq serve (fp32, --parallel 8)', () => {
+  let server;
+  let client;
+  let model;
+  before(async () => {
+    server = await startServer(['--low-bit', 'fp32', '--parallel', '8']);
+    client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    model = (await client.models.list()).data[0].id;
+  });
+  after(async () => {
+    const { code } = await stop(server);
+    assert.equal(code, 0, server.log());
+  });
+
+  test('models and health', async () => {
+    assert.equal(model, 'stories260K');
+    assert.equal((await client.models.retrieve(model)).id, model);
+    const health = await fetch(`${server.url}/health`);
+    assert.deepEqual(await health.json(), { status: 'ok' });
+  });
+
+  test('completions: greedy text equals the reference continuation', async () => {
+    const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 60, temperature: 0 });
+    assert.equal(r.object, 'text_completion');
+    assert.equal(r.choices[0].text, reference.text.slice(PROMPT.length));
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.deepEqual(r.usage, { prompt_tokens: 5, completion_tokens: 60, total_tokens: 65 });
+  });
+
+  test('completions: stop strings, logprobs, seed', async () => {
+    const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 60, temperature: 0, stop: ['park'], logprobs: 2 });
+    const full = reference.text.slice(PROMPT.length);
+    assert.equal(r.choices[0].text, full.slice(0, full.indexOf('park')));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const lp = r.choices[0].logprobs;
+    assert.equal(lp.tokens.length, lp.token_logprobs.length);
+    assert.ok(lp.token_logprobs.every((x) => x <= 0));
+    assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+    const a = await client.completions.create({ model, prompt: PROMPT, max_tokens: 30, temperature: 0.9, seed: 11 });
+    const b = await client.completions.create({ model, prompt: PROMPT, max_tokens: 30, temperature: 0.9, seed: 11 });
+    assert.equal(a.choices[0].text, b.choices[0].text);
+  });
+
+  test('chat: the template renders, the reply is the assistant message', async () => {
+    const r = await client.chat.completions.create({
+      model,
+      messages: [{ role: 'system', content: 'Tell stories.' }, { role: 'user', content: 'Once upon a time' }],
+      max_completion_tokens: 12,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 12);
+    assert.equal(r.choices[0].logprobs.content.length, 12);
+    assert.equal(r.choices[0].logprobs.content[0].top_logprobs.length, 3);
+  });
+
+  test('streaming: chunks add up to the non-streamed answer, usage last', async () => {
+    const whole = await client.completions.create({ model, prompt: PROMPT, max_tokens: 40, temperature: 0 });
+    const stream = await client.completions.create({
+      model, prompt: PROMPT, max_tokens: 40, temperature: 0, stream: true, stream_options: { include_usage: true },
+    });
+    let text = '';
+    let usage;
+    let finish;
+    for await (const chunk of stream) {
+      if (chunk.choices.length) {
+        text += chunk.choices[0].text;
+        finish = chunk.choices[0].finish_reason ?? finish;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.equal(text, whole.choices[0].text);
+    assert.equal(finish, 'length');
+    assert.equal(usage.completion_tokens, 40);
+
+    const chat = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 10, temperature: 0, stream: true,
+    });
+    const deltas = [];
+    for await (const chunk of chat) deltas.push(chunk.choices[0].delta);
+    assert.equal(deltas[0].role, 'assistant');
+    assert.ok(deltas.length >= 2);
+  });
+
+  test('errors come in OpenAI\'s shape', async () => {
+    await assert.rejects(client.completions.create({ model: 'gpt-4', prompt: 'x' }), (e) => {
+      assert.equal(e.status, 404);
+      assert.equal(e.code, 'model_not_found');
+      return true;
+    });
+    await assert.rejects(client.completions.create({ model, prompt: 'x', n: 2 }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.param, 'n');
+      return true;
+    });
+    await assert.rejects(client.completions.create({ model, prompt: 'x', temperature: 'hot' }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.param, 'temperature');
+      return true;
+    });
+    const long = 'Once upon a time '.repeat(200);
+    await assert.rejects(client.completions.create({ model, prompt: long }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.code, 'context_length_exceeded');
+      assert.match(e.message, /maximum context length is 512 tokens\. However, your prompt has \d+ tokens/);
+      return true;
+    });
+    await assert.rejects(client.chat.completions.create({ model, messages: [] }), (e) => e.status === 400 && e.param === 'messages');
+  });
+
+  test('malformed HTTP and JSON get 4xx answers; the server stays up', async () => {
+    assert.match(await raw(server.port, 'HELLO\r\n\r\n'), /^HTTP\/1\.1 400/);
+    const badJson = await raw(server.port,
+      'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{oops');
+    assert.match(badJson, /^HTTP\/1\.1 400/);
+    assert.match(badJson, /"type":"invalid_request_error"/);
+    assert.match(await raw(server.port, 'GET /v2/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404[\s\S]*"error"/);
+    // A body shorter than its Content-Length, then the client goes away.
+    await raw(server.port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt"').catch(() => {});
+    const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 3, temperature: 0 });
+    assert.equal(r.usage.completion_tokens, 3);
+  });
+
+  test('8 concurrent clients x 10 requests: greedy answers equal the same request alone', async () => {
+    const prompts = ['Once upon a time', 'The little dog', 'Lily and Tom', 'One day', 'A big red ball', 'The sun', 'Tim had', 'Sue'];
+    const greedy = (i) => ({ model, prompt: prompts[i % prompts.length], max_tokens: 16 + (i % 5) * 6, temperature: 0 });
+    const alone = [];
+    for (let i = 0; i < prompts.length * 5; i++) alone.push((await client.completions.create(greedy(i))).choices[0].text);
+    let checked = 0;
+    const worker = async (w) => {
+      for (let k = 0; k < 10; k++) {
+        const i = (w * 10 + k) % alone.length;
+        const sampled = (w + k) % 2 === 1;
+        const streaming = (w + k) % 3 === 0;
+        const request = sampled ? { ...greedy(i), temperature: 0.9, seed: w * 100 + k } : greedy(i);
+        let text = '';
+        let finish;
+        if (streaming) {
+          for await (const c of await client.completions.create({ ...request, stream: true })) {
+            text += c.choices[0]?.text ?? '';
+            finish = c.choices[0]?.finish_reason ?? finish;
+          }
+        } else {
+          const r = await client.completions.create(request);
+          text = r.choices[0].text;
+          finish = r.choices[0].finish_reason;
+          assert.equal(r.usage.prompt_tokens + r.usage.completion_tokens, r.usage.total_tokens);
+        }
+        assert.ok(finish === 'stop' || finish === 'length', `finish_reason ${finish}`);
+        if (!sampled) {
+          assert.equal(text, alone[i], `greedy request ${i} differs beside other requests`);
+          checked++;
+        }
+      }
+    };
+    await Promise.all([0, 1, 2, 3, 4, 5, 6, 7].map(worker));
+    assert.ok(checked >= 35, `only ${checked} greedy responses checked`);
+  });
+
+  test('a client that disconnects mid-stream frees its slot', async () => {
+    const controller = new AbortController();
+    const stream = await client.completions.create(
+      { model, prompt: PROMPT, max_tokens: 400, temperature: 0.8, seed: 1, stream: true }, { signal: controller.signal });
+    let chunks = 0;
+    try {
+      for await (const _ of stream) {
+        if (++chunks === 3) controller.abort();
+      }
+    } catch {
+      // the client's abort error
+    }
+    assert.ok(chunks >= 3 && chunks < 400, `${chunks} chunks before the abort took effect`);
+    const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 5, temperature: 0 });
+    assert.equal(r.usage.completion_tokens, 5);
+    let text = '';
+    for (let i = 0; i < 100; i++) {
+      text = await metrics(server.url);
+      if (/woq_active_sequences 0/.test(text) && /woq_cancelled_total [1-9]/.test(text)) break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    assert.match(text, /woq_active_sequences 0\n/);
+    assert.match(text, /woq_cancelled_total [1-9]/);
+    assert.match(text, /woq_time_to_first_token_seconds_count [1-9]/);
+  });
+});
+
+describe('woq serve --api-key', () => {
+  let server;
+  before(async () => {
+    server = await startServer(['--api-key', 'sekret', '--served-model-name', 'tiny']);
+  });
+  after(async () => {
+    await stop(server);
+  });
+
+  test('a missing or wrong key is a 401; the right one works', async () => {
+    for (const apiKey of ['wrong', '']) {
+      const c = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: apiKey || 'x', maxRetries: 0, defaultHeaders: apiKey ? {} : { Authorization: null } });
+      await assert.rejects(c.models.list(), (e) => {
+        assert.equal(e.status, 401);
+        assert.equal(e.code, 'invalid_api_key');
+        return true;
+      });
+    }
+    const c = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'sekret', maxRetries: 0 });
+    const r = await c.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
+    assert.equal(r.model, 'tiny');
+    assert.equal(r.usage.completion_tokens <= 4, true);
+    assert.equal((await fetch(`${server.url}/health`)).status, 200);  // outside /v1: no key needed
+  });
+});

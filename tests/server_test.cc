@@ -1,0 +1,163 @@
+// woq serve's engine and API layer without HTTP: continuous batching gives
+// every greedy request the tokens it gets alone; cancellation frees slots;
+// request validation names the field.
+#include "server/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "server/openai_api.h"
+
+namespace woq::server {
+namespace {
+
+struct Result {
+  std::string text;
+  std::vector<std::int32_t> ids;
+  FinishEvent finish;
+};
+
+// Submits a request and returns a future of its result.
+std::future<Result> submit(Engine& engine, const Tokenizer& tok, const std::string& prompt, std::int64_t max_tokens,
+                           float temperature, std::uint64_t seed, std::shared_ptr<EngineRequest>* handle = nullptr) {
+  auto promise = std::make_shared<std::promise<Result>>();
+  auto result = std::make_shared<Result>();
+  auto r = std::make_shared<EngineRequest>();
+  r->prompt = tok.encode(prompt);
+  r->max_tokens = max_tokens;
+  r->sampling = {temperature, 0, 1.0f, seed};
+  r->on_token = [result](const TokenEvent& ev) {
+    result->text += ev.text;
+    result->ids.push_back(ev.token.id);
+  };
+  r->on_finish = [result, promise](const FinishEvent& f) {
+    result->text += f.text;
+    result->finish = f;
+    promise->set_value(*result);
+  };
+  if (handle) *handle = r;
+  engine.submit(r);
+  return promise->get_future();
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt}, pool_);
+  }
+  ThreadPool pool_{2};
+  std::unique_ptr<LlamaModel> model_;
+  const Tokenizer tok_ = Tokenizer::load(WOQ_MODEL_DIR);
+  Metrics metrics_;
+};
+
+// The acceptance test of batch invariance at the engine level: 8 requests
+// at once (greedy and sampled mixed, different prompt and output lengths),
+// each greedy one identical to the same request run alone.
+TEST_F(ServerTest, GreedyTokensDoNotDependOnTheBatch) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily and Tom went to the park",
+                                            "One day", "A big red ball", "The sun was hot", "Tim had a toy car", "Sue"};
+  std::vector<Result> alone;
+  {
+    Engine engine(*model_, tok_, metrics_, {1, 0});
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+      alone.push_back(submit(engine, tok_, prompts[i], 20 + static_cast<std::int64_t>(i) * 7, 0.0f, 0).get());
+  }
+  Engine engine(*model_, tok_, metrics_, {8, 0});
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<Result>> greedy, sampled;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      greedy.push_back(submit(engine, tok_, prompts[i], 20 + static_cast<std::int64_t>(i) * 7, 0.0f, 0));
+      sampled.push_back(submit(engine, tok_, prompts[(i + 3) % prompts.size()], 30, 0.9f, 100 + i));
+    }
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const Result r = greedy[i].get();
+      EXPECT_EQ(r.ids, alone[i].ids) << prompts[i];
+      EXPECT_EQ(r.text, alone[i].text) << prompts[i];
+      EXPECT_EQ(r.finish.reason, alone[i].finish.reason);
+      EXPECT_GT(r.ids.size(), 0u);
+      EXPECT_EQ(sampled[i].get().finish.reason.empty(), false);
+    }
+  }
+  // Seeded sampling is reproducible as well.
+  const Result a = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
+  const Result b = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
+  EXPECT_EQ(a.ids, b.ids);
+}
+
+TEST_F(ServerTest, CancelledRequestsFreeTheirSlot) {
+  Engine engine(*model_, tok_, metrics_, {1, 0});
+  std::shared_ptr<EngineRequest> first;
+  auto running = submit(engine, tok_, "Once upon a time", 400, 0.0f, 0, &first);
+  auto queued = submit(engine, tok_, "The little dog", 5, 0.0f, 0);  // waits for the only slot
+  first->cancelled = true;
+  EXPECT_EQ(running.get().finish.reason, "cancelled");
+  const Result next = queued.get();
+  EXPECT_EQ(next.finish.reason, "length");
+  EXPECT_EQ(next.ids.size(), 5u);
+  // The engine updates its gauges after the step that finished the request.
+  for (int i = 0; i < 100 && metrics_.active() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metrics_.active(), 0);
+  EXPECT_NE(metrics_.text().find("woq_cancelled_total 1"), std::string::npos);
+}
+
+TEST_F(ServerTest, StopsAtStopStringsEosAndTheContext) {
+  Engine engine(*model_, tok_, metrics_, {2, 12});
+  const Result r = submit(engine, tok_, "Once upon a time", 100, 0.0f, 0).get();
+  EXPECT_EQ(r.finish.reason, "length");
+  EXPECT_EQ(r.finish.prompt_tokens + r.finish.completion_tokens, 12);  // the context (--ctx-size) ends it
+  auto req = std::make_shared<EngineRequest>();
+  req->prompt = std::vector<std::int32_t>(12, 1);
+  EXPECT_THROW(engine.submit(req), Error);  // prompt fills the context
+  req->prompt.clear();
+  EXPECT_THROW(engine.submit(req), Error);
+  req->prompt = {1, 400};
+  req->stop = {"\x80"};
+  EXPECT_THROW(engine.submit(req), Error);
+}
+
+TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
+  auto error_of = [](const std::string& body, bool chat) {
+    try {
+      parse_request(body, chat, "m");
+    } catch (const ApiError& e) {
+      return std::to_string(e.status) + " " + e.param + ": " + e.what();
+    }
+    return std::string("ok");
+  };
+  EXPECT_EQ(error_of(R"({"prompt": "x"})", false), "ok");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "model": "other"})", false).substr(0, 9), "404 model");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "temperature": "hot"})", false), "400 temperature: 'temperature' must be a number, not string");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "temperature": 3})", false), "400 temperature: 'temperature' is 3; it must be in [0, 2]");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "max_tokens": -1})", false).substr(0, 14), "400 max_tokens");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "n": 2})", false), "400 n: only n = 1 is supported");
+  EXPECT_EQ(error_of(R"({"prompt": [1, 2]})", false).substr(0, 10), "400 prompt");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "stop": [1]})", false).substr(0, 8), "400 stop");
+  EXPECT_EQ(error_of(R"([1])", false), "400 : the request body must be a JSON object");
+  EXPECT_EQ(error_of(R"({"messages": []})", true), "400 messages: 'messages' must be a non-empty list");
+  EXPECT_EQ(error_of(R"({"messages": [{"content": "x"}]})", true), "400 messages[0].role: 'messages[0].role' must be a string");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).substr(0, 23),
+            "400 messages[0].content");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", true).substr(0, 16),
+            "400 top_logprobs");
+  const ApiRequest r = parse_request(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+          "max_completion_tokens": 9, "stop": "x", "stream": true, "stream_options": {"include_usage": true}, "seed": 5})",
+      true, "m");
+  EXPECT_EQ(r.messages[0]["content"], "ab");
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_EQ(r.sampling.seed, 5u);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);  // OpenAI's default
+  EXPECT_EQ(parse_request(R"({"prompt": "x"})", false, "m").max_tokens, 16);  // completions' default
+  EXPECT_EQ(parse_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, "m").max_tokens, -1);
+}
+
+}  // namespace
+}  // namespace woq::server
