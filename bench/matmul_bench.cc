@@ -61,11 +61,12 @@ void run_matmul(benchmark::State& state, LowBit type, std::int64_t group) {
 
 // Registers gemv/<format> (m = 1, decode) and gemm/<format> (m = 512, prefill)
 // at the q/o, gate/up and down projections of Llama-2-7B and its lm_head
-// (too big for any cache), with 1 and 2 threads.
+// (too big for any cache), with 1 and 2 threads. sym_int4 g16 shows the row
+// path that group sizes not a multiple of 32 take (batch invariance).
 void register_all() {
   const std::pair<LowBit, std::int64_t> formats[] = {
       {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32},
-      {LowBit::kSymInt8, -1}, {LowBit::kFp16, 0},      {LowBit::kBf16, 0}};
+      {LowBit::kSymInt8, -1}, {LowBit::kFp16, 0},      {LowBit::kBf16, 0},     {LowBit::kSymInt4, 16}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
   for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {
     for (const auto& [type, group] : formats) {

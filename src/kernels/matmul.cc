@@ -63,7 +63,7 @@ void tile_q8_scalar(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, co
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar};
+  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row};
   return k;
 }
 
@@ -105,7 +105,7 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
         std::vector<float> tile(static_cast<std::size_t>(kTileRows * k));
         for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
           const std::int64_t rows = std::min(kTileRows, r1 - t0);
-          for (std::int64_t r = 0; r < rows; ++r) dequantize_stored_row(w, t0 + r, tile.data() + r * k);
+          for (std::int64_t r = 0; r < rows; ++r) kern.widen_row(w, t0 + r, tile.data() + r * k);
           for (std::int64_t i = 0; i < m; ++i)
             for (std::int64_t r = 0; r < rows; ++r)
               y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);

@@ -54,6 +54,8 @@ struct RowKernels {
   /// with A the int8 activations; y is [a.m, W.rows].
   void (*tile_q8)(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
                   std::int64_t t0, std::int64_t tokens, float* y);
+  /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
+  void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
 };
 
 const RowKernels& scalar_kernels();
