@@ -71,6 +71,28 @@ TEST(Stories260K, GreedyFp32MatchesReferenceTokensAndText) {
   EXPECT_EQ(text, ref["text"].get<std::string>());
 }
 
+// Chat prompts: the text of control tokens becomes their ids (BOS not doubled);
+// logprobs show each token's own text.
+TEST(Stories260K, SpecialTokensInTextAndTokenText) {
+  const auto tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const auto hello = tok.encode("Hello");  // BOS + pieces
+  std::vector<std::int32_t> want = hello;
+  want.push_back(2);
+  const auto world = tok.encode(" world");
+  want.insert(want.end(), world.begin() + 1, world.end());
+  EXPECT_EQ(tok.encode_with_special("<s>Hello</s> world"), want);
+  EXPECT_EQ(tok.encode_with_special("Hello</s> world"), want);  // BOS added once
+  EXPECT_EQ(tok.encode_with_special(""), std::vector<std::int32_t>{1});
+  const auto once = tok.encode("Once upon");
+  ASSERT_GE(once.size(), 3u);
+  std::string joined;
+  for (std::size_t i = 1; i < once.size(); ++i) joined += tok.token_text(once[i]);
+  EXPECT_EQ(joined, " Once upon");
+  EXPECT_EQ(tok.token_text(13), "\n");  // the byte token <0x0A>
+  EXPECT_EQ(tok.token_text(1), "<s>");
+  EXPECT_EQ(tok.token_text(100000), "<100000?>");
+}
+
 // Stop strings end generation inside or across tokens; the text from the stop
 // string on is neither streamed nor returned; a held-back prefix that never
 // completes is released at the end.

@@ -114,10 +114,6 @@ std::string Tokenizer::token_text(std::int32_t id) const {
   return out;
 }
 
-std::string Tokenizer::piece(std::int32_t id) const {
-  return id >= 0 && id < sp_->GetPieceSize() ? sp_->IdToPiece(id) : std::string();
-}
-
 std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 

@@ -33,8 +33,6 @@ class Tokenizer {
   /// The text one token stands for, as OpenAI's logprobs show it: "▁" is a
   /// space, a byte token <0xNN> is that byte, a control token its piece.
   std::string token_text(std::int32_t id) const;
-  /// The text of a control token such as BOS or EOS ("" for ids outside the vocabulary).
-  std::string piece(std::int32_t id) const;
   /// The text of `ids`. Ids outside the vocabulary (e.g. from a model whose
   /// vocab_size exceeds the tokenizer's) decode as the placeholder "<ID?>".
   std::string decode(const std::vector<std::int32_t>& ids) const;
