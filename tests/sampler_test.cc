@@ -64,5 +64,19 @@ TEST(Sampler, RejectsBadTopP) {
   EXPECT_THROW(Sampler({1.0f, 0, 1.5f, 1}), Error);
 }
 
+// OpenAI's definition: logit -= presence · [count > 0] + frequency · count.
+TEST(Sampler, PresenceAndFrequencyPenalties) {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};
+  const std::vector<std::pair<std::int32_t, std::int32_t>> counts = {{3, 2}, {1, 1}, {0, 0}};
+  apply_penalties(logits, counts, 0.5f, 0.25f);
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);               // count 0: untouched
+  EXPECT_FLOAT_EQ(logits[1], 2.0f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(logits[2], 3.0f);
+  EXPECT_FLOAT_EQ(logits[3], 4.0f - 0.5f - 0.5f);
+  EXPECT_EQ(argmax(logits), 2);                   // the repeated token lost its lead
+  apply_penalties(logits, counts, -2.0f, 0.0f);   // negative values encourage repeats
+  EXPECT_FLOAT_EQ(logits[3], 5.0f);
+}
+
 }  // namespace
 }  // namespace woq
