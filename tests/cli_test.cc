@@ -228,8 +228,8 @@ TEST(Cli, EvalTasksOpenLlmPreset) {
   RunResult r = run("eval tasks -m " + kModel + " --tasks openllm --data-dir " + dir.string() + " --limit 1 --json " +
                     tmp.file("o.json"));
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* row : {"| mmlu | 2 | 5 | acc |", "| arc_challenge | 1 | 25 | acc_norm * |", "| gsm8k | 1 | 5 | exact_match |",
-                          "| hellaswag | 1 | 10 | acc_norm * |", "| winogrande | 1 | 5 | acc |", "| truthfulqa_mc2 | 1 | 0 | mc2 |"})
+  for (const char* row : {"| mmlu | 2 | 5 | acc * |", "| arc_challenge | 1 | 25 | acc_norm * |", "| gsm8k | 1 | 5 | exact_match * |",
+                          "| hellaswag | 1 | 10 | acc_norm * |", "| winogrande | 1 | 5 | acc * |", "| truthfulqa_mc2 | 1 | 0 | mc2 * |"})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   const auto j = nlohmann::json::parse(test::read_file(tmp.file("o.json")));
   ASSERT_EQ(j.size(), 6u);

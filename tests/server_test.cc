@@ -104,6 +104,14 @@ TEST_F(ServerTest, CancelledRequestsFreeTheirSlot) {
   for (int i = 0; i < 100 && metrics_.active() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(metrics_.active(), 0);
   EXPECT_NE(metrics_.text().find("woq_cancelled_total 1"), std::string::npos);
+  // A cancelled request with nothing else to run: the gauge drops to 0 without a later request.
+  std::shared_ptr<EngineRequest> lone;
+  auto alone = submit(engine, tok_, "Once upon a time", 400, 0.0f, 0, &lone);
+  for (int i = 0; i < 100 && metrics_.active() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  lone->cancelled = true;
+  EXPECT_EQ(alone.get().finish.reason, "cancelled");
+  for (int i = 0; i < 100 && metrics_.active() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metrics_.active(), 0);
 }
 
 TEST_F(ServerTest, StopsAtStopStringsEosAndTheContext) {

@@ -4,42 +4,69 @@ non-streaming /v1/completions requests (greedy, max_tokens TOKENS, distinct
 prompts) and the script prints total generated tokens per second of wall time
 and the mean request latency. Python standard library only.
 
-Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS
+Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS [--api-key KEY] [--model NAME]
+URL is the server's address, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
 """
+import argparse
 import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 
 def main():
-    url, clients, requests, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("clients", type=int)
+    parser.add_argument("requests", type=int)
+    parser.add_argument("tokens", type=int)
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--model", default="")
+    args = parser.parse_args()
+    base = args.url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    headers = {"Content-Type": "application/json"}
+    if args.api_key:
+        headers["Authorization"] = f"Bearer {args.api_key}"
     words = ["Once", "upon", "a", "time", "there", "was", "a", "little", "dog", "named", "Max"]
-    totals = {"tokens": 0, "latency": 0.0, "requests": 0}
+    totals = {"tokens": 0, "latency": 0.0, "requests": 0, "errors": []}
     lock = threading.Lock()
 
     def client(c):
-        for r in range(requests):
+        for r in range(args.requests):
             prompt = " ".join(words[(c + r) % len(words):] + words[: (c + r) % len(words)])
-            body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0}).encode()
+            request = {"prompt": prompt, "max_tokens": args.tokens, "temperature": 0}
+            if args.model:
+                request["model"] = args.model
             start = time.monotonic()
-            req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=600) as resp:
-                usage = json.load(resp)["usage"]
+            req = urllib.request.Request(f"{base}/v1/completions", json.dumps(request).encode(), headers)
+            try:
+                with urllib.request.urlopen(req, timeout=600) as resp:
+                    usage = json.load(resp)["usage"]
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+                detail = e.read().decode(errors="replace") if isinstance(e, urllib.error.HTTPError) else ""
+                with lock:
+                    totals["errors"].append(f"{e} {detail}".strip())
+                return
             with lock:
                 totals["tokens"] += usage["completion_tokens"]
                 totals["latency"] += time.monotonic() - start
                 totals["requests"] += 1
 
     start = time.monotonic()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.monotonic() - start
-    print(f"clients {clients}: {totals['requests']} requests, {totals['tokens']} tokens in {wall:.1f} s = "
+    if totals["errors"]:
+        print(f"{len(totals['errors'])} request(s) failed; first: {totals['errors'][0]}", file=sys.stderr)
+        sys.exit(1)
+    print(f"clients {args.clients}: {totals['requests']} requests, {totals['tokens']} tokens in {wall:.1f} s = "
           f"{totals['tokens'] / wall:.1f} tokens/s; mean latency {totals['latency'] / totals['requests']:.2f} s")
 
 

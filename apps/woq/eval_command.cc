@@ -307,11 +307,10 @@ int run_tasks_command(const TasksArgs& a) {
   for (const TaskResult& r : results) {
     for (const TaskMetric& m : r.metrics)
       fmt::print("| {} | {} | {} | {}{} | {:.4f} | {:.4f} |\n", r.name, r.items, r.shots, m.name,
-                 m.name == r.primary_metric && r.metrics.size() > 1 ? " *" : "", m.value, m.standard_error);
+                 m.name == r.primary_metric ? " *" : "", m.value, m.standard_error);
     j.push_back(task_json(r));
   }
-  if (results.size() > 1 || results.front().metrics.size() > 1)
-    fmt::print("(* the metric model cards report for the task)\n");
+  fmt::print("(* the metric model cards report for the task)\n");
   write_json(a.json, j);
   return 0;
 }
@@ -415,7 +414,7 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
 }  // namespace
 
 Run add_eval(CLI::App& app) {
-  CLI::App* eval = app.add_subcommand("eval", "Measure accuracy: perplexity, or a comparison against the original");
+  CLI::App* eval = app.add_subcommand("eval", "Measure accuracy: perplexity, KL divergence against the original, lm-eval tasks, recovery");
   eval->require_subcommand(1);
   auto ppl = std::make_shared<EvalArgs>();
   CLI::App* p = eval->add_subcommand(

@@ -208,7 +208,11 @@ void Engine::loop() {
       finish(*s, "cancelled");
       return true;
     });
-    if (active_.empty()) continue;
+    if (active_.empty()) {
+      std::lock_guard lock(mu_);
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), 0);
+      continue;
+    }
     tokens.clear();
     caches.clear();
     for (const auto& s : active_) {

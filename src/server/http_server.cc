@@ -187,7 +187,9 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     }
     channel->cv.notify_all();
   };
-  er->on_finish = [channel](const FinishEvent& f) {
+  const std::string id = next_id(chat ? "chatcmpl" : "cmpl");
+  er->on_finish = [channel, id](const FinishEvent& f) {
+    log_request(id, f);  // every request, cancelled ones included
     {
       std::lock_guard lock(channel->mu);
       channel->finish = f;
@@ -199,7 +201,6 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "invalid_request_error");
   }
-  const std::string id = next_id(chat ? "chatcmpl" : "cmpl");
   const auto created = static_cast<std::int64_t>(std::time(nullptr));
   const std::string& model = options_.served_model_name;
 
@@ -212,7 +213,6 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     g.text += f.text;
     if (r.logprobs) g.tokens.assign(channel->tokens.begin(), channel->tokens.end());
     lock.unlock();
-    log_request(id, f);
     if (f.reason == "error") throw ApiError(500, f.error, "server_error");
     g.finish_reason = f.reason;
     g.prompt_tokens = f.prompt_tokens;
@@ -250,7 +250,6 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
         for (const TokenEvent& ev : events)
           if (!ev.text.empty() || r.logprobs) out += sse(chunk_body(r, id, created, name, ev.text, {ev}, "", false, tokenizer_));
         if (finish) {
-          log_request(id, *finish);
           if (finish->reason == "error") {
             out += sse(ApiError(500, finish->error, "server_error").body());
           } else {
