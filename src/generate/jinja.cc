@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -533,32 +534,22 @@ class ExprParser {
       }
     }
   }
-  ExprPtr math1() {
-    ExprPtr e = concat();
-    while (peek().type == Tok::kOp && (peek().text == "+" || peek().text == "-")) {
-      const std::string op = t_[pos_++].text;
-      e = binary(op, e, concat());
+  // One left-associative level: operands from `next`, joined by any of `ops`.
+  ExprPtr left_assoc(ExprPtr (ExprParser::*next)(), std::initializer_list<const char*> ops) {
+    ExprPtr e = (this->*next)();
+    for (;;) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (peek().type == Tok::kOp && peek().text == o) op = o;
+      if (op == nullptr) return e;
+      ++pos_;
+      e = binary(op, e, (this->*next)());
     }
-    return e;
   }
-  ExprPtr concat() {
-    ExprPtr e = math2();
-    while (accept_op("~")) e = binary("~", e, math2());
-    return e;
-  }
-  ExprPtr math2() {
-    ExprPtr e = power();
-    while (peek().type == Tok::kOp && (peek().text == "*" || peek().text == "/" || peek().text == "//" || peek().text == "%")) {
-      const std::string op = t_[pos_++].text;
-      e = binary(op, e, power());
-    }
-    return e;
-  }
-  ExprPtr power() {
-    ExprPtr e = unary();
-    while (accept_op("**")) e = binary("**", e, unary());
-    return e;
-  }
+  ExprPtr math1() { return left_assoc(&ExprParser::concat, {"+", "-"}); }
+  ExprPtr concat() { return left_assoc(&ExprParser::math2, {"~"}); }
+  ExprPtr math2() { return left_assoc(&ExprParser::power, {"*", "/", "//", "%"}); }
+  ExprPtr power() { return left_assoc(&ExprParser::unary, {"**"}); }
   ExprPtr unary() {
     const Depth guard(*this);
     if (accept_op("-")) {
