@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "generate/generate.h"
 #include "server/openai_api.h"
 
 namespace woq::server {
@@ -90,6 +91,20 @@ TEST_F(ServerTest, GreedyTokensDoNotDependOnTheBatch) {
   EXPECT_EQ(a.ids, b.ids);
 }
 
+// The first generated piece keeps its leading space: the same text as woq generate.
+TEST_F(ServerTest, CompletionTextContinuesThePromptLikeGenerate) {
+  Engine engine(*model_, tok_, metrics_, {2, 0});
+  for (const std::string prompt : {"Once upon a time there", "Once", "Lily and"}) {
+    GenerateOptions o;
+    o.max_new_tokens = 6;
+    o.sampling.temperature = 0;
+    const GenerateResult want = generate(*model_, tok_, prompt, o, [](std::string_view) {});
+    const Result got = submit(engine, tok_, prompt, 6, 0.0f, 0).get();
+    EXPECT_EQ(got.text, want.text) << prompt;
+    EXPECT_EQ(got.text.substr(0, 1), " ") << prompt;
+  }
+}
+
 TEST_F(ServerTest, CancelledRequestsFreeTheirSlot) {
   Engine engine(*model_, tok_, metrics_, {1, 0});
   std::shared_ptr<EngineRequest> first;
@@ -153,6 +168,15 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
             "400 messages[0].content");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", true).substr(0, 16),
             "400 top_logprobs");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "echo": true})", false), "400 echo: 'echo' is not supported by woq serve");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "echo": false, "logit_bias": {}, "best_of": 1})", false), "ok");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "logit_bias": {"5": 10}})", false).substr(0, 14), "400 logit_bias");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true).substr(0, 9),
+            "400 tools");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "stream_options": {"include_usage": 1}})", false).substr(0, 32),
+            "400 stream_options.include_usage");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "top_p": 0})", false), "400 top_p: 'top_p' must be in (0, 1]");
+  EXPECT_EQ(error_of("{\"prompt\": ", false).find("[json.exception"), std::string::npos);
   const ApiRequest r = parse_request(
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
           "max_completion_tokens": 9, "stop": "x", "stream": true, "stream_options": {"include_usage": true}, "seed": 5})",

@@ -151,11 +151,8 @@ bool Engine::advance(Slot& slot, const float* logits) {
 void Engine::start(std::unique_ptr<Slot>& slot) {
   const EngineRequest& r = *slot->req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
-  // The prompt goes through the text stream first so that the first
-  // generated piece decodes in context (SentencePiece's leading space).
-  for (const std::int32_t id : r.prompt)
-    if (!(tokenizer_.add_bos() && id == tokenizer_.bos_id())) slot->stream.push(id);
-  slot->stream.flush();
+  // The first generated piece decodes in the prompt's context (SentencePiece's leading space).
+  slot->stream.set_context(r.prompt);
   slot->cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
   std::vector<float> logits;
   model_.forward(r.prompt, *slot->cache, false, logits);

@@ -81,6 +81,10 @@ void HttpServer::routes() {
   s.set_payload_max_length(32u << 20);
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // No answer here is a byte range of a file: cpp-httplib would cut the JSON to a
+    // Range header's bytes, so the parsed ranges are dropped (the request object
+    // is this connection's own; the handler API only exposes it as const).
+    const_cast<httplib::Request&>(req).ranges.clear();
     if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
@@ -146,9 +150,8 @@ void HttpServer::routes() {
 
 void HttpServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const ApiRequest r = parse_request(req.body, chat, options_.served_model_name);
-  std::vector<std::int32_t> ids;
+  std::string text;
   if (chat) {
-    std::string text;
     try {
       text = chat_.render(r.messages, true);
     } catch (const jinja::RaisedException& e) {
@@ -156,23 +159,27 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
     } catch (const jinja::TemplateError& e) {
       throw ApiError(500, fmt::format("the model's chat template failed: {}", e.what()), "server_error");
     }
-    ids = tokenizer_.encode_with_special(text);
-  } else {
-    ids = tokenizer_.encode(r.prompt);
   }
+  const std::string& prompt = chat ? text : r.prompt;
   const std::int64_t ctx = engine_.ctx_size();
+  auto too_long = [&](const std::string& tokens) {
+    return ApiError(400,
+                    fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
+                                "(at least one token must be left to generate).",
+                                ctx, tokens),
+                    "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+  };
+  // A text this long cannot fit: refuse before tokenizing (which takes ~400 bytes of memory per byte).
+  const auto lower_bound = static_cast<std::int64_t>(prompt.size()) / tokenizer_.max_piece_bytes();
+  if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
+  const std::vector<std::int32_t> ids = chat ? tokenizer_.encode_with_special(prompt) : tokenizer_.encode(prompt);
   const auto n = static_cast<std::int64_t>(ids.size());
-  if (n >= ctx)
-    throw ApiError(400,
-                   fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
-                               "(at least one token must be left to generate).",
-                               ctx, n),
-                   "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+  if (n >= ctx) throw too_long(std::to_string(n));
   if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
 
   auto channel = std::make_shared<Channel>();
   auto er = std::make_shared<EngineRequest>();
-  er->prompt = std::move(ids);
+  er->prompt = ids;
   er->max_tokens = r.max_tokens < 0 ? ctx - n : r.max_tokens;
   er->sampling = r.sampling;
   er->stop = r.stop;

@@ -129,7 +129,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   try {
     j = Json::parse(body);
   } catch (const nlohmann::json::exception& e) {
-    bad("", fmt::format("the request body is not valid JSON: {}", e.what()));
+    const std::string what = e.what();  // without nlohmann's "[json.exception.parse_error.101] " prefix
+    bad("", fmt::format("the request body is not valid JSON: {}", what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2)));
   }
   if (!j.is_object()) bad("", "the request body must be a JSON object");
   ApiRequest r;
@@ -171,7 +172,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   r.max_tokens = max_completion ? *max_completion : max_tokens ? *max_tokens : chat ? -1 : 16;
   r.sampling.temperature = static_cast<float>(number(j, "temperature", 0, 2).value_or(1.0));
   r.sampling.top_p = static_cast<float>(number(j, "top_p", 0, 1).value_or(1.0));
-  if (r.sampling.top_p <= 0) bad("top_p", "'top_p' must be greater than 0");
+  if (r.sampling.top_p <= 0) bad("top_p", "'top_p' must be in (0, 1]");
   r.sampling.top_k = static_cast<std::int32_t>(integer(j, "top_k", 0, 1 << 30).value_or(0));
   if (const auto seed = integer(j, "seed", INT64_MIN, INT64_MAX)) r.sampling.seed = static_cast<std::uint64_t>(*seed);
   else r.sampling.seed = std::random_device{}();
@@ -193,7 +194,11 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   r.stream = boolean(j, "stream").value_or(false);
   if (const Json* so = field(j, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
-    r.include_usage = boolean(*so, "include_usage").value_or(false);
+    try {
+      r.include_usage = boolean(*so, "include_usage").value_or(false);
+    } catch (const ApiError& e) {
+      bad("stream_options.include_usage", e.what());
+    }
   }
   if (chat) {
     r.logprobs = boolean(j, "logprobs").value_or(false);
@@ -204,6 +209,19 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
     r.top_logprobs = static_cast<int>(*lp);
   }
   if (const Json* user = field(j, "user"); user != nullptr && !user->is_string()) bad("user", "'user' must be a string");
+  // Known fields woq does not implement: refused when they would change the answer, never ignored.
+  const auto unsupported = [&](const char* key, bool differs) {
+    if (field(j, key) != nullptr && differs) bad(key, fmt::format("'{}' is not supported by woq serve", key));
+  };
+  const auto is = [&](const char* key, const Json& v) { return field(j, key) != nullptr && *field(j, key) == v; };
+  unsupported("echo", !is("echo", false));
+  unsupported("suffix", !is("suffix", ""));
+  unsupported("best_of", !is("best_of", 1));
+  unsupported("logit_bias", !is("logit_bias", Json::object()));
+  unsupported("tools", !is("tools", Json::array()));
+  unsupported("functions", !is("functions", Json::array()));
+  unsupported("response_format", !(field(j, "response_format") != nullptr && field(j, "response_format")->is_object() &&
+                                   field(j, "response_format")->value("type", "") == "text"));
   return r;
 }
 

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -26,6 +27,8 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   if (!status.ok()) fail("{}: not a SentencePiece model: {}", model, status.ToString());
   const std::string cfg = (fs::path(dir) / "tokenizer_config.json").string();
   if (fs::exists(cfg, ec)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
+  for (int id = 0; id < tok.sp_->GetPieceSize(); ++id)
+    tok.max_piece_bytes_ = std::max<std::int64_t>(tok.max_piece_bytes_, static_cast<std::int64_t>(tok.sp_->IdToPiece(id).size()));
   return tok;
 }
 
@@ -140,6 +143,12 @@ std::size_t complete_utf8_prefix(std::string_view s) {
 std::string TextStream::decode_range(std::size_t begin, std::size_t end) const {
   return tokenizer_.decode(std::vector<std::int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),
                                                      ids_.begin() + static_cast<std::ptrdiff_t>(end)));
+}
+
+void TextStream::set_context(const std::vector<std::int32_t>& ids) {
+  ids_ = ids;
+  read_ = ids_.size();
+  prefix_ = read_ > 0 ? read_ - 1 : 0;
 }
 
 std::string TextStream::push(std::int32_t id) {

@@ -38,6 +38,8 @@ class Tokenizer {
   std::string decode(const std::vector<std::int32_t>& ids) const;
 
   std::int32_t bos_id() const;
+  /// Bytes of the longest piece: a text of B bytes has at least B / this many tokens.
+  std::int64_t max_piece_bytes() const { return max_piece_bytes_; }
   bool add_bos() const { return add_bos_; }
   std::int64_t vocab_size() const;
 
@@ -45,6 +47,7 @@ class Tokenizer {
   Tokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   bool add_bos_ = true;
+  std::int64_t max_piece_bytes_ = 1;
 };
 
 /// Turns a growing list of generated ids into text deltas for streaming.
@@ -55,6 +58,10 @@ class Tokenizer {
 class TextStream {
  public:
   explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  /// Starts after `ids` (a prompt) without returning their text: the next
+  /// pushed id decodes in their context, so SentencePiece keeps its leading
+  /// space ("there" + "▁was" gives " was", not "was").
+  void set_context(const std::vector<std::int32_t>& ids);
   /// Appends `id`; returns the text it completes (possibly empty).
   std::string push(std::int32_t id);
   /// Text held back so far (an incomplete UTF-8 sequence), decoded as is.

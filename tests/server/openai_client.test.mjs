@@ -182,6 +182,14 @@ describe('woq serve (fp32, --parallel 8)', () => {
       return true;
     });
     await assert.rejects(client.chat.completions.create({ model, messages: [] }), (e) => e.status === 400 && e.param === 'messages');
+    // A prompt far too long is refused from its length alone, before tokenizing (fast, little memory).
+    const started = Date.now();
+    await assert.rejects(client.completions.create({ model, prompt: 'x'.repeat(20 << 20) }), (e) => {
+      assert.equal(e.code, 'context_length_exceeded');
+      assert.match(e.message, /your prompt has at least \d+ tokens/);
+      return true;
+    });
+    assert.ok(Date.now() - started < 5000, 'a 20 MB prompt took more than 5 s to refuse');
   });
 
   test('malformed HTTP and JSON get 4xx answers; the server stays up', async () => {
@@ -191,6 +199,12 @@ describe('woq serve (fp32, --parallel 8)', () => {
     assert.match(badJson, /^HTTP\/1\.1 400/);
     assert.match(badJson, /"type":"invalid_request_error"/);
     assert.match(await raw(server.port, 'GET /v2/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'), /^HTTP\/1\.1 404[\s\S]*"error"/);
+    // A Range header does not cut a JSON answer.
+    const body = '{"prompt":"Once","max_tokens":2}';
+    const ranged = await raw(server.port,
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nRange: bytes=0-20\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+    assert.match(ranged, /^HTTP\/1\.1 200/);
+    assert.equal(JSON.parse(ranged.slice(ranged.indexOf('\r\n\r\n') + 4)).usage.completion_tokens, 2);
     // A body shorter than its Content-Length, then the client goes away.
     await raw(server.port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt"').catch(() => {});
     const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 3, temperature: 0 });
