@@ -159,6 +159,30 @@ double direct_loglikelihood(LlamaModel& model, const Tokenizer& tok, const std::
   return sum;
 }
 
+// The context runs once and each choice continues its KV cache: the same
+// numbers, bit for bit, as running every choice's whole sequence; prompts
+// longer than the context fall back to cutting each sequence on the left.
+TEST(Tasks, SharedContextScoringEqualsWholeSequences) {
+  ThreadPool pool(2);
+  auto model = LlamaModel::load(WOQ_MODEL_DIR, fp32_options(), pool);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const Task arc = load_task("arc_easy", WOQ_TEST_DATA "/arc_easy_slice.jsonl");
+  const Task hs = load_task("hellaswag", WOQ_TEST_DATA "/hellaswag_slice.txt");
+  bool long_prompt = false;
+  for (const auto& [task, shots] : {std::pair{&arc, 3}, std::pair{&hs, 2}, std::pair{&arc, 30}}) {
+    for (std::int64_t i = 0; i < 3; ++i) {
+      const TaskItem& it = task->items[static_cast<std::size_t>(i)];
+      const std::string prefix = fewshot_prefix(*task, i, shots, 5);
+      long_prompt |= static_cast<std::int64_t>(tok.encode(prefix + it.context).size()) > model->context_limit();
+      const auto got = choice_loglikelihoods(*model, tok, *task, i, prefix);
+      ASSERT_EQ(got.size(), it.choices.size());
+      for (std::size_t c = 0; c < it.choices.size(); ++c)
+        EXPECT_EQ(got[c], loglikelihood(*model, tok, prefix + it.context, " " + it.choices[c])) << task->name << " " << i << " " << c;
+    }
+  }
+  EXPECT_TRUE(long_prompt);  // the 30-shot prompts exercise the fallback
+}
+
 TEST(Tasks, WinograndeScoresTheSharedContinuationAfterEachContext) {
   const Task task = load_task("winogrande", WOQ_TEST_DATA "/winogrande_slice.jsonl");
   ASSERT_EQ(task.items.size(), 20u);

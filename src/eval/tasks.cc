@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -150,21 +151,67 @@ double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::s
   return ll;
 }
 
+namespace {
+
+// Multiple choice with one context: the context runs once and every choice's
+// continuation continues its KV cache (bit-identical to running each choice's
+// whole sequence, since every matmul row is independent of the others).
+// nullopt when the context plus the longest continuation exceeds the model's
+// context, where each choice is cut on the left on its own.
+std::optional<std::vector<double>> shared_context_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer,
+                                                                 const std::string& context,
+                                                                 const std::vector<std::string>& continuations) {
+  const std::vector<std::int32_t> context_ids = tokenizer.encode(context);
+  std::vector<std::vector<std::int32_t>> conts;
+  std::size_t longest = 0;
+  for (const std::string& c : continuations) {
+    const std::vector<std::int32_t> whole = tokenizer.encode(context + c);
+    conts.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())), whole.end());
+    if (conts.back().empty()) fail("the continuation '{}' adds no tokens", shorten(c));
+    longest = std::max(longest, conts.back().size());
+  }
+  const auto needed = static_cast<std::int64_t>(context_ids.size() + longest - 1);
+  if (context_ids.empty() || needed > model.context_limit()) return std::nullopt;
+  const std::int64_t vocab = model.config().vocab_size;
+  KVCache cache = model.make_cache(needed);
+  std::vector<float> last, logits;
+  model.forward(context_ids, cache, false, last);  // predicts each continuation's first token
+  std::vector<double> out;
+  for (const auto& cont : conts) {
+    cache.length = static_cast<std::int64_t>(context_ids.size());
+    double ll = -token_nll(last.data(), vocab, cont[0]);
+    if (cont.size() > 1) {
+      model.forward(std::span(cont.data(), cont.size() - 1), cache, true, logits);
+      for (std::size_t c = 1; c < cont.size(); ++c)
+        ll -= token_nll(logits.data() + static_cast<std::int64_t>(c - 1) * vocab, vocab, cont[c]);
+    }
+    out.push_back(ll);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const Task& task,
                                           std::int64_t index, const std::string& prefix) {
   const TaskItem& item = task.items[static_cast<std::size_t>(index)];
-  std::vector<double> out;
-  for (const std::string& choice : item.choices) {
-    try {
+  try {
+    if (task.type != TaskType::kMultipleInput) {
+      std::vector<std::string> continuations;
+      for (const std::string& choice : item.choices) continuations.push_back(task.target_delimiter + choice);
+      if (auto shared = shared_context_loglikelihoods(model, tokenizer, prefix + item.context, continuations)) return *shared;
+    }
+    std::vector<double> out;
+    for (const std::string& choice : item.choices) {
       if (task.type == TaskType::kMultipleInput)
         out.push_back(loglikelihood(model, tokenizer, prefix + choice, task.target_delimiter + item.target));
       else
         out.push_back(loglikelihood(model, tokenizer, prefix + item.context, task.target_delimiter + choice));
-    } catch (const Error& e) {
-      fail("{}: item {}: {}", task.name, index + 1, e.what());
     }
+    return out;
+  } catch (const Error& e) {
+    fail("{}: item {}: {}", task.name, index + 1, e.what());
   }
-  return out;
 }
 
 std::pair<int, int> score_item(const TaskItem& item, const std::vector<double>& ll, const std::string& delimiter) {
