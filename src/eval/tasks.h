@@ -145,7 +145,10 @@ std::string build_prompt(const Task& task, std::int64_t index, int shots, std::u
 double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::string& context,
                      const std::string& continuation);
 
-/// Log-likelihood of each choice of item `index` after `prefix` (from fewshot_prefix).
+/// Log-likelihood of each choice of item `index` after `prefix` (from
+/// fewshot_prefix). With one shared context (multiple choice) the context
+/// runs once and each choice continues its KV cache; the numbers are the
+/// same, bit for bit, as loglikelihood() on each choice.
 std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& tokenizer, const Task& task,
                                           std::int64_t index, const std::string& prefix);
 
