@@ -25,6 +25,10 @@ def main():
     parser.add_argument("--api-key", default="")
     parser.add_argument("--model", default="")
     args = parser.parse_args()
+    if min(args.clients, args.requests, args.tokens) < 1:
+        parser.error("clients, requests and tokens must be at least 1")
+    if not args.url.startswith(("http://", "https://")):
+        parser.error(f"URL must start with http:// (got {args.url!r})")
     base = args.url.rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
@@ -42,8 +46,8 @@ def main():
             if args.model:
                 request["model"] = args.model
             start = time.monotonic()
-            req = urllib.request.Request(f"{base}/v1/completions", json.dumps(request).encode(), headers)
             try:
+                req = urllib.request.Request(f"{base}/v1/completions", json.dumps(request).encode(), headers)
                 with urllib.request.urlopen(req, timeout=600) as resp:
                     usage = json.load(resp)["usage"]
             except (urllib.error.URLError, OSError, ValueError, KeyError) as e:

@@ -86,14 +86,26 @@ void HttpServer::routes() {
     // is this connection's own; the handler API only exposes it as const).
     const_cast<httplib::Request&>(req).ranges.clear();
     if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
+    if (bearer && auth.substr(7) == options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     metrics_.request(false);
     send_json(res, 401,
               ApiError(401, req.has_header("Authorization") ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)",
                        "invalid_request_error", "", "invalid_api_key")
                   .body());
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // Generation requests log when they finish (log_request); every error answer gets a line here.
+  s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status < 400) return;
+    std::string message;
+    try {
+      message = nlohmann::json::parse(res.body).at("error").at("message").get<std::string>();
+    } catch (const std::exception&) {
+    }
+    fmt::print(stderr, "woq: {} {} -> {}{}{}\n", req.method, req.path.substr(0, 200), res.status, message.empty() ? "" : ": ",
+               message.substr(0, 200));
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
