@@ -60,9 +60,7 @@ int run_bench_command(const BenchArgs& a) {
   for (const auto& low_bit : a.low_bits) {
     const LoadOptions options = load_options(a.model, low_bit);
     ThreadPool load_pool(0);
-    LoadReport report;
-    auto model = LlamaModel::load(a.model_dir, options, load_pool, &report);  // once per format
-    print_load_report(report, options);
+    auto model = load_model(a.model_dir, options, load_pool);  // once per format
     for (const int t : threads) {
       ThreadPool pool(t);
       model->set_thread_pool(pool);

@@ -50,7 +50,8 @@ void add_threads_flag(CLI::App* cmd, int& threads);
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 /// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
-/// Prints the one-line summary of what loading converted, to stderr.
-void print_load_report(const LoadReport& r, const LoadOptions& options);
+/// Loads DIR with `options` (LlamaModel::load; its errors) and prints the
+/// one-line summary of what loading converted, and any warnings, to stderr.
+std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool);
 
 }  // namespace woq::cli

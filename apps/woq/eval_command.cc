@@ -166,11 +166,7 @@ std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
 }
 
 std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool) {
-  const LoadOptions options = load_options(a.model, low_bit);
-  LoadReport report;
-  auto model = LlamaModel::load(dir, options, pool, &report);
-  print_load_report(report, options);
-  return model;
+  return load_model(dir, load_options(a.model, low_bit), pool);
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {

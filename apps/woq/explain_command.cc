@@ -37,11 +37,8 @@ int run_explain(const ExplainArgs& a) {
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const LoadOptions ref_options = load_options(a.model, a.ref_low_bit);
   const LoadOptions options = load_options(a.model, a.low_bit);
-  LoadReport report;
-  auto original = LlamaModel::load(a.model_dir, ref_options, pool, &report);
-  print_load_report(report, ref_options);
-  auto quantized = LlamaModel::load(a.model_dir, options, pool, &report);
-  print_load_report(report, options);
+  auto original = load_model(a.model_dir, ref_options, pool);
+  auto quantized = load_model(a.model_dir, options, pool);
   const Explanation e = explain(*original, *quantized, tok, a.prompt, a.n);
 
   fmt::print("prompt:               {}\n", quoted(a.prompt));

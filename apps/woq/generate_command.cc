@@ -49,9 +49,7 @@ int run_generate(const GenerateArgs& a) {
   read_model_config(a.model_dir);  // the plainest error for a wrong directory comes first
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
   ThreadPool pool(a.model.threads);
-  LoadReport report;
-  auto model = LlamaModel::load(a.model_dir, options, pool, &report);
-  print_load_report(report, options);
+  auto model = load_model(a.model_dir, options, pool);
   const GenerateResult r = generate(*model, tokenizer, a.prompt, gen, [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);

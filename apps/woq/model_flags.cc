@@ -55,6 +55,8 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   return options;
 }
 
+namespace {
+
 void print_load_report(const LoadReport& r, const LoadOptions& options) {
   for (const auto& w : r.warnings) fmt::print(stderr, "woq: warning: {}\n", w);
   if (r.linear_imported > 0)
@@ -72,6 +74,15 @@ void print_load_report(const LoadReport& r, const LoadOptions& options) {
                             : std::string();
   fmt::print(stderr, "woq: {}embeddings, norms{} kept as stored ({:.2f} MiB){}; loaded in {:.2f} s\n", converted,
              options.lm_head ? "" : " and lm_head", mib(r.other_bytes), head, r.seconds);
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool) {
+  LoadReport report;
+  auto model = LlamaModel::load(dir, options, pool, &report);
+  print_load_report(report, options);
+  return model;
 }
 
 }  // namespace woq::cli

@@ -56,9 +56,7 @@ int run_serve(const ServeArgs& a) {
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
   const ChatTemplate chat = ChatTemplate::load(a.model_dir);
   ThreadPool pool(a.model.threads);
-  LoadReport report;
-  auto model = LlamaModel::load(a.model_dir, options, pool, &report);
-  print_load_report(report, options);
+  auto model = load_model(a.model_dir, options, pool);
   server::Metrics metrics;
   server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size});
   server::HttpOptions http;

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,18 @@ class Error : public std::runtime_error {
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+/// `text` as it may appear in an error message: bytes outside printable ASCII
+/// escaped as \xNN and cut to 60 bytes with "..." (inputs may be binary or
+/// megabytes long).
+inline std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text.substr(0, 60)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u < 0x20 || u >= 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
+  }
+  return text.size() > 60 ? out + "..." : out;
 }
 
 }  // namespace woq

@@ -43,16 +43,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// `s` for an error message: control bytes escaped, at most 60 bytes.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (const char c : s.substr(0, 60)) {
-    const auto u = static_cast<unsigned char>(c);
-    out += u < 0x20 || u == 0x7f || u >= 0x80 ? fmt::format("\\x{:02x}", u) : std::string(1, c);
-  }
-  return s.size() > 60 ? out + "..." : out;
-}
-
 std::string strip(std::string_view s) {
   const std::size_t b = s.find_first_not_of(" \t\n\r\f\v");
   if (b == std::string_view::npos) return {};

@@ -30,8 +30,16 @@ double bootstrap_stderr(const std::vector<double>& values, std::int64_t resample
   return std::sqrt(var / static_cast<double>(means.size() - 1));
 }
 
-// At most 60 bytes of `s`, for error messages.
-std::string shorten(const std::string& s) { return s.size() > 60 ? s.substr(0, 60) + "..." : s; }
+// lm-eval's _encode_pair: the continuation's tokens are those of
+// encode(context + continuation) past the context's own tokens.
+std::vector<std::int32_t> continuation_ids(const Tokenizer& tokenizer, const std::vector<std::int32_t>& context_ids,
+                                           const std::string& context, const std::string& continuation) {
+  const std::vector<std::int32_t> whole = tokenizer.encode(context + continuation);
+  std::vector<std::int32_t> cont(whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())),
+                                 whole.end());
+  if (cont.empty()) fail("the continuation '{}' adds no tokens", printable(continuation));
+  return cont;
+}
 
 // A few-shot example: the item with its gold target.
 std::string example_text(const Task& task, const TaskItem& ex) {
@@ -129,16 +137,13 @@ double loglikelihood(LlamaModel& model, const Tokenizer& tokenizer, const std::s
                      const std::string& continuation) {
   const std::int64_t vocab = model.config().vocab_size;
   const std::vector<std::int32_t> context_ids = tokenizer.encode(context);
-  const std::vector<std::int32_t> whole = tokenizer.encode(context + continuation);
-  const std::vector<std::int32_t> cont(
-      whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())), whole.end());
-  if (cont.empty()) fail("the continuation '{}' adds no tokens", shorten(continuation));
+  const std::vector<std::int32_t> cont = continuation_ids(tokenizer, context_ids, context, continuation);
   std::vector<std::int32_t> input = context_ids;
   input.insert(input.end(), cont.begin(), cont.end());
   // Keep the last context_limit() + 1 tokens (lm-eval truncates on the left).
   const std::int64_t keep = std::min<std::int64_t>(static_cast<std::int64_t>(input.size()), model.context_limit() + 1);
   if (keep <= static_cast<std::int64_t>(cont.size()))
-    fail("the continuation '{}' alone exceeds the context of {} tokens", shorten(continuation), model.context_limit());
+    fail("the continuation '{}' alone exceeds the context of {} tokens", printable(continuation), model.context_limit());
   input.erase(input.begin(), input.end() - keep);
   input.pop_back();  // the last token is only a target
   KVCache cache = model.make_cache(static_cast<std::int64_t>(input.size()));
@@ -165,9 +170,7 @@ std::optional<std::vector<double>> shared_context_loglikelihoods(LlamaModel& mod
   std::vector<std::vector<std::int32_t>> conts;
   std::size_t longest = 0;
   for (const std::string& c : continuations) {
-    const std::vector<std::int32_t> whole = tokenizer.encode(context + c);
-    conts.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(std::min(context_ids.size(), whole.size())), whole.end());
-    if (conts.back().empty()) fail("the continuation '{}' adds no tokens", shorten(c));
+    conts.push_back(continuation_ids(tokenizer, context_ids, context, c));
     longest = std::max(longest, conts.back().size());
   }
   const auto needed = static_cast<std::int64_t>(context_ids.size() + longest - 1);

@@ -456,16 +456,15 @@ class ExprParser {
   }
 
  private:
-  ExprPtr make(ExprKind k) {
+  // A new node of kind `k` at this tag's line.
+  std::shared_ptr<Expr> make(ExprKind k) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
     e->line = line_;
     return e;
   }
   ExprPtr binary(const std::string& op, ExprPtr l, ExprPtr r, ExprKind k = ExprKind::kBinary) {
-    auto e = std::make_shared<Expr>();
-    e->kind = k;
-    e->line = line_;
+    auto e = make(k);
     e->name = op;
     e->a = std::move(l);
     e->b = std::move(r);
@@ -485,9 +484,7 @@ class ExprParser {
     const Depth guard(*this);
     ExprPtr e = or_expr();
     while (accept_name("if")) {
-      auto c = std::make_shared<Expr>();
-      c->kind = ExprKind::kCond;
-      c->line = line_;
+      auto c = make(ExprKind::kCond);
       c->b = or_expr();  // condition
       c->a = e;          // value when true
       if (accept_name("else")) c->c = conditional();
@@ -509,9 +506,7 @@ class ExprParser {
     const Depth guard(*this);
     if (peek().type == Tok::kName && peek().text == "not" && !(peek(1).type == Tok::kName && peek(1).text == "in")) {
       ++pos_;
-      auto e = std::make_shared<Expr>();
-      e->kind = ExprKind::kNot;
-      e->line = line_;
+      auto e = make(ExprKind::kNot);
       e->a = not_expr();
       return e;
     }
@@ -554,7 +549,7 @@ class ExprParser {
     const Depth guard(*this);
     if (accept_op("-")) {
       auto e = make(ExprKind::kNeg);
-      std::const_pointer_cast<Expr>(e)->a = unary();
+      e->a = unary();
       return filters(e);
     }
     if (accept_op("+")) return unary();
@@ -576,17 +571,13 @@ class ExprParser {
   ExprPtr filters(ExprPtr e) {
     for (;;) {
       if (accept_op("|")) {
-        auto f = std::make_shared<Expr>();
-        f->kind = ExprKind::kFilter;
-        f->line = line_;
+        auto f = make(ExprKind::kFilter);
         f->name = expect_name();
         f->a = e;
         if (accept_op("(")) call_args(*f);
         e = f;
       } else if (accept_name("is")) {
-        auto t = std::make_shared<Expr>();
-        t->kind = ExprKind::kTest;
-        t->line = line_;
+        auto t = make(ExprKind::kTest);
         t->negated = accept_name("not");
         t->name = expect_name();
         t->a = e;
@@ -606,9 +597,7 @@ class ExprParser {
   ExprPtr postfix(ExprPtr e) {
     for (;;) {
       if (accept_op(".")) {
-        auto a = std::make_shared<Expr>();
-        a->kind = ExprKind::kAttr;
-        a->line = line_;
+        auto a = make(ExprKind::kAttr);
         if (peek().type == Tok::kInt) a->name = t_[pos_++].text;
         else a->name = expect_name();
         a->a = e;
@@ -623,23 +612,16 @@ class ExprParser {
           if (accept_op(":") && !(peek().type == Tok::kOp && peek().text == "]")) step = expression();
         }
         expect_op("]");
-        auto x = std::make_shared<Expr>();
-        x->line = line_;
+        auto x = make(slice ? ExprKind::kSlice : ExprKind::kItem);
         x->a = e;
+        x->b = start;
         if (slice) {
-          x->kind = ExprKind::kSlice;
-          x->b = start;
           x->c = stop;
           x->args.push_back(step);
-        } else {
-          x->kind = ExprKind::kItem;
-          x->b = start;
         }
         e = x;
       } else if (accept_op("(")) {
-        auto call = std::make_shared<Expr>();
-        call->kind = ExprKind::kCall;
-        call->line = line_;
+        auto call = make(ExprKind::kCall);
         call->a = e;
         call_args(*call);
         e = call;
@@ -652,9 +634,7 @@ class ExprParser {
     const Token tok = peek();
     ++pos_;
     auto lit = [&](Value v) {
-      auto e = std::make_shared<Expr>();
-      e->kind = ExprKind::kLiteral;
-      e->line = line_;
+      auto e = make(ExprKind::kLiteral);
       e->literal = std::move(v);
       return e;
     };
@@ -671,9 +651,7 @@ class ExprParser {
         if (tok.text == "false" || tok.text == "False") return lit(Value::boolean(false));
         if (tok.text == "none" || tok.text == "None") return lit(Value::none());
         {
-          auto e = std::make_shared<Expr>();
-          e->kind = ExprKind::kName;
-          e->line = line_;
+          auto e = make(ExprKind::kName);
           e->name = tok.text;
           return e;
         }
@@ -682,9 +660,7 @@ class ExprParser {
           if (accept_op(")")) return lit(Value::of_list({}));
           ExprPtr first = expression();
           if (accept_op(")")) return first;
-          auto tuple = std::make_shared<Expr>();
-          tuple->kind = ExprKind::kList;
-          tuple->line = line_;
+          auto tuple = make(ExprKind::kList);
           tuple->args.push_back(first);
           while (accept_op(",")) {
             if (peek().type == Tok::kOp && peek().text == ")") break;
@@ -694,9 +670,7 @@ class ExprParser {
           return tuple;
         }
         if (tok.text == "[") {
-          auto list = std::make_shared<Expr>();
-          list->kind = ExprKind::kList;
-          list->line = line_;
+          auto list = make(ExprKind::kList);
           if (!accept_op("]")) {
             do {
               if (peek().type == Tok::kOp && peek().text == "]") break;
@@ -707,15 +681,12 @@ class ExprParser {
           return list;
         }
         if (tok.text == "{") {
-          auto dict = std::make_shared<Expr>();
-          dict->kind = ExprKind::kDict;
-          dict->line = line_;
+          auto dict = make(ExprKind::kDict);
           if (!accept_op("}")) {
             do {
               if (peek().type == Tok::kOp && peek().text == "}") break;
               ExprPtr key = expression();
               expect_op(":");
-              dict->kwargs.emplace_back("", nullptr);
               dict->args.push_back(key);
               dict->args.push_back(expression());
             } while (accept_op(","));
@@ -1130,12 +1101,16 @@ class Renderer {
     return out;
   }
 
-  // Positional argument i, or keyword `key`, or `fallback`.
-  Value arg(const Expr& e, const std::vector<Value>& args, std::size_t i, const char* key, Value fallback = {}) {
-    if (i < args.size()) return args[i];
+  // Keyword argument `key`, or `fallback`.
+  Value kwarg(const Expr& e, const char* key, Value fallback = {}) {
     for (const auto& [k, v] : e.kwargs)
       if (k == key) return eval(*v);
     return fallback;
+  }
+
+  // Positional argument i, or keyword `key`, or `fallback`.
+  Value arg(const Expr& e, const std::vector<Value>& args, std::size_t i, const char* key, Value fallback = {}) {
+    return i < args.size() ? args[i] : kwarg(e, key, std::move(fallback));
   }
 
   static std::int64_t to_int(const Value& v, int line, const char* what) {
@@ -1336,12 +1311,12 @@ class Renderer {
     return out + s.substr(i);
   }
 
-  bool test(const Expr& e) {
-    const Value v = eval(*e.a);
-    const std::vector<Value> args = eval_args(e);
-    const std::string& t = e.name;
+  bool test(const Expr& e) { return test(e.name, eval(*e.a), eval_args(e), e.line); }
+
+  // The Jinja test `t` ("defined", "divisibleby", ...) of `v` with arguments `args`.
+  bool test(const std::string& t, const Value& v, const std::vector<Value>& args, int line) {
     auto need = [&] {
-      if (args.empty()) error(e.line, fmt::format("the test '{}' needs an argument", t));
+      if (args.empty()) error(line, fmt::format("the test '{}' needs an argument", t));
       return args[0];
     };
     if (t == "defined") return !v.undefined();
@@ -1357,22 +1332,22 @@ class Renderer {
     if (t == "mapping") return v.kind == Kind::kDict || v.kind == Kind::kNamespace;
     if (t == "sequence") return v.kind == Kind::kList || v.kind == Kind::kString || v.kind == Kind::kDict;
     if (t == "iterable") return v.kind == Kind::kList || v.kind == Kind::kString || v.kind == Kind::kDict || v.undefined();
-    if (t == "even" || t == "odd") return (to_int(v, e.line, t.c_str()) % 2 == 0) == (t == "even");
+    if (t == "even" || t == "odd") return (to_int(v, line, t.c_str()) % 2 == 0) == (t == "even");
     if (t == "divisibleby") {
-      const std::int64_t d = to_int(need(), e.line, "divisibleby");
-      if (d == 0) error(e.line, "divisibleby 0");
-      return to_int(v, e.line, "divisibleby") % d == 0;
+      const std::int64_t d = to_int(need(), line, "divisibleby");
+      if (d == 0) error(line, "divisibleby 0");
+      return to_int(v, line, "divisibleby") % d == 0;
     }
     if (t == "eq" || t == "equalto" || t == "sameas") return equal(v, need());
     if (t == "ne") return !equal(v, need());
-    if (t == "in") return contains(need(), v, e.line);
+    if (t == "in") return contains(need(), v, line);
     if (t == "lower" || t == "upper") {
       if (v.kind != Kind::kString) return false;
       for (const char c : v.s)
         if (t == "lower" ? std::isupper(static_cast<unsigned char>(c)) : std::islower(static_cast<unsigned char>(c))) return false;
       return true;
     }
-    error(e.line, fmt::format("unknown test '{}'", t));
+    error(line, fmt::format("unknown test '{}'", t));
   }
 
   bool contains(const Value& container, const Value& v, int line) {
@@ -1501,31 +1476,19 @@ class Renderer {
         if (args.size() < 2) {
           ok = truthy(a);
         } else {
-          Expr t;
-          t.kind = ExprKind::kTest;
-          t.line = e.line;
-          t.name = str(args[1]);
-          auto lit = [&](const Value& val) {
-            auto l = std::make_shared<Expr>();
-            l->kind = ExprKind::kLiteral;
-            l->literal = val;
-            return l;
-          };
-          t.a = lit(a);
-          for (std::size_t i = 2; i < args.size(); ++i) t.args.push_back(lit(args[i]));
-          ok = test(t);
+          ok = test(str(args[1]), a, std::vector<Value>(args.begin() + 2, args.end()), e.line);
         }
         if (ok == (f == "selectattr")) out.push_back(x);
       }
       return Value::of_list(std::move(out));
     }
     if (f == "map") {
-      const Value attr = arg(e, args, 99, "attribute", Value{});
+      const Value attr = kwarg(e, "attribute");
       if (attr.undefined()) error(e.line, "map is supported with attribute= only");
       List out;
       for (const Value& x : iterate(v, e.line)) {
         Value a = attribute(x, str(attr), e.line);
-        if (a.undefined()) a = arg(e, args, 99, "default", Value{});
+        if (a.undefined()) a = kwarg(e, "default");
         out.push_back(a);
       }
       return Value::of_list(std::move(out));

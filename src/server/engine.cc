@@ -77,7 +77,6 @@ void Engine::submit(std::shared_ptr<EngineRequest> request) {
   if (n == 0) fail("the prompt has no tokens");
   if (n >= options_.ctx_size)
     fail("the prompt has {} tokens; the context is {} tokens (including at least one generated)", n, options_.ctx_size);
-  validate(request->sampling);
   auto slot = std::make_unique<Slot>(std::move(request), tokenizer_);
   {
     std::lock_guard lock(mu_);
@@ -148,20 +147,19 @@ bool Engine::advance(Slot& slot, const float* logits) {
   return true;
 }
 
-void Engine::start(std::unique_ptr<Slot>& slot) {
-  const EngineRequest& r = *slot->req;
+bool Engine::start(Slot& slot) {
+  const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   // The first generated piece decodes in the prompt's context (SentencePiece's leading space).
-  slot->stream.set_context(r.prompt);
-  slot->cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
+  slot.stream.set_context(r.prompt);
+  slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
   std::vector<float> logits;
-  model_.forward(r.prompt, *slot->cache, false, logits);
+  model_.forward(r.prompt, *slot.cache, false, logits);
   if (r.max_tokens <= 0) {
-    finish(*slot, "length");
-    slot.reset();
-    return;
+    finish(slot, "length");
+    return false;
   }
-  if (!advance(*slot, logits.data())) slot.reset();
+  return advance(slot, logits.data());
 }
 
 void Engine::loop() {
@@ -192,13 +190,13 @@ void Engine::loop() {
         finish(*slot, "cancelled");
         continue;
       }
+      bool running = false;
       try {
-        start(slot);
+        running = start(*slot);
       } catch (const std::exception& e) {
         finish(*slot, "error", e.what());
-        slot.reset();
       }
-      if (slot) active_.push_back(std::move(slot));
+      if (running) active_.push_back(std::move(slot));
     }
     std::erase_if(active_, [&](std::unique_ptr<Slot>& s) {
       if (!s->req->cancelled) return false;

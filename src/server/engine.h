@@ -84,8 +84,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Queues a request. Throws woq::Error for an empty prompt or one of
-  /// ctx_size tokens or more (nothing is called back then).
+  /// Queues a request. Throws woq::Error for an empty prompt, one of
+  /// ctx_size tokens or more, bad sampling settings or a stop string that is
+  /// not UTF-8 (nothing is called back then).
   void submit(std::shared_ptr<EngineRequest> request);
   std::int64_t ctx_size() const { return options_.ctx_size; }
   std::int64_t parallel() const { return options_.parallel; }
@@ -93,7 +94,8 @@ class Engine {
  private:
   struct Slot;
   void loop();
-  void start(std::unique_ptr<Slot>& slot);
+  /// Prefills the slot's prompt and samples its first token; false when the sequence already ended.
+  bool start(Slot& slot);
   /// Samples from `logits` and emits; returns false when the sequence ended.
   bool advance(Slot& slot, const float* logits);
   void finish(Slot& slot, const char* reason, std::string error = {});

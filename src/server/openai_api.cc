@@ -8,6 +8,9 @@
 
 namespace woq::server {
 
+// Text may hold invalid UTF-8 (a token can be half a character): the HTTP layer
+// dumps every body with error_handler_t::replace, which writes U+FFFD for it.
+
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -73,13 +76,6 @@ Json token_bytes(const std::string& s) {
   return bytes;
 }
 
-// Text for JSON: invalid UTF-8 (a token may hold half a character) becomes U+FFFD.
-std::string json_text(const std::string& s) {
-  const Json j = s;
-  const std::string dumped = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return Json::parse(dumped).get<std::string>();
-}
-
 // Chat's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
 Json chat_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) {
   Json content = Json::array();
@@ -88,9 +84,9 @@ Json chat_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) 
     Json top = Json::array();
     for (const auto& alt : ev.top) {
       const std::string a = tok.token_text(alt.id);
-      top.push_back({{"token", json_text(a)}, {"logprob", alt.logprob}, {"bytes", token_bytes(a)}});
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", token_bytes(a)}});
     }
-    content.push_back({{"token", json_text(t)}, {"logprob", ev.token.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
+    content.push_back({{"token", t}, {"logprob", ev.token.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -99,11 +95,11 @@ Json chat_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) 
 Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok, bool with_top, std::int64_t offset) {
   Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
   for (const TokenEvent& ev : tokens) {
-    const std::string t = json_text(tok.token_text(ev.token.id));
+    const std::string t = tok.token_text(ev.token.id);
     out["tokens"].push_back(t);
     out["token_logprobs"].push_back(ev.token.logprob);
     Json top = Json::object();
-    for (const auto& alt : ev.top) top[json_text(tok.token_text(alt.id))] = alt.logprob;
+    for (const auto& alt : ev.top) top[tok.token_text(alt.id)] = alt.logprob;
     out["top_logprobs"].push_back(with_top ? top : Json(nullptr));
     out["text_offset"].push_back(offset);
     offset += static_cast<std::int64_t>(ev.text.size());
@@ -230,12 +226,12 @@ nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id,
   Json choice;
   if (r.chat) {
     choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", json_text(g.text)}}},
+              {"message", {{"role", "assistant"}, {"content", g.text}}},
               {"logprobs", r.logprobs ? chat_logprobs(g.tokens, tokenizer) : Json(nullptr)},
               {"finish_reason", g.finish_reason}};
   } else {
     choice = {{"index", 0},
-              {"text", json_text(g.text)},
+              {"text", g.text},
               {"logprobs", r.logprobs ? completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, 0) : Json(nullptr)},
               {"finish_reason", g.finish_reason}};
   }
@@ -255,14 +251,14 @@ nlohmann::ordered_json chunk_body(const ApiRequest& r, const std::string& id, st
   if (r.chat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || first) delta["content"] = json_text(text);
+    if (!text.empty() || first) delta["content"] = text;
     choice = {{"index", 0},
               {"delta", delta},
               {"logprobs", r.logprobs && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : Json(nullptr)},
               {"finish_reason", finish}};
   } else {
     choice = {{"index", 0},
-              {"text", json_text(text)},
+              {"text", text},
               {"logprobs", r.logprobs && !tokens.empty() ? completion_logprobs(tokens, tokenizer, r.top_logprobs > 0, 0) : Json(nullptr)},
               {"finish_reason", finish}};
   }

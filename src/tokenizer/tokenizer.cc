@@ -27,8 +27,11 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   if (!status.ok()) fail("{}: not a SentencePiece model: {}", model, status.ToString());
   const std::string cfg = (fs::path(dir) / "tokenizer_config.json").string();
   if (fs::exists(cfg, ec)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
-  for (int id = 0; id < tok.sp_->GetPieceSize(); ++id)
-    tok.max_piece_bytes_ = std::max<std::int64_t>(tok.max_piece_bytes_, static_cast<std::int64_t>(tok.sp_->IdToPiece(id).size()));
+  for (int id = 0; id < tok.sp_->GetPieceSize(); ++id) {
+    const std::string piece = tok.sp_->IdToPiece(id);
+    tok.max_piece_bytes_ = std::max<std::int64_t>(tok.max_piece_bytes_, static_cast<std::int64_t>(piece.size()));
+    if (tok.sp_->IsControl(id) && !piece.empty()) tok.control_pieces_.emplace_back(piece, id);
+  }
   return tok;
 }
 
@@ -67,9 +70,6 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
 }
 
 std::vector<std::int32_t> Tokenizer::encode_with_special(std::string_view text) const {
-  std::vector<std::pair<std::string, std::int32_t>> specials;
-  for (int id = 0; id < sp_->GetPieceSize(); ++id)
-    if (sp_->IsControl(id) && !sp_->IdToPiece(id).empty()) specials.emplace_back(sp_->IdToPiece(id), id);
   std::vector<std::int32_t> ids;
   const std::string bos = bos_id() >= 0 ? sp_->IdToPiece(bos_id()) : std::string();
   if (add_bos_ && bos_id() >= 0 && !(!bos.empty() && text.starts_with(bos))) ids.push_back(bos_id());
@@ -84,7 +84,7 @@ std::vector<std::int32_t> Tokenizer::encode_with_special(std::string_view text) 
   while (begin < text.size()) {
     std::size_t best = std::string_view::npos, best_len = 0;
     std::int32_t best_id = -1;
-    for (const auto& [p, id] : specials) {
+    for (const auto& [p, id] : control_pieces_) {
       const std::size_t at = text.find(p, begin);
       if (at < best || (at == best && p.size() > best_len)) {
         best = at;

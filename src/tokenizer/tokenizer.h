@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sentencepiece {
@@ -48,6 +49,7 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   bool add_bos_ = true;
   std::int64_t max_piece_bytes_ = 1;
+  std::vector<std::pair<std::string, std::int32_t>> control_pieces_;  ///< ("<s>", 1), ("</s>", 2), ...
 };
 
 /// Turns a growing list of generated ids into text deltas for streaming.
