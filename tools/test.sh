@@ -5,10 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 jobs=$(nproc)
-# The pinned OpenAI Node.js client for the server tests (npm registry).
+# The pinned OpenAI Node.js client for the server tests, and Hugging Face's JavaScript tokenizers
+# for the tokenizer tests (npm registry).
 if command -v npm > /dev/null; then
   npm ci --prefix tests/server --no-audit --no-fund --loglevel=error ||
     echo "tools/test.sh: npm ci failed; the OpenAI client tests of woq serve will be skipped" >&2
+  npm ci --prefix tests/tokenizer --no-audit --no-fund --loglevel=error ||
+    echo "tools/test.sh: npm ci failed; the comparison with @huggingface/tokenizers will be skipped" >&2
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWOQ_WERROR=ON

@@ -20,6 +20,7 @@ Run add_quantize(CLI::App& app);
 Run add_eval(CLI::App& app);
 Run add_explain(CLI::App& app);
 Run add_serve(CLI::App& app);
+Run add_tokenize(CLI::App& app);
 
 /// Validators with readable messages (CLI11's NonNegativeNumber prints a
 /// range up to DBL_MAX).

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   const woq::cli::Run eval = woq::cli::add_eval(app);
   const woq::cli::Run explain = woq::cli::add_explain(app);
   const woq::cli::Run serve = woq::cli::add_serve(app);
+  const woq::cli::Run tokenize = woq::cli::add_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("eval")) return eval();
     if (app.got_subcommand("explain")) return explain();
     if (app.got_subcommand("serve")) return serve();
+    if (app.got_subcommand("tokenize")) return tokenize();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());

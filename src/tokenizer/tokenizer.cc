@@ -1,144 +1,84 @@
 #include "tokenizer/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
-#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
 #include "io/json_file.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/sentencepiece_backend.h"
+#include "tokenizer/unicode.h"
 
 namespace woq {
 
-Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Tokenizer::Tokenizer(std::unique_ptr<TokenizerBackend> backend) : backend_(std::move(backend)) {}
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string model = (fs::path(dir) / "tokenizer.model").string();
-  std::error_code ec;
-  if (!fs::exists(model, ec))
-    fail("{}: not found (woq reads SentencePiece tokenizer.model; tokenizer.json is not supported yet)", model);
-  require_regular_file(model, 256ull << 20);
-  Tokenizer tok;
-  const auto status = tok.sp_->Load(model);
-  if (!status.ok()) fail("{}: not a SentencePiece model: {}", model, status.ToString());
-  const std::string cfg = (fs::path(dir) / "tokenizer_config.json").string();
-  if (fs::exists(cfg, ec)) tok.add_bos_ = JsonFields(read_json_file(cfg), cfg).boolean("add_bos_token", true);
-  for (int id = 0; id < tok.sp_->GetPieceSize(); ++id) {
-    const std::string piece = tok.sp_->IdToPiece(id);
-    tok.max_piece_bytes_ = std::max<std::int64_t>(tok.max_piece_bytes_, static_cast<std::int64_t>(piece.size()));
-    if (tok.sp_->IsControl(id) && !piece.empty()) tok.control_pieces_.emplace_back(piece, id);
+  const auto file = [&](const char* name) { return (fs::path(dir) / name).string(); };
+  const auto exists = [](const std::string& p) {
+    std::error_code ec;
+    return fs::exists(p, ec);
+  };
+  nlohmann::json config;  // null when absent
+  if (exists(file("tokenizer_config.json"))) {
+    config = read_json_file(file("tokenizer_config.json"));
+    if (!config.is_object()) fail("{}: expected a JSON object", file("tokenizer_config.json"));
   }
-  return tok;
+  if (exists(file("tokenizer.json"))) return Tokenizer(load_tokenizer_json(file("tokenizer.json"), config));
+  if (exists(file("tokenizer.model"))) return Tokenizer(load_sentencepiece(file("tokenizer.model"), config));
+  if (exists(file("vocab.json")) && exists(file("merges.txt")))
+    return Tokenizer(load_gpt2_vocab(file("vocab.json"), file("merges.txt"), config));
+  fail("{}: no tokenizer found (woq reads tokenizer.json, SentencePiece tokenizer.model, or GPT-2 vocab.json + "
+       "merges.txt)",
+       dir);
 }
 
-std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
-  std::vector<int> pieces;
-  const auto status = sp_->Encode(text, &pieces);
-  if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
-  std::vector<std::int32_t> ids;
-  ids.reserve(pieces.size() + 1);
-  if (add_bos_ && bos_id() >= 0) ids.push_back(bos_id());
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  std::vector<std::int32_t> ids = backend_->encode(text, backend_->parses_special_by_default());
+  if (!add_special) return ids;
+  const SpecialTokens& s = backend_->special_tokens();
+  ids.insert(ids.begin(), s.prefix.begin(), s.prefix.end());
+  ids.insert(ids.end(), s.suffix.begin(), s.suffix.end());
   return ids;
 }
 
-std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
-  std::string text;
-  std::vector<int> run;
-  auto flush_run = [&] {
-    if (run.empty()) return;
-    std::string piece;
-    const auto status = sp_->Decode(run, &piece);
-    if (!status.ok()) fail("tokenizer: cannot decode: {}", status.ToString());
-    text += piece;
-    run.clear();
-  };
-  for (const auto id : ids) {
-    if (id < 0 || id >= sp_->GetPieceSize()) {
-      flush_run();
-      text += fmt::format("<{}?>", id);
-    } else {
-      run.push_back(id);
-    }
-  }
-  flush_run();
-  return text;
-}
-
 std::vector<std::int32_t> Tokenizer::encode_with_special(std::string_view text) const {
-  std::vector<std::int32_t> ids;
-  const std::string bos = bos_id() >= 0 ? sp_->IdToPiece(bos_id()) : std::string();
-  if (add_bos_ && bos_id() >= 0 && !(!bos.empty() && text.starts_with(bos))) ids.push_back(bos_id());
-  auto encode_plain = [&](std::string_view part) {
-    if (part.empty()) return;
-    std::vector<int> pieces;
-    const auto status = sp_->Encode(part, &pieces);
-    if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
-    ids.insert(ids.end(), pieces.begin(), pieces.end());
-  };
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    std::size_t best = std::string_view::npos, best_len = 0;
-    std::int32_t best_id = -1;
-    for (const auto& [p, id] : control_pieces_) {
-      const std::size_t at = text.find(p, begin);
-      if (at < best || (at == best && p.size() > best_len)) {
-        best = at;
-        best_len = p.size();
-        best_id = id;
-      }
-    }
-    if (best == std::string_view::npos) break;
-    encode_plain(text.substr(begin, best - begin));
-    ids.push_back(best_id);
-    begin = best + best_len;
-  }
-  encode_plain(text.substr(std::min(begin, text.size())));
+  std::vector<std::int32_t> ids = backend_->encode(text, true);
+  const std::vector<std::int32_t>& prefix = backend_->special_tokens().prefix;
+  if (ids.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), ids.begin()))
+    ids.insert(ids.begin(), prefix.begin(), prefix.end());
   return ids;
 }
 
 std::string Tokenizer::token_text(std::int32_t id) const {
-  if (id < 0 || id >= sp_->GetPieceSize()) return fmt::format("<{}?>", id);
-  std::string p = sp_->IdToPiece(id);
-  if (sp_->IsByte(id) && p.size() == 6 && p.starts_with("<0x")) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
-  std::string out;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
-      out += ' ';
-      i += 2;
-    } else {
-      out += p[i];
-    }
-  }
-  return out;
+  if (id < 0 || id >= vocab_size()) return fmt::format("<{}?>", id);
+  return backend_->token_text(id);
 }
 
-std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
-std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-
-namespace {
-
-// Length of the longest prefix of s that does not end inside a UTF-8 sequence.
-std::size_t complete_utf8_prefix(std::string_view s) {
-  std::size_t i = s.size();
-  std::size_t back = 0;
-  while (i > 0 && back < 4) {
-    const auto c = static_cast<unsigned char>(s[i - 1]);
-    ++back;
-    if ((c & 0xc0) != 0x80) {  // lead byte or ASCII
-      const std::size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
-      return back >= need ? s.size() : i - 1;
-    }
-    --i;
+std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  std::string text;
+  std::size_t run = 0;  // start of the current run of ids inside the vocabulary
+  for (std::size_t i = 0; i <= ids.size(); ++i) {
+    if (i < ids.size() && ids[i] >= 0 && ids[i] < vocab_size()) continue;
+    if (run < i) text += backend_->decode(std::span(ids).subspan(run, i - run));
+    if (i < ids.size()) text += fmt::format("<{}?>", ids[i]);
+    run = i + 1;
   }
-  return s.size();
+  return text;
 }
 
-}  // namespace
+std::int32_t Tokenizer::bos_id() const {
+  const SpecialTokens& s = backend_->special_tokens();
+  return s.bos >= 0 ? s.bos : s.prefix.empty() ? -1 : s.prefix.front();
+}
+
+bool Tokenizer::add_bos() const {
+  const SpecialTokens& s = backend_->special_tokens();
+  return !s.prefix.empty() && s.prefix.front() == bos_id();
+}
 
 std::string TextStream::decode_range(std::size_t begin, std::size_t end) const {
   return tokenizer_.decode(std::vector<std::int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -155,12 +95,10 @@ std::string TextStream::push(std::int32_t id) {
   ids_.push_back(id);
   const std::string before = decode_range(prefix_, read_);
   const std::string text = decode_range(prefix_, ids_.size());
-  // An incomplete UTF-8 sequence (or the U+FFFD an incomplete byte-fallback
-  // sequence may decode to) waits for the next tokens.
+  // An incomplete UTF-8 sequence (or the U+FFFD an incomplete byte sequence
+  // decodes to) waits for the next tokens.
   constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-  const bool incomplete =
-      complete_utf8_prefix(text) < text.size() ||
-      (text.size() >= kReplacement.size() && std::string_view(text).substr(text.size() - kReplacement.size()) == kReplacement);
+  const bool incomplete = unicode::complete_prefix(text) < text.size() || std::string_view(text).ends_with(kReplacement);
   if (incomplete || text.size() <= before.size() || text.compare(0, before.size(), before) != 0) return {};
   prefix_ = read_;
   read_ = ids_.size();

@@ -1,0 +1,120 @@
+#include "tokenizer/sentencepiece_backend.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "io/json_file.h"
+
+namespace woq {
+
+namespace {
+
+class SentencePieceBackend final : public TokenizerBackend {
+ public:
+  SentencePieceBackend(const std::string& path, const nlohmann::json& config) {
+    require_regular_file(path, 256ull << 20);
+    const auto status = sp_.Load(path);
+    if (!status.ok()) fail("{}: not a SentencePiece model: {}", path, status.ToString());
+    const auto flag = [&](const char* key, bool fallback) {
+      if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
+      if (!config[key].is_boolean()) fail("tokenizer_config.json: field '{}' must be true or false", key);
+      return config[key].get<bool>();
+    };
+    specials_.bos = sp_.bos_id();
+    specials_.eos = sp_.eos_id();
+    if (flag("add_bos_token", true) && specials_.bos >= 0) specials_.prefix.push_back(specials_.bos);
+    if (flag("add_eos_token", false) && specials_.eos >= 0) specials_.suffix.push_back(specials_.eos);
+    for (int id = 0; id < sp_.GetPieceSize(); ++id) {
+      const std::string piece = sp_.IdToPiece(id);
+      max_piece_bytes_ = std::max<std::int64_t>(max_piece_bytes_, static_cast<std::int64_t>(piece.size()));
+      if (sp_.IsControl(id) && !piece.empty()) control_pieces_.emplace_back(piece, id);
+    }
+  }
+
+  std::vector<std::int32_t> encode(std::string_view text, bool parse_special) const override {
+    std::vector<std::int32_t> ids;
+    auto encode_plain = [&](std::string_view part) {
+      if (part.empty()) return;
+      std::vector<int> pieces;
+      const auto status = sp_.Encode(part, &pieces);
+      if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
+      ids.insert(ids.end(), pieces.begin(), pieces.end());
+    };
+    if (!parse_special) {
+      encode_plain(text);
+      return ids;
+    }
+    // Control pieces ("<s>", "</s>", ...) in the text become their ids, as llama.cpp's parse_special.
+    std::size_t begin = 0;
+    while (begin < text.size()) {
+      std::size_t best = std::string_view::npos, best_len = 0;
+      std::int32_t best_id = -1;
+      for (const auto& [p, id] : control_pieces_) {
+        const std::size_t at = text.find(p, begin);
+        if (at < best || (at == best && p.size() > best_len)) {
+          best = at;
+          best_len = p.size();
+          best_id = id;
+        }
+      }
+      if (best == std::string_view::npos) break;
+      encode_plain(text.substr(begin, best - begin));
+      ids.push_back(best_id);
+      begin = best + best_len;
+    }
+    encode_plain(text.substr(std::min(begin, text.size())));
+    return ids;
+  }
+
+  bool parses_special_by_default() const override { return false; }
+
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    std::string text;
+    const std::vector<int> run(ids.begin(), ids.end());
+    const auto status = sp_.Decode(run, &text);
+    if (!status.ok()) fail("tokenizer: cannot decode: {}", status.ToString());
+    return text;
+  }
+
+  std::string token_text(std::int32_t id) const override {
+    std::string p = sp_.IdToPiece(id);
+    if (sp_.IsByte(id) && p.size() == 6 && p.starts_with("<0x"))
+      return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+    std::string out;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+        out += ' ';
+        i += 2;
+      } else {
+        out += p[i];
+      }
+    }
+    return out;
+  }
+
+  std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::optional<std::int32_t> token_id(std::string_view token) const override {
+    const int id = sp_.PieceToId(token);
+    if (id == sp_.unk_id() && sp_.IdToPiece(id) != token) return std::nullopt;
+    return id;
+  }
+  std::int64_t max_token_bytes() const override { return max_piece_bytes_; }
+  const SpecialTokens& special_tokens() const override { return specials_; }
+  std::string describe() const override { return fmt::format("SentencePiece tokenizer.model ({} pieces)", vocab_size()); }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+  SpecialTokens specials_;
+  std::int64_t max_piece_bytes_ = 1;
+  std::vector<std::pair<std::string, std::int32_t>> control_pieces_;  ///< ("<s>", 1), ("</s>", 2), ...
+};
+
+}  // namespace
+
+std::unique_ptr<TokenizerBackend> load_sentencepiece(const std::string& path, const nlohmann::json& config) {
+  return std::make_unique<SentencePieceBackend>(path, config);
+}
+
+}  // namespace woq

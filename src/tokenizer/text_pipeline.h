@@ -1,0 +1,69 @@
+// The stages of a Hugging Face tokenizer around its model, as tokenizer.json
+// declares them (https://huggingface.co/docs/tokenizers/components):
+// normalizers (NFC, NFKC, NFD, NFKD, Lowercase, Prepend, Replace, Strip,
+// Sequence), pre-tokenizers (ByteLevel, Split, Digits, Metaspace, Sequence)
+// and decoders (ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace,
+// Sequence), with the semantics of the Rust `tokenizers` crate.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace woq::hf {
+
+/// A span of the input on its way through the pipeline.
+struct Piece {
+  std::string text;
+  /// Starts at offset 0 of the original input (Metaspace's prepend_scheme "first").
+  bool first = false;
+  /// An added token already matched (>= 0): its text is final.
+  std::int32_t id = -1;
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  /// The normalized form of valid UTF-8 `text`.
+  virtual std::string normalize(std::string text) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  /// Splits (and may rewrite) every piece without an id; drops empty pieces.
+  virtual void apply(std::vector<Piece>& pieces) const = 0;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  /// Rewrites the token strings in place (Hugging Face's decode_chain). With
+  /// `continuation` the tokens continue an earlier text: nothing is
+  /// stripped from its start (Metaspace, Strip), and bytes stay raw.
+  virtual void decode(std::vector<std::string>& tokens, bool continuation) const = 0;
+};
+
+/// Builds the component described by `j` (a tokenizer.json object with a
+/// "type"). `where` names the file and field for errors ("PATH:
+/// pre_tokenizer.pretokenizers[0]"). Throws woq::Error for an unknown type,
+/// a missing or mistyped field, or a regex PCRE2 cannot compile.
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& where);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where);
+std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& where);
+
+/// GPT-2's byte-level pre-tokenizer (ByteLevel with its regex, no prefix
+/// space) and decoder, as transformers builds them for vocab.json + merges.txt.
+std::unique_ptr<PreTokenizer> gpt2_pre_tokenizer();
+std::unique_ptr<Decoder> gpt2_decoder();
+
+/// GPT-2's byte-to-character table (bytes_to_unicode in openai/gpt-2
+/// encoder.py): the UTF-8 text of the character standing for byte `b`.
+const std::string& byte_level_char(unsigned char b);
+/// The inverse: the byte a byte-level character stands for, or -1.
+int byte_level_byte(char32_t c);
+
+}  // namespace woq::hf

@@ -1,0 +1,173 @@
+#include "tokenizer/unicode.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "core/error.h"
+
+namespace woq::unicode {
+
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+
+// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7), or 0.
+std::size_t valid_sequence(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  const std::size_t n = s.size() - i;
+  auto cont = [&](std::size_t k, unsigned char lo = 0x80, unsigned char hi = 0xbf) {
+    return k < n && b(k) >= lo && b(k) <= hi;
+  };
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
+  if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
+  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+// Bytes of the maximal invalid subpart at s[i] (W3C / Unicode "best practice").
+std::size_t invalid_subpart(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t need = 0;
+  unsigned char lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) need = 2;
+  else if (c >= 0xe0 && c <= 0xef) need = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) need = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 1;
+  std::size_t k = 1;
+  while (k < need && i + k < s.size()) {
+    const auto d = static_cast<unsigned char>(s[i + k]);
+    if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xbf)) break;
+    ++k;
+  }
+  return k;
+}
+
+std::int32_t category(char32_t cp) { return utf8proc_category(static_cast<utf8proc_int32_t>(cp)); }
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = valid_sequence(text, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string to_valid_utf8(std::string_view text) {
+  if (is_valid_utf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = valid_sequence(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += kReplacement;
+      i += invalid_subpart(text, i);
+    }
+  }
+  return out;
+}
+
+std::size_t complete_prefix(std::string_view s) {
+  std::size_t i = s.size();
+  std::size_t back = 0;
+  while (i > 0 && back < 4) {
+    const auto c = static_cast<unsigned char>(s[i - 1]);
+    ++back;
+    if ((c & 0xc0) != 0x80) return back >= sequence_length(c) ? s.size() : i - 1;  // lead byte or ASCII
+    --i;
+  }
+  return s.size();
+}
+
+char32_t next_code_point(std::string_view s, std::size_t& i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const std::size_t n = std::min(sequence_length(c), s.size() - i);
+  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  i += n;
+  return cp;
+}
+
+std::string encode(char32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+  return out;
+}
+
+bool is_whitespace(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || cp == 0x20 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+         cp == 0x3000;
+}
+
+bool is_numeric(char32_t cp) {
+  const std::int32_t c = category(cp);
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+}
+
+bool is_word(char32_t cp) {
+  const std::int32_t c = category(cp);
+  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
+         c == UTF8PROC_CATEGORY_PC || cp == 0x200c || cp == 0x200d;
+}
+
+std::string normalize(std::string_view text, Form form) {
+  if (text.empty()) return {};
+  // Text below U+0300 (every byte < 0xCC) holds no combining marks, and its
+  // precomposed characters recompose to themselves: it is already NFC.
+  if (form == Form::kNfc &&
+      std::none_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0xcc; }))
+    return std::string(text);
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case Form::kNfc: options |= UTF8PROC_COMPOSE; break;
+    case Form::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+    case Form::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case Form::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                          static_cast<utf8proc_option_t>(options));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0) fail("tokenizer: Unicode normalization failed: {}", utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();)
+    out += encode(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(next_code_point(text, i)))));
+  return out;
+}
+
+}  // namespace woq::unicode
