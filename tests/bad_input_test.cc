@@ -228,8 +228,40 @@ TEST_F(BadInputTest, MalformedConfigJson) {
 }
 
 TEST_F(BadInputTest, HeadsDoNotDivideHidden) {
+  edit_config("\"head_dim\": 8,", "");
   edit_config("\"num_attention_heads\": 8", "\"num_attention_heads\": 7");
-  EXPECT_MENTIONS(load_error(), "config.json", "'num_attention_heads' (7) does not divide hidden_size (64)");
+  EXPECT_MENTIONS(load_error(), "config.json", "'num_attention_heads' (7) does not divide hidden_size (64) and there is no head_dim");
+}
+
+// With head_dim given, q_dim = heads * head_dim need not be hidden_size (Qwen3-0.6B), so the
+// tensors' shapes are what disagree.
+TEST_F(BadInputTest, HeadDimInconsistentWithTensors) {
+  edit_config("\"head_dim\": 8,", "\"head_dim\": 16,");
+  EXPECT_MENTIONS(load_error(), "self_attn.q_proj.weight", "num_attention_heads * head_dim");
+}
+
+TEST_F(BadInputTest, UnsupportedArchitectureFeatures) {
+  edit_config("\"head_dim\": 8,", "\"head_dim\": 8, \"num_local_experts\": 8,");
+  EXPECT_MENTIONS(load_error(), "'num_local_experts'", "mixture-of-experts");
+  edit_config("\"num_local_experts\": 8,", "");
+  edit_config("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}");
+  EXPECT_MENTIONS(load_error(), "'rope_scaling'", "has type 'yarn'; supported: linear, llama3");
+  edit_config("\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "\"rope_scaling\": null");
+  edit_config("\"LlamaForCausalLM\"", "\"Qwen2MoeForCausalLM\"");
+  EXPECT_MENTIONS(load_error(), "Qwen2MoeForCausalLM", "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
+}
+
+TEST_F(BadInputTest, FusedQkvProjection) {
+  auto tensors = test::read_safetensors(file("model.safetensors"));
+  for (auto& t : tensors)
+    if (t.name == "model.layers.0.self_attn.q_proj.weight") t.name = "model.layers.0.self_attn.qkv_proj.weight";
+  test::write_safetensors(file("model.safetensors"), tensors);
+  EXPECT_MENTIONS(load_error(), "model.layers.0.self_attn.qkv_proj.weight", "fused projection");
+}
+
+TEST_F(BadInputTest, GenerationConfigBosList) {
+  test::write_file(file("generation_config.json"), R"({"bos_token_id": [], "eos_token_id": 2})");
+  EXPECT_MENTIONS(load_error(), "generation_config.json", "'bos_token_id' must be one token id");
 }
 
 TEST_F(BadInputTest, KvHeadsDoNotDivideHeads) {

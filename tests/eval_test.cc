@@ -43,7 +43,7 @@ TEST(Perplexity, MatchesF64NumpyReference) {
                      nlohmann::json{{"sequences", plan.sequences}, {"first_scored", plan.first_scored}}.dump());
     // Debian's interpreter first: another python3 earlier in PATH may lack NumPy.
     const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/llama_nll.py " WOQ_MODEL_DIR " " + tmp.file("plan.json") +
+    const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/llama_reference.py " WOQ_MODEL_DIR " " + tmp.file("plan.json") +
                             " > " + tmp.file("ref.json") + " 2> " + tmp.file("err");
     const int status = std::system(cmd.c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -45,13 +45,20 @@ int run_make_random(MakeRandomArgs& a) {
 Run add_make_random(CLI::App& app) {
   auto args = std::make_shared<MakeRandomArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "make-random", "Write a Hugging Face checkpoint with random N(0, 0.02) weights in a real model's shapes");
-  cmd->add_option("--preset", args->options.preset, "llama-2-7b, llama-3-8b, mistral-7b, qwen2-7b or tiny")
-      ->capture_default_str();
+      "make-random", "Write a Hugging Face checkpoint with random weights in a real model's shapes, with its tokenizer");
+  std::string presets;
+  for (const ModelPreset& p : model_presets()) presets += (presets.empty() ? "" : ", ") + p.name;
+  cmd->add_option("--preset", args->options.preset, "Architecture and shapes: " + presets)->capture_default_str();
   cmd->add_option("--layers", args->options.layers, "Number of decoder layers (default: the preset's)")
       ->check(kPositive);
   cmd->add_option("--dtype", args->dtype, "Weight dtype: f16, bf16 or f32")->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--weight-std", args->options.weight_std,
+                  "Standard deviation of the embedding, linear and lm_head weights")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer-root", args->options.tokenizer_root,
+                  "Folder holding the presets' tokenizers (llama2/, llama3/, qwen3/; default: the repository's "
+                  "assets/tokenizers)");
   cmd->add_option("-o,--output", args->out_dir, "Output directory (created if missing)")->required();
   add_threads_flag(cmd, args->threads);
   return [args] { return run_make_random(*args); };

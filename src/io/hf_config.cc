@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/architecture.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -45,13 +46,13 @@ std::vector<std::int64_t> token_ids(const JsonFields& f, const std::string& key,
   return ids;
 }
 
-RopeScaling rope_scaling(const JsonFields& f) {
+RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
   RopeScaling rs;
-  if (!f.has("rope_scaling")) return rs;
-  const JsonFields s(f.json().at("rope_scaling"), f.path() + " rope_scaling");
+  if (!f.has(key)) return rs;
+  const JsonFields s(f.json().at(key), f.path() + " " + key);
   const std::string type = s.has("rope_type") ? s.string("rope_type", "") : s.string("type", "");
   rs.factor = s.number("factor", 1.0);
-  if (!(rs.factor >= 1.0 && rs.factor <= 1024.0)) f.field_error("rope_scaling", "needs a factor in [1, 1024]");
+  if (!(rs.factor >= 1.0 && rs.factor <= 1024.0)) f.field_error(key, "needs a factor in [1, 1024]");
   if (type == "linear") {
     rs.type = RopeScaling::Type::kLinear;
   } else if (type == "llama3") {
@@ -61,12 +62,12 @@ RopeScaling rope_scaling(const JsonFields& f) {
     rs.original_max_position_embeddings = s.integer("original_max_position_embeddings");
     if (!(rs.low_freq_factor > 0) || rs.high_freq_factor <= rs.low_freq_factor ||
         rs.original_max_position_embeddings <= 0)
-      f.field_error("rope_scaling", "needs 0 < low_freq_factor < high_freq_factor and a positive "
-                                    "original_max_position_embeddings");
-  } else if (type == "default") {
+      f.field_error(key, "needs 0 < low_freq_factor < high_freq_factor and a positive "
+                         "original_max_position_embeddings");
+  } else if (type == "default" || type.empty()) {
     rs.type = RopeScaling::Type::kNone;
   } else {
-    f.field_error("rope_scaling", fmt::format("has type '{}'; supported: linear, llama3", type));
+    f.field_error(key, fmt::format("has type '{}'; supported: linear, llama3 (and none)", printable(type)));
   }
   return rs;
 }
@@ -81,20 +82,29 @@ ModelConfig read_model_config(const std::string& dir) {
   const JsonFields f(read_json_file(path), path);
 
   ModelConfig c;
+  const ArchitectureSpec* spec = nullptr;
   if (f.has("architectures")) {
     const auto& a = f.json().at("architectures");
     if (!a.is_array() || a.empty() || !a[0].is_string())
       f.field_error("architectures", "must be a non-empty list of strings");
     c.architecture = a[0].get<std::string>();
+    spec = find_architecture(c.architecture);
+    if (spec == nullptr)
+      f.field_error("architectures", fmt::format("is '{}'; supported: {}", printable(c.architecture),
+                                                 supported_architectures()));
   } else {
-    c.architecture = "LlamaForCausalLM";
+    // Without "architectures", model_type names it (and a bare config is a Llama).
+    const std::string type = f.string("model_type", "llama");
+    for (const ArchitectureSpec& a : architectures())
+      if (a.model_type == type) spec = &a;
+    if (spec == nullptr)
+      f.field_error("model_type", fmt::format("is '{}' and there is no \"architectures\"; supported: {}",
+                                              printable(type), supported_architectures()));
+    c.architecture = std::string(spec->architecture);
   }
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM")
-    f.field_error("architectures",
-                  fmt::format("is '{}'; supported: LlamaForCausalLM, MistralForCausalLM, "
-                              "Qwen2ForCausalLM",
-                              c.architecture));
+  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
+    if (f.has(moe) && !(f.json().at(moe).is_number_integer() && f.json().at(moe).get<std::int64_t>() <= 1))
+      f.field_error(moe, fmt::format("is {}: mixture-of-experts models are not supported", describe_json(f.json().at(moe))));
 
   c.hidden_size = positive(f, "hidden_size");
   c.intermediate_size = positive(f, "intermediate_size");
@@ -105,14 +115,26 @@ ModelConfig read_model_config(const std::string& dir) {
   c.vocab_size = positive(f, "vocab_size", kMaxVocab);
   if (f.has("max_position_embeddings"))
     c.max_position_embeddings = positive(f, "max_position_embeddings", kMaxPositions);
-  if (f.has("sliding_window") && f.boolean("use_sliding_window", true))
-    c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+  switch (spec->sliding_window) {
+    case SlidingWindowRule::kNone: break;
+    case SlidingWindowRule::kAllLayers:
+      if (f.has("sliding_window")) c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+      break;
+    case SlidingWindowRule::kFromMaxWindow:
+      if (f.boolean("use_sliding_window", false) && f.has("sliding_window")) {
+        c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+        // transformers' Qwen2Config / Qwen3Config default max_window_layers to 28.
+        c.sliding_window_first_layer = f.has("max_window_layers") ? f.integer("max_window_layers") : 28;
+        if (c.sliding_window_first_layer < 0) f.field_error("max_window_layers", "must be >= 0");
+      }
+      break;
+  }
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.field_error("hidden_act", fmt::format("is '{}'; Llama-family models use silu", act));
 
-  if (c.hidden_size % c.num_attention_heads != 0)
-    f.field_error("num_attention_heads",
-                  fmt::format("({}) does not divide hidden_size ({})", c.num_attention_heads, c.hidden_size));
+  if (!f.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
+    f.field_error("num_attention_heads", fmt::format("({}) does not divide hidden_size ({}) and there is no head_dim",
+                                                     c.num_attention_heads, c.hidden_size));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     f.field_error("num_key_value_heads", fmt::format("({}) does not divide num_attention_heads ({})",
                                                      c.num_key_value_heads, c.num_attention_heads));
@@ -121,14 +143,27 @@ ModelConfig read_model_config(const std::string& dir) {
 
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 0.1)) f.field_error("rms_norm_eps", "must be in (0, 0.1]");
-  c.rope_theta = f.number("rope_theta", 10000.0);
+  // transformers >= 4.56 may write "rope_parameters" (rope_theta and the scaling together).
+  const std::string rope_key = f.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (rope_key == "rope_parameters" && f.json().at(rope_key).is_object() && f.json().at(rope_key).contains("rope_theta")) {
+    const JsonFields p(f.json().at(rope_key), path + " rope_parameters");
+    c.rope_theta = p.number("rope_theta");
+  } else {
+    c.rope_theta = f.number("rope_theta", 10000.0);
+  }
   if (!(c.rope_theta > 1 && c.rope_theta < 1e12)) f.field_error("rope_theta", "must be in (1, 1e12)");
-  c.rope_scaling = rope_scaling(f);
+  c.rope_scaling = rope_scaling(f, rope_key);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.attention_bias = f.boolean("attention_bias", c.architecture == "Qwen2ForCausalLM");
+  if (spec->qkv_bias) {
+    c.attention_bias = true;
+  } else if (spec->attention_bias_field) {
+    c.attention_bias = c.o_bias = f.boolean("attention_bias", false);
+  }
+  c.qk_norm = spec->qk_norm;
   if (f.boolean("mlp_bias", false)) f.field_error("mlp_bias", "is true; MLP biases are not supported");
 
   const auto bos = token_ids(f, "bos_token_id", c.vocab_size);
+  if (bos.size() > 1) f.field_error("bos_token_id", "must be one token id");
   c.bos_token_id = bos.empty() ? -1 : bos[0];
   c.eos_token_ids = token_ids(f, "eos_token_id", c.vocab_size);
 
@@ -136,7 +171,11 @@ ModelConfig read_model_config(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(gen_path, ec)) {
     const JsonFields g(read_json_file(gen_path), gen_path);
-    if (g.has("bos_token_id")) c.bos_token_id = token_ids(g, "bos_token_id", c.vocab_size)[0];
+    if (g.has("bos_token_id")) {
+      const auto ids = token_ids(g, "bos_token_id", c.vocab_size);
+      if (ids.size() != 1) g.field_error("bos_token_id", "must be one token id");
+      c.bos_token_id = ids[0];
+    }
     if (g.has("eos_token_id")) c.eos_token_ids = token_ids(g, "eos_token_id", c.vocab_size);
   }
   return c;

@@ -1,6 +1,7 @@
 // The Hugging Face config.json / generation_config.json of a Llama-family
-// checkpoint (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), with
-// the defaults of transformers' LlamaConfig for absent fields.
+// checkpoint (the architectures of io/architecture.h: Llama 2/3, Mistral,
+// Qwen2, Qwen3), with the defaults of transformers' config classes for
+// absent fields.
 #pragma once
 
 #include <cstdint>
@@ -30,20 +31,27 @@ struct ModelConfig {
   std::int64_t head_dim = 0;             ///< hidden_size / num_attention_heads unless given
   std::int64_t vocab_size = 0;
   std::int64_t max_position_embeddings = 2048;  ///< tokens
-  std::int64_t sliding_window = 0;   ///< Mistral; 0 = none. Longer contexts are refused.
+  /// Sliding-window attention: a query at position i sees keys j with
+  /// i - j < sliding_window, in layers >= sliding_window_first_layer; 0 = none.
+  std::int64_t sliding_window = 0;
+  std::int64_t sliding_window_first_layer = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;  ///< lm_head shares model.embed_tokens.weight
-  bool attention_bias = false;       ///< q/k/v projections have biases (Qwen2)
+  bool attention_bias = false;       ///< q/k/v projections have biases (Qwen2; attention_bias of Llama/Qwen3)
+  bool o_bias = false;               ///< o_proj has a bias (attention_bias of Llama/Qwen3)
+  bool qk_norm = false;              ///< RMSNorm of each q/k head before RoPE (Qwen3)
   std::int64_t bos_token_id = -1;    ///< -1 = none
   std::vector<std::int64_t> eos_token_ids;  ///< generation stops on any of these
 
   std::int64_t q_dim() const { return num_attention_heads * head_dim; }
-  /// Longest sequence woq runs: max_position_embeddings, or the sliding
-  /// window when smaller (sliding-window attention is not implemented).
-  std::int64_t context_limit() const {
-    return sliding_window > 0 && sliding_window < max_position_embeddings ? sliding_window : max_position_embeddings;
+  /// Longest sequence woq runs: max_position_embeddings (a sliding window
+  /// limits what a query sees, not the context).
+  std::int64_t context_limit() const { return max_position_embeddings; }
+  /// The attention window of `layer` (0 = the whole causal prefix).
+  std::int64_t window(std::int64_t layer) const {
+    return sliding_window > 0 && layer >= sliding_window_first_layer ? sliding_window : 0;
   }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
@@ -51,9 +59,11 @@ struct ModelConfig {
 /// Reads DIR/config.json and, if present, DIR/generation_config.json (whose
 /// bos/eos ids take precedence; eos_token_id may be a number or a list).
 /// Throws woq::Error naming the file and field for malformed JSON, missing or
-/// mistyped fields, an unsupported architecture or rope_scaling type, and
-/// inconsistent shapes (num_attention_heads not dividing hidden_size,
-/// num_key_value_heads not dividing num_attention_heads, odd head_dim).
+/// mistyped fields, an unsupported architecture (or mixture-of-experts
+/// fields), an unsupported rope_scaling type (yarn, dynamic, longrope, ...),
+/// and inconsistent shapes (num_attention_heads not dividing hidden_size when
+/// head_dim is absent, num_key_value_heads not dividing num_attention_heads,
+/// odd head_dim).
 ModelConfig read_model_config(const std::string& dir);
 
 }  // namespace woq

@@ -59,23 +59,24 @@ std::uint64_t LlamaModel::weight_bytes_per_token() const {
                         static_cast<std::uint64_t>(embed_.row_bytes) + final_norm_.size() * sizeof(float);
   for (const LayerWeights& w : layers_) {
     for (const QuantMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) bytes += m->bytes();
-    bytes += (w.attn_norm.size() + w.mlp_norm.size() + w.bq.size() + w.bk.size() + w.bv.size()) * sizeof(float);
+    for (const std::vector<float>* v : {&w.attn_norm, &w.mlp_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm, &w.k_norm})
+      bytes += v->size() * sizeof(float);
   }
   return bytes;
 }
 
 KVCache LlamaModel::make_cache(std::int64_t capacity) const {
   if (capacity < 1 || capacity > context_limit())
-    fail("a context of {} tokens is outside [1, {}] (max_position_embeddings{})", capacity,
-         context_limit(), config_.sliding_window > 0 ? " or sliding_window" : "");
+    fail("a context of {} tokens is outside [1, {}] (max_position_embeddings)", capacity, context_limit());
   return KVCache(config_.num_hidden_layers, capacity, config_.kv_dim());
 }
 
 // Causal scaled dot-product attention of t_count new query rows (positions
-// pos0 + t) over cached positions [0, pos0 + t]. GQA: query head h reads KV
+// pos0 + t) over cached positions [0, pos0 + t], or the last `window` of them
+// (sliding window: keys j with i - j < window). GQA: query head h reads KV
 // head h / (heads / kv_heads). q, out: [t_count, q_dim].
-void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t pos0,
-                           std::int64_t layer, KVCache& cache, float* out) {
+void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
+                           std::int64_t window, KVCache& cache, float* out) {
   const std::int64_t heads = config_.num_attention_heads;
   const std::int64_t d = config_.head_dim;
   const std::int64_t group = heads / config_.num_key_value_heads;
@@ -90,15 +91,17 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
       const std::int64_t h = job % heads;
       const std::int64_t kv_off = (h / group) * d;
       const float* qh = q + t * config_.q_dim() + h * d;
-      const std::int64_t n = pos0 + t + 1;
+      const std::int64_t end_pos = pos0 + t + 1;
+      const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, end_pos - window) : 0;
+      const std::int64_t n = end_pos - first;
       for (std::int64_t s = 0; s < n; ++s) {
-        scores[static_cast<std::size_t>(s)] = dot(qh, cache.key(layer, s) + kv_off, d) * scale;
+        scores[static_cast<std::size_t>(s)] = dot(qh, cache.key(layer, first + s) + kv_off, d) * scale;
       }
       softmax(scores.data(), n);
       float* oh = out + t * config_.q_dim() + h * d;
       std::fill(oh, oh + d, 0.0f);
       for (std::int64_t s = 0; s < n; ++s)
-        axpy(scores[static_cast<std::size_t>(s)], cache.value(layer, s) + kv_off, oh, d);
+        axpy(scores[static_cast<std::size_t>(s)], cache.value(layer, first + s) + kv_off, oh, d);
     }
   });
 }
@@ -141,6 +144,13 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   add_bias(s.q.data(), w.bq, t_count);
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
+  if (c.qk_norm) {
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    for (std::int64_t h = 0; h < t_count * c.num_attention_heads; ++h)
+      rms_norm(s.q.data() + h * c.head_dim, w.q_norm.data(), c.head_dim, eps, s.q.data() + h * c.head_dim);
+    for (std::int64_t h = 0; h < t_count * c.num_key_value_heads; ++h)
+      rms_norm(s.k.data() + h * c.head_dim, w.k_norm.data(), c.head_dim, eps, s.k.data() + h * c.head_dim);
+  }
   std::int64_t row0 = 0;
   for (const Segment& seg : segments) {
     for (std::int64_t i = 0; i < seg.rows; ++i) {
@@ -150,10 +160,12 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
       std::copy_n(s.k.data() + t * kv_dim, kv_dim, seg.cache->key(cache_layer, seg.pos0 + i));
       std::copy_n(s.v.data() + t * kv_dim, kv_dim, seg.cache->value(cache_layer, seg.pos0 + i));
     }
-    attention(s.q.data() + row0 * q_dim, seg.rows, seg.pos0, cache_layer, *seg.cache, s.att.data() + row0 * q_dim);
+    attention(s.q.data() + row0 * q_dim, seg.rows, seg.pos0, cache_layer, c.window(l), *seg.cache,
+              s.att.data() + row0 * q_dim);
     row0 += seg.rows;
   }
   linear(3, w.wo, s.att.data(), s.proj.data());
+  add_bias(s.proj.data(), w.bo, t_count);
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
 
   norm_rows(w.mlp_norm);

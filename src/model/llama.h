@@ -1,8 +1,10 @@
-// The Llama-family decoder (Llama 2/3, Mistral, Qwen2) in Hugging Face
+// The Llama-family decoder (Llama 2/3, Mistral, Qwen2, Qwen3) in Hugging Face
 // conventions, with its linear layers in any LowBit format.
 //
 // Forward pass, per layer (Touvron et al. 2023, "Llama 2"; HF modeling_llama.py):
-//   h = x + o_proj(Attention(RoPE(q_proj(RMSNorm(x))), RoPE(k_proj(..)), v_proj(..)))
+//   q, k, v = q_proj(RMSNorm(x)) + bq, k_proj(..) + bk, v_proj(..) + bv   (biases: Qwen2)
+//   q, k = RMSNorm_head(q), RMSNorm_head(k)                                 (each head: Qwen3)
+//   h = x + o_proj(Attention(RoPE(q), RoPE(k), v)) + bo                     (window: Mistral, Qwen2)
 //   x = h + down_proj(silu(gate_proj(RMSNorm(h))) * up_proj(RMSNorm(h)))
 // then a final RMSNorm and lm_head (tied to the embedding when the config says so).
 #pragma once
@@ -30,6 +32,8 @@ struct LayerWeights {
   QuantMatrix wv;                ///< (kv_dim, hidden)
   QuantMatrix wo;                ///< (hidden, q_dim)
   std::vector<float> bq, bk, bv;  ///< (q_dim), (kv_dim), (kv_dim); empty without attention_bias
+  std::vector<float> bo;         ///< (hidden); empty without o_bias
+  std::vector<float> q_norm, k_norm;  ///< (head_dim) each; empty without qk_norm
   std::vector<float> mlp_norm;   ///< (hidden)
   QuantMatrix gate;              ///< (intermediate, hidden)
   QuantMatrix up;                ///< (intermediate, hidden)
@@ -97,8 +101,7 @@ class LlamaModel {
   /// lm_head and one embedding row.
   std::uint64_t weight_bytes_per_token() const;
 
-  /// Longest sequence the model supports: max_position_embeddings (or the
-  /// sliding window, when smaller, since sliding-window attention is not implemented).
+  /// Longest sequence the model supports: max_position_embeddings.
   std::int64_t context_limit() const;
 
   /// Runs `tokens` at positions [cache.size(), cache.size() + T) and appends
@@ -146,8 +149,8 @@ class LlamaModel {
   void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,
            std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);
-  void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
-                 KVCache& cache, float* out);
+  void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t cache_layer,
+                 std::int64_t window, KVCache& cache, float* out);
 
   ModelConfig config_;
   ThreadPool* pool_;

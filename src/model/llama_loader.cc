@@ -59,14 +59,19 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
   return v;
 }
 
-// Refuses a checkpoint with layers beyond config.json's num_hidden_layers:
-// silently dropping them would give wrong output.
-void check_no_extra_layers(const TensorStore& store, std::int64_t layers) {
+// Refuses a checkpoint with layers beyond config.json's num_hidden_layers, or
+// with fused q/k/v (Phi-3 style qkv_proj) or gate/up projections woq does not
+// split: silently ignoring tensors would give wrong output.
+void check_tensor_names(const TensorStore& store, std::int64_t layers) {
   const std::string prefix = fmt::format("model.layers.{}.", layers);
-  for (const auto& name : store.names())
+  for (const auto& name : store.names()) {
     if (name.rfind(prefix, 0) == 0)
       fail("{}: tensor '{}' belongs to a layer beyond config.json num_hidden_layers = {}", store.source(), name,
            layers);
+    if (name.find(".qkv_proj.") != std::string::npos || name.find(".gate_up_proj.") != std::string::npos)
+      fail("{}: tensor '{}' is a fused projection; woq reads separate q/k/v_proj and gate/up_proj", store.source(),
+           name);
+  }
 }
 
 }  // namespace
@@ -77,7 +82,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   ModelConfig config = read_model_config(dir);
   const TensorStore store = TensorStore::open_dir(dir);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
-  check_no_extra_layers(store, config.num_hidden_layers);
+  check_tensor_names(store, config.num_hidden_layers);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;
@@ -139,6 +144,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       w.bk = load_vector(store, p + "self_attn.k_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
       w.bv = load_vector(store, p + "self_attn.v_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
       rep.other_bytes += (w.bq.size() + w.bk.size() + w.bv.size()) * sizeof(float);
+    }
+    if (c.o_bias) {
+      w.bo = load_vector(store, p + "self_attn.o_proj.bias", h, "hidden_size");
+      rep.other_bytes += w.bo.size() * sizeof(float);
+    }
+    if (c.qk_norm) {
+      w.q_norm = load_vector(store, p + "self_attn.q_norm.weight", c.head_dim, "head_dim");
+      w.k_norm = load_vector(store, p + "self_attn.k_norm.weight", c.head_dim, "head_dim");
+      rep.other_bytes += 2 * static_cast<std::uint64_t>(c.head_dim) * sizeof(float);
     }
     w.gate = linear(p + "mlp.gate_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
     w.up = linear(p + "mlp.up_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");

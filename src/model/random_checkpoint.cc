@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "io/architecture.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
 
@@ -22,12 +23,14 @@ extern const std::size_t kStoriesTokenizerModel_size;
 
 namespace {
 
-ModelPreset preset(std::string name, std::string arch, std::string model_type, std::int64_t hidden,
-                   std::int64_t inter, std::int64_t layers, std::int64_t heads, std::int64_t kv_heads,
-                   std::int64_t vocab, std::int64_t max_pos, double theta, double eps) {
+ModelPreset preset(std::string name, std::string arch, std::string model_type, std::string tokenizer,
+                   std::int64_t hidden, std::int64_t inter, std::int64_t layers, std::int64_t heads,
+                   std::int64_t kv_heads, std::int64_t vocab, std::int64_t max_pos, double theta, double eps,
+                   std::int64_t bos, std::vector<std::int64_t> eos) {
   ModelPreset p;
   p.name = std::move(name);
   p.model_type = std::move(model_type);
+  p.tokenizer = std::move(tokenizer);
   ModelConfig& c = p.config;
   c.architecture = std::move(arch);
   c.hidden_size = hidden;
@@ -40,9 +43,11 @@ ModelPreset preset(std::string name, std::string arch, std::string model_type, s
   c.max_position_embeddings = max_pos;
   c.rope_theta = theta;
   c.rms_norm_eps = eps;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
-  c.attention_bias = c.architecture == "Qwen2ForCausalLM";
+  c.bos_token_id = bos;
+  c.eos_token_ids = std::move(eos);
+  const ArchitectureSpec* spec = find_architecture(c.architecture);
+  c.attention_bias = spec->qkv_bias;
+  c.qk_norm = spec->qk_norm;
   return p;
 }
 
@@ -75,13 +80,17 @@ struct Xoshiro {
   double uniform() { return (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53; }
 };
 
-enum class Fill { kNormal, kOnes, kZeros };
+// Values mean + std * N(0, 1).
+struct Fill {
+  double mean = 0, std = 0;
+};
 
 void fill_tensor(std::span<std::uint8_t> out, DType dtype, Fill how, std::uint64_t seed, ThreadPool& pool) {
   const std::size_t esize = dtype_size(dtype);
   const auto n = static_cast<std::int64_t>(out.size() / esize);
   constexpr std::int64_t kChunk = 1 << 16;  // values per independent random stream
-  auto store = [&](std::int64_t i, float v) {
+  auto store = [&](std::int64_t i, double x) {
+    const auto v = static_cast<float>(how.mean + how.std * x);
     if (dtype == DType::kF32) {
       std::memcpy(out.data() + 4 * i, &v, 4);
     } else {
@@ -94,22 +103,42 @@ void fill_tensor(std::span<std::uint8_t> out, DType dtype, Fill how, std::uint64
       Xoshiro rng(splitmix(seed ^ splitmix(static_cast<std::uint64_t>(c))));
       const std::int64_t end = std::min(n, (c + 1) * kChunk);
       for (std::int64_t i = c * kChunk; i < end; i += 2) {
-        if (how != Fill::kNormal) {
-          store(i, how == Fill::kOnes ? 1.0f : 0.0f);
-          if (i + 1 < end) store(i + 1, how == Fill::kOnes ? 1.0f : 0.0f);
+        if (how.std == 0) {
+          store(i, 0);
+          if (i + 1 < end) store(i + 1, 0);
           continue;
         }
-        // Box-Muller: two N(0, 0.02) values from two uniforms.
-        const double r = 0.02 * std::sqrt(-2.0 * std::log(rng.uniform()));
+        // Box-Muller: two N(0, 1) values from two uniforms.
+        const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
         const double theta = 2.0 * std::numbers::pi * rng.uniform();
-        store(i, static_cast<float>(r * std::cos(theta)));
-        if (i + 1 < end) store(i + 1, static_cast<float>(r * std::sin(theta)));
+        store(i, r * std::cos(theta));
+        if (i + 1 < end) store(i + 1, r * std::sin(theta));
       }
     }
   });
 }
 
+nlohmann::ordered_json rope_scaling_json(const RopeScaling& rs) {
+  switch (rs.type) {
+    case RopeScaling::Type::kNone: return nullptr;
+    case RopeScaling::Type::kLinear: return {{"rope_type", "linear"}, {"factor", rs.factor}};
+    case RopeScaling::Type::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", rs.factor},
+              {"low_freq_factor", rs.low_freq_factor},
+              {"high_freq_factor", rs.high_freq_factor},
+              {"original_max_position_embeddings", rs.original_max_position_embeddings}};
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json token_id_json(const std::vector<std::int64_t>& ids) {
+  if (ids.size() == 1) return ids[0];
+  return ids;
+}
+
 nlohmann::ordered_json config_json(const ModelPreset& p, const ModelConfig& c, DType dtype) {
+  const ArchitectureSpec& spec = *find_architecture(c.architecture);
   nlohmann::ordered_json j;
   j["architectures"] = {c.architecture};
   j["model_type"] = p.model_type;
@@ -124,27 +153,81 @@ nlohmann::ordered_json config_json(const ModelPreset& p, const ModelConfig& c, D
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
-  j["attention_bias"] = c.attention_bias;
+  j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  if (spec.attention_bias_field) j["attention_bias"] = c.o_bias;
+  switch (spec.sliding_window) {
+    case SlidingWindowRule::kNone: break;
+    case SlidingWindowRule::kAllLayers:
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      break;
+    case SlidingWindowRule::kFromMaxWindow:
+      j["use_sliding_window"] = c.sliding_window > 0;
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      j["max_window_layers"] = c.sliding_window > 0 ? c.sliding_window_first_layer : c.num_hidden_layers;
+      break;
+  }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kF16 ? "float16" : "bfloat16";
   j["bos_token_id"] = c.bos_token_id;
-  j["eos_token_id"] = c.eos_token_ids[0];
+  j["eos_token_id"] = token_id_json(c.eos_token_ids);
   j["initializer_range"] = 0.02;
   j["woq_random_weights"] = true;
   return j;
 }
 
+// A file written through a temporary and renamed into place.
+void write_bytes(const std::string& path, const void* data, std::size_t size) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!out.flush()) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      fail("{}: cannot write", path);
+    }
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+nlohmann::ordered_json llama_tokenizer_config() {
+  return {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true}, {"add_eos_token", false},
+          {"bos_token", "<s>"},                  {"eos_token", "</s>"},   {"unk_token", "<unk>"}};
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = {
-      preset("llama-2-7b", "LlamaForCausalLM", "llama", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5),
-      preset("llama-3-8b", "LlamaForCausalLM", "llama", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, 1e-5),
-      preset("mistral-7b", "MistralForCausalLM", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 1e6, 1e-5),
-      preset("qwen2-7b", "Qwen2ForCausalLM", "qwen2", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 1e-6),
-      preset("tiny", "LlamaForCausalLM", "llama", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5),
-  };
+  static const std::vector<ModelPreset> presets = [] {
+    const std::string llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM",
+                      qwen3 = "Qwen3ForCausalLM";
+    std::vector<ModelPreset> v;
+    v.push_back(preset("llama-2-7b", llama, "llama", "llama2", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("llama-3-8b", llama, "llama", "llama3", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, 1e-5, 128000,
+                       {128001, 128009}));
+    v.push_back(preset("mistral-7b", mistral, "mistral", "llama2", 4096, 14336, 32, 32, 8, 32000, 32768, 1e4, 1e-5, 1, {2}));
+    v.back().config.sliding_window = 4096;
+    v.push_back(preset("qwen2-7b", qwen2, "qwen2", "qwen3", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 1e-6, 151643,
+                       {151645, 151643}));
+    v.push_back(preset("qwen3-8b", qwen3, "qwen3", "qwen3", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, 1e-6, 151643,
+                       {151645, 151643}));
+    v.push_back(preset("tiny", llama, "llama", "stories", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5, 1, {2}));
+    // Small models whose every architecture feature is on, for the reference tests.
+    v.push_back(preset("tiny-llama3", llama, "llama", "stories", 64, 160, 2, 4, 2, 512, 256, 5e5, 1e-5, 1, {2}));
+    v.back().config.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64};
+    v.back().config.tie_word_embeddings = true;
+    v.back().config.attention_bias = v.back().config.o_bias = true;  // LlamaConfig attention_bias: q/k/v/o
+    v.push_back(preset("tiny-mistral", mistral, "mistral", "stories", 64, 160, 2, 4, 2, 512, 256, 1e4, 1e-5, 1, {2}));
+    v.back().config.sliding_window = 16;
+    v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "stories", 64, 160, 2, 4, 2, 512, 256, 1e6, 1e-6, 1, {2}));
+    v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192};
+    v.back().config.sliding_window = 12;
+    v.back().config.sliding_window_first_layer = 1;
+    v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "stories", 64, 160, 2, 4, 2, 512, 256, 1e6, 1e-6, 1, {2}));
+    v.back().config.head_dim = 32;
+    v.back().config.tie_word_embeddings = true;
+    return v;
+  }();
   return presets;
 }
 
@@ -157,6 +240,51 @@ const ModelPreset& find_preset(const std::string& name) {
   fail("unknown preset '{}' (expected one of: {})", name, names);
 }
 
+void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, const std::string& tokenizer_root) {
+  namespace fs = std::filesystem;
+  const auto out = [&](const char* name) { return (fs::path(dir) / name).string(); };
+  if (preset.tokenizer == "stories") {
+    write_bytes(out("tokenizer.model"), kStoriesTokenizerModel, kStoriesTokenizerModel_size);
+    write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
+    return;
+  }
+  const fs::path src = fs::path(tokenizer_root.empty() ? std::string(WOQ_ASSETS_DIR "/tokenizers") : tokenizer_root) /
+                       preset.tokenizer;
+  const auto in = [&](const char* name) {
+    const std::string p = (src / name).string();
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      fail("{}: not found: the {} preset takes its tokenizer from there (pass the folder holding '{}/' with "
+           "--tokenizer-root)",
+           p, preset.name, preset.tokenizer);
+    return p;
+  };
+  if (preset.tokenizer == "llama2") {
+    const std::string model = read_text_file(in("tokenizer.model"), 64ull << 20);
+    write_bytes(out("tokenizer.model"), model.data(), model.size());
+    write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
+    return;
+  }
+  nlohmann::ordered_json tok = nlohmann::ordered_json::parse(read_text_file(in("tokenizer.json"), 64ull << 20));
+  if (preset.tokenizer == "llama3") {
+    // Meta's current Llama 3 tokenizer.json adds <|begin_of_text|> through its post-processor.
+    const nlohmann::ordered_json bos = {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}};
+    const nlohmann::ordered_json seq = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+    tok["post_processor"] = {
+        {"type", "Sequence"},
+        {"processors",
+         {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}},
+          {{"type", "TemplateProcessing"},
+           {"single", {bos, seq}},
+           {"pair", {bos, seq, bos, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+           {"special_tokens",
+            {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {128000}}, {"tokens", {"<|begin_of_text|>"}}}}}}}}}};
+  }
+  write_text_file(out("tokenizer.json"), tok.dump());
+  const std::string config = read_text_file(in("tokenizer_config.json"));
+  write_bytes(out("tokenizer_config.json"), config.data(), config.size());
+}
+
 std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckpointOptions& options,
                                       ThreadPool& pool) {
   namespace fs = std::filesystem;
@@ -164,59 +292,57 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
   ModelConfig c = p.config;
   if (options.layers < 0) fail("the layer count must be positive, got {}", options.layers);
   if (options.layers > 0) c.num_hidden_layers = options.layers;
+  if (c.sliding_window_first_layer > c.num_hidden_layers) c.sliding_window_first_layer = c.num_hidden_layers;
   if (options.dtype != DType::kF16 && options.dtype != DType::kBF16 && options.dtype != DType::kF32)
     fail("random checkpoints are written as F16, BF16 or F32, not {}", dtype_name(options.dtype));
+  if (!(options.weight_std > 0 && options.weight_std <= 10))
+    fail("the weight standard deviation must be in (0, 10], got {}", options.weight_std);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("{}: cannot create directory: {}", dir, ec.message());
+  write_preset_tokenizer(p, dir, options.tokenizer_root);  // first: a missing tokenizer fails before gigabytes are written
 
   std::vector<TensorSpec> specs;
   std::vector<Fill> fills;
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, Fill how, DType dtype) {
-    specs.push_back({std::move(name), dtype, std::move(shape)});
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, Fill how) {
+    specs.push_back({std::move(name), options.dtype, std::move(shape)});
     fills.push_back(how);
   };
-  const DType dt = options.dtype;
+  const Fill weight{0, options.weight_std}, ones{1, 0}, bias{0, 0.5}, head_norm{1, 0.3};
   const std::int64_t h = c.hidden_size;
-  add("model.embed_tokens.weight", {c.vocab_size, h}, Fill::kNormal, dt);
+  add("model.embed_tokens.weight", {c.vocab_size, h}, weight);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string pre = fmt::format("model.layers.{}.", l);
-    add(pre + "input_layernorm.weight", {h}, Fill::kOnes, dt);
-    add(pre + "self_attn.q_proj.weight", {c.q_dim(), h}, Fill::kNormal, dt);
-    add(pre + "self_attn.k_proj.weight", {c.kv_dim(), h}, Fill::kNormal, dt);
-    add(pre + "self_attn.v_proj.weight", {c.kv_dim(), h}, Fill::kNormal, dt);
+    add(pre + "input_layernorm.weight", {h}, ones);
+    add(pre + "self_attn.q_proj.weight", {c.q_dim(), h}, weight);
+    add(pre + "self_attn.k_proj.weight", {c.kv_dim(), h}, weight);
+    add(pre + "self_attn.v_proj.weight", {c.kv_dim(), h}, weight);
     if (c.attention_bias) {
-      add(pre + "self_attn.q_proj.bias", {c.q_dim()}, Fill::kZeros, dt);
-      add(pre + "self_attn.k_proj.bias", {c.kv_dim()}, Fill::kZeros, dt);
-      add(pre + "self_attn.v_proj.bias", {c.kv_dim()}, Fill::kZeros, dt);
+      add(pre + "self_attn.q_proj.bias", {c.q_dim()}, bias);
+      add(pre + "self_attn.k_proj.bias", {c.kv_dim()}, bias);
+      add(pre + "self_attn.v_proj.bias", {c.kv_dim()}, bias);
     }
-    add(pre + "self_attn.o_proj.weight", {h, c.q_dim()}, Fill::kNormal, dt);
-    add(pre + "post_attention_layernorm.weight", {h}, Fill::kOnes, dt);
-    add(pre + "mlp.gate_proj.weight", {c.intermediate_size, h}, Fill::kNormal, dt);
-    add(pre + "mlp.up_proj.weight", {c.intermediate_size, h}, Fill::kNormal, dt);
-    add(pre + "mlp.down_proj.weight", {h, c.intermediate_size}, Fill::kNormal, dt);
+    if (c.qk_norm) {
+      add(pre + "self_attn.q_norm.weight", {c.head_dim}, head_norm);
+      add(pre + "self_attn.k_norm.weight", {c.head_dim}, head_norm);
+    }
+    add(pre + "self_attn.o_proj.weight", {h, c.q_dim()}, weight);
+    if (c.o_bias) add(pre + "self_attn.o_proj.bias", {h}, bias);
+    add(pre + "post_attention_layernorm.weight", {h}, ones);
+    add(pre + "mlp.gate_proj.weight", {c.intermediate_size, h}, weight);
+    add(pre + "mlp.up_proj.weight", {c.intermediate_size, h}, weight);
+    add(pre + "mlp.down_proj.weight", {h, c.intermediate_size}, weight);
   }
-  add("model.norm.weight", {h}, Fill::kOnes, dt);
-  add("lm_head.weight", {c.vocab_size, h}, Fill::kNormal, dt);
+  add("model.norm.weight", {h}, ones);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, weight);
 
   write_checkpoint_tensors(dir, specs, [&](std::size_t i, std::span<std::uint8_t> out) {
     fill_tensor(out, specs[i].dtype, fills[i], splitmix(options.seed ^ splitmix(i + 1)), pool);
   }, options.max_shard_bytes);
 
-  write_json_file((fs::path(dir) / "config.json").string(), config_json(p, c, dt));
+  write_json_file((fs::path(dir) / "config.json").string(), config_json(p, c, options.dtype));
   write_json_file((fs::path(dir) / "generation_config.json").string(),
-                  {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids[0]}});
-  write_json_file((fs::path(dir) / "tokenizer_config.json").string(),
-                  {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true}, {"add_eos_token", false},
-                   {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}});
-  const std::string tok = (fs::path(dir) / "tokenizer.model").string();
-  {
-    std::ofstream out(tok + ".tmp", std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(kStoriesTokenizerModel),
-              static_cast<std::streamsize>(kStoriesTokenizerModel_size));
-    if (!out.flush()) fail("{}: cannot write", tok);
-  }
-  fs::rename(tok + ".tmp", tok);
+                  {{"bos_token_id", c.bos_token_id}, {"eos_token_id", token_id_json(c.eos_token_ids)}});
   std::uint64_t total = 0;
   for (const auto& s : specs) total += s.bytes();
   return total;
