@@ -185,8 +185,9 @@ double mean_kl(LlamaModel& p, LlamaModel& q, const std::vector<std::vector<std::
       const double ma = *std::max_element(a, a + vocab), mb = *std::max_element(b, b + vocab);
       double za = 0, zb = 0;
       for (std::int64_t i = 0; i < vocab; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
+      const double lza = std::log(za), lzb = std::log(zb);
       for (std::int64_t i = 0; i < vocab; ++i) {
-        const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
+        const double la = a[i] - ma - lza, lb = b[i] - mb - lzb;
         kl += std::exp(la) * (la - lb);
       }
     }

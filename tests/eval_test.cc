@@ -15,6 +15,7 @@
 #include "eval/explain.h"
 #include "eval/perplexity.h"
 #include "io/json_file.h"
+#include "model/random_checkpoint.h"
 #include "test_files.h"
 
 namespace woq {
@@ -77,6 +78,19 @@ TEST(Perplexity, ChunkPlanFollowsLlamaPerplexity) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the text has 1000 tokens, fewer than one chunk of --ctx 2048"), std::string::npos);
   }
+}
+
+// llama-perplexity's BOS rule per tokenizer: BOS first in every chunk only when the tokenizer adds one.
+TEST(Perplexity, ChunkBosFollowsTheTokenizer) {
+  EXPECT_EQ(chunk_bos(Tokenizer::load(WOQ_MODEL_DIR)), 1);                          // SentencePiece, add_bos_token
+  EXPECT_EQ(chunk_bos(Tokenizer::load(WOQ_ASSETS_DIR "/tokenizers/qwen3")), -1);    // Qwen adds nothing
+  EXPECT_EQ(chunk_bos(Tokenizer::load(WOQ_ASSETS_DIR "/tokenizers/llama3")), -1);   // this file's post-processor adds none
+  test::TempDir tmp;
+  write_preset_tokenizer(find_preset("tiny-llama3"), tmp.path());                   // TemplateProcessing with BOS
+  EXPECT_EQ(chunk_bos(Tokenizer::load(tmp.path())), 128000);
+  const Tokenizer qwen = Tokenizer::load(WOQ_ASSETS_DIR "/tokenizers/qwen3");
+  std::vector<std::int32_t> tokens(300, 42);
+  EXPECT_EQ(chunk_plan(tokens, 100, 0, chunk_bos(qwen)).sequences[1][0], 42);
 }
 
 TEST(Perplexity, StandardErrorByHand) {

@@ -64,7 +64,7 @@ ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok, std::int64_t cont
   if (a.ctx > context_limit) fail("--ctx {} exceeds the model's context of {} tokens", a.ctx, context_limit);
   const std::string text = read_text_file(a.file);
   if (!a.per_document.empty()) return document_plan(tok, text, a.per_document, a.ctx, a.chunks);
-  const std::int32_t bos = !a.no_bos_per_chunk && tok.add_bos() ? tok.bos_id() : -1;
+  const std::int32_t bos = a.no_bos_per_chunk ? -1 : chunk_bos(tok);
   try {
     return chunk_plan(tok.encode(text), a.ctx, a.chunks, bos);
   } catch (const Error& e) {
@@ -329,7 +329,7 @@ int run_recovery_command(const TasksArgs& a) {
   std::optional<ScoringPlan> ppl_plan;
   if (!a.ppl_file.empty()) {
     try {
-      ppl_plan = chunk_plan(tok.encode(read_text_file(a.ppl_file)), a.ctx, 0, tok.add_bos() ? tok.bos_id() : -1);
+      ppl_plan = chunk_plan(tok.encode(read_text_file(a.ppl_file)), a.ctx, 0, chunk_bos(tok));
     } catch (const Error& e) {
       fail("--ppl-file {}: {}", a.ppl_file, e.what());
     }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "generate/chat_template.h"
+#include "generate/generate.h"
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -69,7 +70,11 @@ int run_serve(const ServeArgs& a) {
   server::HttpServer server(engine, tokenizer, chat, metrics, http);
   const int port = server.bind();
   fmt::print(stderr, "woq: chat template: {}\n",
-             chat.is_default() ? "none in tokenizer_config.json; using the ChatML default" : "tokenizer_config.json");
+             chat.is_default() ? "none in the model directory; using the ChatML default" : "the model's");
+  std::string stops;
+  for (const std::int32_t id : end_of_generation_ids(model->config(), tokenizer))
+    stops += fmt::format("{}{} {}", stops.empty() ? "" : ", ", id, tokenizer.token_text(id));
+  fmt::print(stderr, "woq: tokenizer: {}; stop tokens: {}\n", tokenizer.describe(), stops.empty() ? "none" : stops);
   fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each{})\n",
              http.served_model_name, a.host, port, engine.parallel(), engine.ctx_size(),
              a.api_key.empty() ? "" : ", API key required");

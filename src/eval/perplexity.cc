@@ -30,6 +30,8 @@ ScoringPlan chunk_plan(const std::vector<std::int32_t>& tokens, std::int64_t ctx
   return plan;
 }
 
+std::int32_t chunk_bos(const Tokenizer& tokenizer) { return tokenizer.add_bos() ? tokenizer.bos_id() : -1; }
+
 ScoringPlan document_plan(const Tokenizer& tokenizer, const std::string& text, const std::string& separator,
                           std::int64_t ctx, std::int64_t max_documents) {
   if (separator.empty()) fail("the document separator must not be empty");

@@ -25,6 +25,11 @@ struct ScoringPlan {
   std::int64_t scored_tokens() const;
 };
 
+/// The token llama-perplexity puts first in every chunk: BOS when the
+/// tokenizer adds one (Llama 2/3), else -1 (Qwen adds none: chunks keep
+/// their own first token).
+std::int32_t chunk_bos(const Tokenizer& tokenizer);
+
 /// llama-perplexity's plan: `tokens` cut into floor(size / ctx) chunks of ctx
 /// tokens (at most `max_chunks` when > 0), each scored from ctx / 2; with
 /// `bos` >= 0 the first token of every chunk is replaced by it (llama.cpp

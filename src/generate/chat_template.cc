@@ -34,14 +34,23 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std
       is_default_(is_default) {}
 
 ChatTemplate ChatTemplate::load(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(dir) / "tokenizer_config.json").string();
+  const std::string jinja_path = (fs::path(dir) / "chat_template.jinja").string();
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return ChatTemplate(default_source(), "<s>", "</s>", true);
-  const nlohmann::json cfg = read_json_file(path);
-  if (!cfg.is_object()) fail("{}: expected a JSON object", path);
-  const std::string bos = token_string(cfg, "bos_token"), eos = token_string(cfg, "eos_token");
-  std::string source;
-  if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
+  nlohmann::json cfg = nlohmann::json::object();
+  std::string bos = "<s>", eos = "</s>";
+  if (fs::exists(path, ec)) {
+    cfg = read_json_file(path);
+    if (!cfg.is_object()) fail("{}: expected a JSON object", path);
+    bos = token_string(cfg, "bos_token");
+    eos = token_string(cfg, "eos_token");
+  }
+  std::string source, from = path;
+  if (fs::exists(jinja_path, ec)) {
+    source = read_text_file(jinja_path, 16ull << 20);
+    from = jinja_path;
+  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
     source = cfg["chat_template"].get<std::string>();
   } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
     for (const auto& t : cfg["chat_template"])
@@ -55,15 +64,18 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
   try {
     return ChatTemplate(source, bos, eos, false);
   } catch (const jinja::TemplateError& e) {
-    fail("{}: chat_template: {}", path, e.what());
+    fail("{}: chat_template: {}", from, e.what());
   }
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  return template_->render({{"messages", messages},
-                            {"add_generation_prompt", add_generation_prompt},
-                            {"bos_token", bos_},
-                            {"eos_token", eos_}});
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& kwargs) const {
+  nlohmann::ordered_json context = kwargs.is_object() ? kwargs : nlohmann::ordered_json::object();
+  context["messages"] = messages;
+  context["add_generation_prompt"] = add_generation_prompt;
+  context["bos_token"] = bos_;
+  context["eos_token"] = eos_;
+  return template_->render(context);
 }
 
 }  // namespace woq

@@ -13,7 +13,8 @@ namespace woq {
 
 class ChatTemplate {
  public:
-  /// Reads DIR/tokenizer_config.json: "chat_template" (a string, or a list
+  /// Reads DIR/chat_template.jinja (how transformers >= 4.43 saves it) or
+  /// DIR/tokenizer_config.json: "chat_template" (a string, or a list
   /// of {"name", "template"} from which "default" is taken) and the
   /// bos_token / eos_token strings (or {"content": ...} objects). Without a
   /// template, the ChatML default (as llama.cpp's server falls back to) is
@@ -25,10 +26,13 @@ class ChatTemplate {
   ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool is_default);
 
   /// Renders `messages` (a JSON array of {"role", "content", ...}) with
-  /// add_generation_prompt, bos_token and eos_token set. Throws
+  /// add_generation_prompt, bos_token and eos_token set, and the variables of
+  /// `kwargs` (an object, e.g. {"enable_thinking": false}: what
+  /// apply_chat_template passes on as **kwargs). Throws
   /// jinja::RaisedException when the template calls raise_exception and
   /// jinja::TemplateError for other template errors.
-  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
 
   bool is_default() const { return is_default_; }
   /// The ChatML template used when a model has none.

@@ -8,6 +8,14 @@
 
 namespace woq {
 
+std::vector<std::int32_t> end_of_generation_ids(const ModelConfig& config, const Tokenizer& tokenizer) {
+  std::vector<std::int32_t> ids;
+  for (const auto id : config.eos_token_ids) ids.push_back(static_cast<std::int32_t>(id));
+  const std::int32_t eos = tokenizer.eos_id();
+  if (eos >= 0 && std::find(ids.begin(), ids.end(), eos) == ids.end()) ids.push_back(eos);
+  return ids;
+}
+
 GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
                         const GenerateOptions& options,
                         const std::function<void(std::string_view)>& on_text) {
@@ -36,9 +44,8 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
     fail("prompt ({} tokens) + tokens to generate ({}) = {} exceeds the model's context of {} tokens",
          prompt_len, options.max_new_tokens, needed, model.context_limit());
 
-  std::vector<std::int32_t> stops = options.stop_ids;
-  if (stops.empty())
-    for (const auto id : model.config().eos_token_ids) stops.push_back(static_cast<std::int32_t>(id));
+  const std::vector<std::int32_t> stops =
+      options.stop_ids.empty() ? end_of_generation_ids(model.config(), tokenizer) : options.stop_ids;
 
   TextStream stream(tokenizer);
   const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();

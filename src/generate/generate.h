@@ -19,7 +19,7 @@ struct GenerateOptions {
   std::int64_t max_new_tokens = 128;  ///< tokens generated, not counting the prompt
   SamplingParams sampling;
   /// Generation stops (without emitting the token) on any of these; empty
-  /// means the model's eos_token_ids.
+  /// means end_of_generation_ids().
   std::vector<std::int32_t> stop_ids;
   /// Generation also stops when the generated text contains one of these
   /// (lm-eval's `until`, OpenAI's `stop`); the text from the stop string on is
@@ -38,6 +38,12 @@ struct GenerateResult {
   double prefill_seconds = 0;               ///< the prompt's forward pass (first-token latency)
   double decode_seconds = 0;                ///< every later forward pass
 };
+
+/// The tokens that end a generation: generation_config.json's eos_token_id
+/// (a number or a list, e.g. Llama 3 Instruct's <|end_of_text|> and
+/// <|eot_id|>) and the tokenizer's eos_token (e.g. Qwen's <|im_end|>), as
+/// vLLM stops on both.
+std::vector<std::int32_t> end_of_generation_ids(const ModelConfig& config, const Tokenizer& tokenizer);
 
 /// Generates from `prompt`. `on_text` receives the text of the prompt (as the
 /// tokenizer round-trips it) and then each new piece of generated text, as

@@ -213,17 +213,20 @@ const std::vector<ModelPreset>& model_presets() {
                        {151645, 151643}));
     v.push_back(preset("tiny", llama, "llama", "stories", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5, 1, {2}));
     // Small models whose every architecture feature is on, for the reference tests.
-    v.push_back(preset("tiny-llama3", llama, "llama", "stories", 64, 160, 2, 4, 2, 512, 256, 5e5, 1e-5, 1, {2}));
+    v.push_back(preset("tiny-llama3", llama, "llama", "llama3", 64, 160, 2, 4, 2, 128256, 256, 5e5, 1e-5, 128000,
+                       {128001, 128009}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64};
     v.back().config.tie_word_embeddings = true;
     v.back().config.attention_bias = v.back().config.o_bias = true;  // LlamaConfig attention_bias: q/k/v/o
-    v.push_back(preset("tiny-mistral", mistral, "mistral", "stories", 64, 160, 2, 4, 2, 512, 256, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("tiny-mistral", mistral, "mistral", "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
     v.back().config.sliding_window = 16;
-    v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "stories", 64, 160, 2, 4, 2, 512, 256, 1e6, 1e-6, 1, {2}));
+    v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
+                       {151645, 151643}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192};
     v.back().config.sliding_window = 12;
     v.back().config.sliding_window_first_layer = 1;
-    v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "stories", 64, 160, 2, 4, 2, 512, 256, 1e6, 1e-6, 1, {2}));
+    v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
+                       {151645, 151643}));
     v.back().config.head_dim = 32;
     v.back().config.tie_word_embeddings = true;
     return v;
@@ -265,11 +268,13 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
     write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
     return;
   }
-  nlohmann::ordered_json tok = nlohmann::ordered_json::parse(read_text_file(in("tokenizer.json"), 64ull << 20));
+  std::string tokenizer = read_text_file(in("tokenizer.json"), 64ull << 20);
   if (preset.tokenizer == "llama3") {
     // Meta's current Llama 3 tokenizer.json adds <|begin_of_text|> through its post-processor.
-    const nlohmann::ordered_json bos = {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}};
-    const nlohmann::ordered_json seq = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+    // (nlohmann::json, not ordered_json: the latter inserts keys in linear time, 128000 of them.)
+    nlohmann::json tok = nlohmann::json::parse(tokenizer);
+    const nlohmann::json bos = {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}};
+    const nlohmann::json seq = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
     tok["post_processor"] = {
         {"type", "Sequence"},
         {"processors",
@@ -279,8 +284,9 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
            {"pair", {bos, seq, bos, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
            {"special_tokens",
             {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {128000}}, {"tokens", {"<|begin_of_text|>"}}}}}}}}}};
+    tokenizer = tok.dump();
   }
-  write_text_file(out("tokenizer.json"), tok.dump());
+  write_bytes(out("tokenizer.json"), tokenizer.data(), tokenizer.size());
   const std::string config = read_text_file(in("tokenizer_config.json"));
   write_bytes(out("tokenizer_config.json"), config.data(), config.size());
 }

@@ -27,12 +27,12 @@ struct ModelPreset {
 /// Real shapes: llama-2-7b, llama-3-8b, mistral-7b (v0.1: sliding window
 /// 4096), qwen2-7b, qwen3-8b, with their own tokenizers (mistral-7b takes
 /// Llama 2's 32000-piece SentencePiece model, of the same size as its own).
-/// For tests, with the bundled tokenizer: "tiny" (Llama 2 style), and
-/// "tiny-llama3" (llama3 rope scaling, tied embeddings, attention_bias on
-/// q/k/v/o), "tiny-mistral"
-/// (sliding window 16), "tiny-qwen2" (q/k/v biases, linear rope scaling,
-/// a sliding window from layer 1), "tiny-qwen3" (q/k norms, head_dim 32 with
-/// hidden 64, tied embeddings).
+/// For tests: "tiny" (Llama 2 style, the bundled tokenizer), and hidden-64
+/// models with their family's real tokenizer and vocabulary in which every
+/// architecture feature is on: "tiny-llama3" (llama3 rope scaling, tied
+/// embeddings, attention_bias on q/k/v/o), "tiny-mistral" (sliding window
+/// 16), "tiny-qwen2" (q/k/v biases, linear rope scaling, a sliding window from
+/// layer 1), "tiny-qwen3" (q/k norms, head_dim 32, tied embeddings).
 const std::vector<ModelPreset>& model_presets();
 /// The preset called `name`; throws woq::Error listing the valid names.
 const ModelPreset& find_preset(const std::string& name);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "generate/generate.h"
 #include "generate/stop_strings.h"
 
 namespace woq::server {
@@ -59,7 +60,7 @@ Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, 
   if (options_.ctx_size == 0) options_.ctx_size = model.context_limit();
   if (options_.ctx_size < 1 || options_.ctx_size > model.context_limit())
     fail("--ctx-size {} is outside [1, {}] (the model's context)", options_.ctx_size, model.context_limit());
-  for (const auto id : model.config().eos_token_ids) eos_.push_back(static_cast<std::int32_t>(id));
+  eos_ = end_of_generation_ids(model.config(), tokenizer);
   thread_ = std::thread([this] { loop(); });
 }
 

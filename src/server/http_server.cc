@@ -165,7 +165,7 @@ void HttpServer::generate(const httplib::Request& req, httplib::Response& res, b
   std::string text;
   if (chat) {
     try {
-      text = chat_.render(r.messages, true);
+      text = chat_.render(r.messages, true, r.template_kwargs);
     } catch (const jinja::RaisedException& e) {
       throw ApiError(400, e.what(), "invalid_request_error", "messages");
     } catch (const jinja::TemplateError& e) {

@@ -152,6 +152,16 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
       copy["content"] = text_of_content(m.contains("content") ? m["content"] : Json(nullptr), i);
       r.messages.push_back(std::move(copy));
     }
+    if (const Json* kw = field(j, "chat_template_kwargs")) {
+      if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      for (const auto& [key, value] : kw->items()) {
+        if (key == "messages" || key == "add_generation_prompt" || key == "bos_token" || key == "eos_token")
+          bad("chat_template_kwargs", fmt::format("'chat_template_kwargs' cannot set '{}'", key));
+        // Flat values only: templates switch on flags and strings, and nesting is not walked recursively.
+        if (value.is_structured()) bad("chat_template_kwargs", fmt::format("'chat_template_kwargs.{}' must be a string, number, boolean or null", key));
+      }
+      r.template_kwargs = *kw;
+    }
   } else {
     const Json* prompt = field(j, "prompt");
     if (prompt == nullptr) bad("prompt", "'prompt' is required");

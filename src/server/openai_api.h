@@ -33,6 +33,9 @@ struct ApiRequest {
   std::string model;                     ///< as sent (checked against the served name)
   std::string prompt;                    ///< completions: the prompt
   nlohmann::ordered_json messages;       ///< chat: [{"role", "content": string}], content parts joined
+  /// chat: extra variables for the chat template (vLLM's chat_template_kwargs,
+  /// e.g. {"enable_thinking": false} for Qwen3); an object, possibly empty.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   std::int64_t max_tokens = -1;          ///< -1: until the context is full
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -125,7 +125,7 @@ class Model:
             y = y + self.w[name + ".bias"]
         return y
 
-    def logits(self, seq):
+    def logits(self, seq, last_only=False):
         t = len(seq)
         x = self.embed[np.array(seq)]
         i, j = np.arange(t)[:, None], np.arange(t)[None, :]
@@ -154,6 +154,8 @@ class Model:
             g = self.linear(p + "mlp.gate_proj", h)
             u = self.linear(p + "mlp.up_proj", h)
             x = x + self.linear(p + "mlp.down_proj", g / (1 + np.exp(-g)) * u)
+        if last_only:
+            x = x[-1:]
         return self.rms(x, self.w["model.norm.weight"]) @ self.head.T
 
 
@@ -172,7 +174,7 @@ def main():
     if "greedy" in plan:
         ids = list(plan["greedy"]["prompt"])
         for _ in range(plan["greedy"]["n"]):
-            ids.append(int(np.argmax(m.logits(ids)[-1])))
+            ids.append(int(np.argmax(m.logits(ids, last_only=True)[-1])))
         greedy = ids[len(plan["greedy"]["prompt"]):]
     json.dump({"nll": nll, "greedy": greedy}, sys.stdout)
 
