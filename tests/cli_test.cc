@@ -285,3 +285,53 @@ TEST(Cli, EvalTasksRecoveryAndExplain) {
 
 }  // namespace
 }  // namespace woq
+
+namespace woq {
+namespace {
+
+// `woq tokenize` as llama-tokenize: id<TAB>piece lines, --json, --no-special, a tokenizer-only folder.
+TEST(Cli, TokenizePrintsIdsAndPieces) {
+  const std::string llama3 = WOQ_ASSETS_DIR "/tokenizers/llama3";  // tokenizer files only, no model
+  RunResult r = run("tokenize -m " + llama3 + " -p 'Hello world<|eot_id|>\n'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "9906\tHello\n1917\t world\n128009\t<|eot_id|>\n198\t\\n\n");
+  r = run("tokenize -m " + llama3 + " -p 'Hello world' --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[9906,1917]\n");
+  // SentencePiece: BOS first unless --no-special.
+  EXPECT_EQ(run("tokenize -m " + kModel + " -p 'Once upon' --json").out, "[1,403,407]\n");
+  EXPECT_EQ(run("tokenize -m " + kModel + " -p 'Once upon' --json --no-special").out, "[403,407]\n");
+  // A byte-level token that is part of a character is escaped.
+  r = run("tokenize -m " + llama3 + " -p '\xF0\x9F\xA6\x99'");
+  EXPECT_NE(r.out.find("\\x9f"), std::string::npos) << r.out;
+  test::TempDir tmp;
+  test::write_file(tmp.file("t.txt"), "a b");
+  EXPECT_EQ(run("tokenize -m " + llama3 + " -f " + tmp.file("t.txt") + " --json").out, "[64,293]\n");
+  r = run("tokenize -m " + llama3 + " -p a -f " + tmp.file("t.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("-p TEXT or -f FILE"), std::string::npos) << r.err;
+  r = run("tokenize -m " + tmp.path() + " -p a");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no tokenizer found"), std::string::npos) << r.err;
+}
+
+// make-random writes each architecture with its tokenizer; generate runs on it.
+TEST(Cli, MakeRandomQwen3GeneratesWithItsTokenizer) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("qwen3");
+  RunResult r = run("make-random --preset tiny-qwen3 --dtype bf16 -o " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto config = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(config["head_dim"], 32);
+  r = run("generate -m " + dir + " -p 'Hello' -n 5 --temperature 0 --low-bit sym_int4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Hello", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("prompt 1 tokens"), std::string::npos) << r.err;  // Qwen adds no BOS
+  r = run("make-random --preset llama-3-8b --layers 1 --tokenizer-root " + tmp.file("none") + " -o " + tmp.file("l3"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--tokenizer-root"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace woq

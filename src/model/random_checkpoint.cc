@@ -175,21 +175,6 @@ nlohmann::ordered_json config_json(const ModelPreset& p, const ModelConfig& c, D
   return j;
 }
 
-// A file written through a temporary and renamed into place.
-void write_bytes(const std::string& path, const void* data, std::size_t size) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
-    if (!out.flush()) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      fail("{}: cannot write", path);
-    }
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 nlohmann::ordered_json llama_tokenizer_config() {
   return {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true}, {"add_eos_token", false},
           {"bos_token", "<s>"},                  {"eos_token", "</s>"},   {"unk_token", "<unk>"}};
@@ -247,7 +232,8 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
   namespace fs = std::filesystem;
   const auto out = [&](const char* name) { return (fs::path(dir) / name).string(); };
   if (preset.tokenizer == "stories") {
-    write_bytes(out("tokenizer.model"), kStoriesTokenizerModel, kStoriesTokenizerModel_size);
+    write_text_file(out("tokenizer.model"),
+                    std::string(reinterpret_cast<const char*>(kStoriesTokenizerModel), kStoriesTokenizerModel_size));
     write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
     return;
   }
@@ -263,8 +249,7 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
     return p;
   };
   if (preset.tokenizer == "llama2") {
-    const std::string model = read_text_file(in("tokenizer.model"), 64ull << 20);
-    write_bytes(out("tokenizer.model"), model.data(), model.size());
+    write_text_file(out("tokenizer.model"), read_text_file(in("tokenizer.model"), 64ull << 20));
     write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
     return;
   }
@@ -286,9 +271,8 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
             {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {128000}}, {"tokens", {"<|begin_of_text|>"}}}}}}}}}};
     tokenizer = tok.dump();
   }
-  write_bytes(out("tokenizer.json"), tokenizer.data(), tokenizer.size());
-  const std::string config = read_text_file(in("tokenizer_config.json"));
-  write_bytes(out("tokenizer_config.json"), config.data(), config.size());
+  write_text_file(out("tokenizer.json"), tokenizer);
+  write_text_file(out("tokenizer_config.json"), read_text_file(in("tokenizer_config.json")));
 }
 
 std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckpointOptions& options,

@@ -63,8 +63,8 @@ class HfTokenizer::Trie {
 
 HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source) : parts_(std::move(parts)) {
   if (!parts_.model) fail("{}: no model", source);
-  raw_trie_ = std::make_unique<Trie>();
-  normalized_trie_ = std::make_unique<Trie>();
+  for (auto* trie : {&raw_trie_, &normalized_trie_, &raw_plain_trie_, &normalized_plain_trie_})
+    *trie = std::make_unique<Trie>();
   vocab_size_ = parts_.model->id_limit();
   for (std::size_t i = 0; i < parts_.added.size(); ++i) {
     const AddedToken& t = parts_.added[i];
@@ -83,6 +83,7 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source) : pa
     std::string pattern = t.content;
     if (t.normalized && parts_.normalizer) pattern = parts_.normalizer->normalize(pattern);
     (t.normalized ? *normalized_trie_ : *raw_trie_).add(pattern, i);
+    if (!t.special) (t.normalized ? *normalized_plain_trie_ : *raw_plain_trie_).add(pattern, i);
     added_patterns_.push_back(std::move(pattern));
     vocab_size_ = std::max<std::int64_t>(vocab_size_, t.id + std::int64_t{1});
   }
@@ -112,18 +113,17 @@ bool starts_with_word(std::string_view s) {
   return !s.empty() && unicode::is_word(unicode::next_code_point(s, i));
 }
 
-// Where the whitespace at the end of s begins.
+// Where the whitespace at the end of s begins (scanning back from the end).
 std::size_t trailing_space_start(std::string_view s) {
-  std::size_t start = s.size();
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t at = i;
-    if (unicode::is_whitespace(unicode::next_code_point(s, i))) {
-      if (start == s.size()) start = at;
-    } else {
-      start = s.size();
-    }
+  std::size_t end = s.size();
+  while (end > 0) {
+    std::size_t lead = end - 1;
+    while (lead > 0 && (static_cast<unsigned char>(s[lead]) & 0xc0) == 0x80) --lead;
+    std::size_t i = lead;
+    if (!unicode::is_whitespace(unicode::next_code_point(s, i))) break;
+    end = lead;
   }
-  return start;
+  return end;
 }
 
 // Bytes of whitespace at the start of s.
@@ -161,7 +161,7 @@ void HfTokenizer::split_added(std::vector<Piece>& pieces, const Trie& trie) cons
       pos = stop;
       if (t.single_word && ((start > 0 && ends_with_word(s.substr(0, start))) || starts_with_word(s.substr(stop))))
         continue;
-      if (t.lstrip) start = std::max(trailing_space_start(s.substr(0, start)), done);
+      if (t.lstrip) start = done + trailing_space_start(s.substr(done, start - done));
       if (t.rstrip) stop += leading_space(s.substr(stop));
       if (done < start) out.push_back({std::string(s.substr(done, start - done)), p.first && done == 0, -1});
       out.push_back({std::string(s.substr(start, stop - start)), false, t.id});
@@ -181,25 +181,11 @@ std::vector<std::int32_t> HfTokenizer::encode(std::string_view text, bool parse_
   std::vector<Piece> pieces;
   pieces.push_back({unicode::to_valid_utf8(text), true, -1});
   // Special tokens are left as text when not parsing them; other added tokens are always matched.
-  if (parse_special) {
-    split_added(pieces, *raw_trie_);
-  } else {
-    Trie plain;
-    for (std::size_t i = 0; i < parts_.added.size(); ++i)
-      if (!parts_.added[i].special && !parts_.added[i].normalized) plain.add(added_patterns_[i], i);
-    split_added(pieces, plain);
-  }
+  split_added(pieces, parse_special ? *raw_trie_ : *raw_plain_trie_);
   if (parts_.normalizer)
     for (Piece& p : pieces)
       if (p.id < 0) p.text = parts_.normalizer->normalize(std::move(p.text));
-  if (parse_special) {
-    split_added(pieces, *normalized_trie_);
-  } else {
-    Trie plain;
-    for (std::size_t i = 0; i < parts_.added.size(); ++i)
-      if (!parts_.added[i].special && parts_.added[i].normalized) plain.add(added_patterns_[i], i);
-    split_added(pieces, plain);
-  }
+  split_added(pieces, parse_special ? *normalized_trie_ : *normalized_plain_trie_);
   if (parts_.pre_tokenizer) parts_.pre_tokenizer->apply(pieces);
   std::vector<std::int32_t> ids;
   ids.reserve(text.size() / 3 + 1);

@@ -71,7 +71,8 @@ class HfTokenizer final : public TokenizerBackend {
   std::vector<std::string> added_patterns_;  ///< per added token: the text matched (normalized when `normalized`)
   std::unordered_map<std::int32_t, std::size_t> added_by_id_;
   TokenIds added_ids_;
-  std::unique_ptr<Trie> raw_trie_, normalized_trie_;
+  std::unique_ptr<Trie> raw_trie_, normalized_trie_;              ///< every added token
+  std::unique_ptr<Trie> raw_plain_trie_, normalized_plain_trie_;  ///< the non-special ones
   std::int64_t vocab_size_ = 0;
   std::int64_t max_token_bytes_ = 1;
 };

@@ -9,10 +9,11 @@
 // Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { startServer as startServerFor, stop } from './woq_server.mjs';
 
 let OpenAI, Template, Tokenizer;
 try {
@@ -34,33 +35,8 @@ function makeRandom(preset) {
   return dir;
 }
 
-async function startServer(dir) {
-  const proc = spawn(WOQ, ['serve', '-m', dir, '--port', '0', '-t', '2', '--ctx-size', '256', '--low-bit', 'sym_int8',
-                           '--served-model-name', 'woq'],
-                     { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`woq serve did not start: ${log}`)), 120000);
-    proc.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`woq serve exited with ${code}: ${log}`)));
-  });
-  return { proc, url: `http://127.0.0.1:${port}`, log: () => log };
-}
-
-function stop(server) {
-  return new Promise((resolve) => {
-    server.proc.removeAllListeners('exit');
-    server.proc.on('exit', (code) => resolve(code));
-    server.proc.kill('SIGTERM');
-  });
-}
+const startServer = (dir) =>
+  startServerFor(WOQ, dir, ['--ctx-size', '256', '--low-bit', 'sym_int8', '--served-model-name', 'woq']);
 
 // What transformers' apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs) gives.
 function reference(dir, messages, kwargs = {}) {
@@ -90,7 +66,7 @@ for (const { preset, stops } of [
       client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
     });
     after(async () => {
-      if (server) assert.equal(await stop(server), 0, server.log());
+      if (server) assert.equal((await stop(server)).code, 0, server.log());
     });
 
     test('the chat prompt is the one transformers would build', async () => {

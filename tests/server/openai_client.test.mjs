@@ -4,9 +4,9 @@
 // Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
+import { startServer as startServerFor, stop } from './woq_server.mjs';
 
 let OpenAI;
 try {
@@ -21,32 +21,7 @@ const MODEL = process.env.WOQ_MODEL_DIR;
 const reference = JSON.parse(readFileSync(`${process.env.WOQ_TEST_DATA}/stories260K_greedy_once_upon_a_time.json`, 'utf8'));
 const PROMPT = 'Once upon a time';
 
-// Starts `woq serve` on a free port; resolves when it listens.
-async function startServer(args) {
-  const proc = spawn(WOQ, ['serve', '-m', MODEL, '--port', '0', '-t', '2', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`woq serve did not start: ${log}`)), 60000);
-    proc.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`woq serve exited with ${code}: ${log}`)));
-  });
-  return { proc, port, url: `http://127.0.0.1:${port}`, log: () => log };
-}
-
-function stop(server) {
-  return new Promise((resolve) => {
-    server.proc.removeAllListeners('exit');
-    server.proc.on('exit', (code, signal) => resolve({ code, signal }));
-    server.proc.kill('SIGTERM');
-  });
-}
+const startServer = (args) => startServerFor(WOQ, MODEL, args);
 
 // A raw HTTP exchange: writes `payload` (without half-closing: cpp-httplib
 // drops half-closed connections) and returns what arrives until the server
