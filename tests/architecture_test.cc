@@ -268,3 +268,72 @@ INSTANTIATE_TEST_SUITE_P(Quantized, ArchitectureQuantized,
 
 }  // namespace
 }  // namespace woq
+
+namespace woq {
+namespace {
+
+// Tensors the configured architecture would ignore are refused (a Qwen
+// checkpoint labelled Llama would otherwise load and give other tokens).
+TEST(Architecture, TensorsTheArchitectureDoesNotUseAreRefused) {
+  test::TempDir tmp;
+  ThreadPool pool(1);
+  auto relabel = [&](const std::string& dir, const std::string& from, const std::string& to) {
+    std::string cfg = test::read_file(dir + "/config.json");
+    cfg.replace(cfg.find(from), from.size(), to);
+    test::write_file(dir + "/config.json", cfg);
+  };
+  auto load_error = [&](const std::string& dir) {
+    try {
+      LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt}, pool);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  const std::string qwen3 = write_model(tmp, "tiny-qwen3");
+  relabel(qwen3, "Qwen3ForCausalLM", "LlamaForCausalLM");
+  EXPECT_NE(load_error(qwen3).find("_norm.weight' is a q/k norm, which LlamaForCausalLM does not have"),
+            std::string::npos)
+      << load_error(qwen3);
+  const std::string qwen2 = write_model(tmp, "tiny-qwen2");
+  relabel(qwen2, "Qwen2ForCausalLM", "MistralForCausalLM");
+  EXPECT_NE(load_error(qwen2).find("_proj.bias' is a bias that MistralForCausalLM"), std::string::npos)
+      << load_error(qwen2);
+  const std::string llama3 = write_model(tmp, "tiny-llama3");
+  relabel(llama3, "\"attention_bias\": true", "\"attention_bias\": false");
+  EXPECT_NE(load_error(llama3).find("(attention_bias false)"), std::string::npos) << load_error(llama3);
+}
+
+// config.json's sliding-window fields as transformers reads them: layer_types
+// when given, Qwen's default window of 4096, windows only where they apply.
+TEST(Architecture, SlidingWindowConfigFields) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, "tiny-qwen2");
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json cfg = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+    edit(cfg);
+    test::write_file(tmp.file("edited.json"), cfg.dump());
+    std::filesystem::create_directories(tmp.file("e"));
+    std::filesystem::copy_file(tmp.file("edited.json"), tmp.file("e/config.json"),
+                               std::filesystem::copy_options::overwrite_existing);
+    return read_model_config(tmp.file("e"));
+  };
+  ModelConfig c = with([](nlohmann::json&) {});
+  EXPECT_EQ(c.window(0), 0);
+  EXPECT_EQ(c.window(1), 12);
+  c = with([](nlohmann::json& j) { j.erase("sliding_window"); });
+  EXPECT_EQ(c.window(1), 4096);  // Qwen2Config's default
+  c = with([](nlohmann::json& j) { j["use_sliding_window"] = false; });
+  EXPECT_EQ(c.window(1), 0);
+  c = with([](nlohmann::json& j) { j["layer_types"] = {"sliding_attention", "full_attention"}; });
+  EXPECT_EQ(c.window(0), 12);
+  EXPECT_EQ(c.window(1), 0);
+  EXPECT_THROW(with([](nlohmann::json& j) { j["layer_types"] = {"sliding_attention"}; }), Error);
+  EXPECT_THROW(with([](nlohmann::json& j) { j["layer_types"] = {"full_attention", "chunked"}; }), Error);
+  EXPECT_THROW(with([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "linear"}}; }), Error);  // no factor
+  EXPECT_THROW(with([](nlohmann::json& j) { j["num_experts"] = 18446744073709551615ull; }), Error);
+  EXPECT_THROW(with([](nlohmann::json& j) { j["rope_scaling"] = {1, 2}; }), Error);
+}
+
+}  // namespace
+}  // namespace woq

@@ -383,7 +383,9 @@ TEST(Decoder, ComponentsAsTokenizersCrate) {
 }
 
 TEST(Normalizer, Components) {
-  auto norm = [](const json& spec, const std::string& text) { return hf::make_normalizer(spec, "test")->normalize(text); };
+  auto norm = [](const json& spec, const std::string& text) {
+    return hf::make_normalizer(spec, "test")->normalize(text, hf::normalized_limit(text.size()));
+  };
   const std::string composed = "caf\xC3\xA9", decomposed = "cafe\xCC\x81";
   EXPECT_EQ(norm({{"type", "NFC"}}, decomposed), composed);
   EXPECT_EQ(norm({{"type", "NFD"}}, composed), decomposed);
@@ -613,6 +615,35 @@ std::string load_error(const std::string& dir) {
     EXPECT_NE(t_.find(b), std::string::npos) << "'" << (b) << "' not in: " << t_;   \
   } while (0)
 
+// A normalizer chain that multiplies the text fails instead of allocating gigabytes; a decoder
+// chain that regex-matches the raw bytes of a partial character gets no out-of-range offsets.
+TEST(TokenizerBadInput, GrowthAndRawBytesAreBounded) {
+  test::TempDir d1, d2;
+  json t = char_tokenizer(json::array());
+  json grow = json::array();
+  for (int i = 0; i < 3; ++i)
+    grow.push_back({{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(1000, 'a')}});
+  t["normalizer"] = {{"type", "Sequence"}, {"normalizers", grow}};
+  const Tokenizer growing = make_tokenizer(d1, t);
+  try {
+    growing.encode("aaaa");
+    ADD_FAILURE() << "a 10^9-fold normalizer was run";
+  } catch (const Error& e) {
+    EXPECT_MENTIONS(std::string(e.what()), "tokenizer.json", "grew past");
+  }
+  json vocab = json::object(), merges = json::array();
+  for (int c = 0; c < 256; ++c) vocab[hf::byte_level_char(static_cast<unsigned char>(c))] = c;
+  json b = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  b["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "ByteLevel"}}, {{"type", "Replace"}, {"pattern", {{"Regex", "."}}}, {"content", "Z"}}}}};
+  const Tokenizer raw = make_tokenizer(d2, b);
+  const auto ids = raw.encode("\xE4\xB8\xAD");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_FALSE(raw.token_text(ids[0]).empty());
+  EXPECT_EQ(raw.decode(ids), "Z");
+}
+
 TEST(TokenizerBadInput, ErrorsNameTheFileAndField) {
   test::TempDir dir;
   const std::string path = dir.file("tokenizer.json");
@@ -659,6 +690,31 @@ TEST(TokenizerBadInput, ErrorsNameTheFileAndField) {
   EXPECT_MENTIONS(with([](json& j) { j["post_processor"] = template_processing({{"<q>", 100}}, {}); j["post_processor"]["special_tokens"]["<q>"]["ids"] = {5000}; }),
                   "post_processor", "5000");
   EXPECT_MENTIONS(with([](json& j) { j["model"]["dropout"] = 0.1; }), "model", "dropout");
+  // Limits against hostile files: scattered huge ids, long or many added tokens, deep nesting.
+  EXPECT_MENTIONS(with([](json& j) { j["model"]["vocab"]["zz"] = 2147483647; }), "vocab 'zz'", "token id");
+  EXPECT_MENTIONS(with([](json& j) { j["model"]["vocab"]["zz"] = 10000000; }), "ids up to 10000000", "woq accepts ids below");
+  EXPECT_MENTIONS(with([](json& j) { j["added_tokens"].push_back(added("<big>", 2147483647, true, false)); }),
+                  "added_tokens[1].id", "token id");
+  EXPECT_MENTIONS(with([](json& j) { j["added_tokens"].push_back(added(std::string(600, 'q'), 300, true, false)); }),
+                  "added_tokens[1]", "600 bytes long");
+  EXPECT_MENTIONS(with([](json& j) { j["model"]["vocab"] = json::object(); j["added_tokens"] = json::array(); }),
+                  "vocab", "is empty");
+  EXPECT_MENTIONS(with([](json& j) {
+                    json d = {{"type", "ByteLevel"}};
+                    for (int i = 0; i < 40; ++i) d = {{"type", "Sequence"}, {"decoders", {d}}};
+                    j["decoder"] = d;
+                  }),
+                  "decoder.decoders[0]", "nest more than 16 deep");
+  EXPECT_MENTIONS(with([](json& j) {
+                    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a\\C"}}}, {"behavior", "Isolated"},
+                                          {"invert", false}};
+                  }),
+                  "pre_tokenizer.pattern", "cannot compile regex");
+  test::write_file(dir.file("tokenizer_config.json"), R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": "yes"})");
+  EXPECT_MENTIONS(with([](json&) {}), "tokenizer_config.json", "'add_bos_token' must be true or false, got \"yes\"");
+  test::write_file(dir.file("tokenizer_config.json"), R"({"bos_token": 5})");
+  EXPECT_MENTIONS(with([](json&) {}), "tokenizer_config.json", "'bos_token' must be a string");
+  std::filesystem::remove(dir.file("tokenizer_config.json"));
   std::filesystem::remove(path);
   EXPECT_MENTIONS(load_error(dir.path()), dir.path(), "no tokenizer found");
 }

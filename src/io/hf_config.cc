@@ -49,9 +49,11 @@ std::vector<std::int64_t> token_ids(const JsonFields& f, const std::string& key,
 RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
   RopeScaling rs;
   if (!f.has(key)) return rs;
+  if (!f.json().at(key).is_object()) f.field_error(key, fmt::format("must be an object or null, got {}", describe_json(f.json().at(key))));
   const JsonFields s(f.json().at(key), f.path() + " " + key);
   const std::string type = s.has("rope_type") ? s.string("rope_type", "") : s.string("type", "");
-  rs.factor = s.number("factor", 1.0);
+  const bool scaled = !(type == "default" || type.empty());
+  rs.factor = scaled ? s.number("factor") : s.number("factor", 1.0);
   if (!(rs.factor >= 1.0 && rs.factor <= 1024.0)) f.field_error(key, "needs a factor in [1, 1024]");
   if (type == "linear") {
     rs.type = RopeScaling::Type::kLinear;
@@ -102,9 +104,13 @@ ModelConfig read_model_config(const std::string& dir) {
                                               printable(type), supported_architectures()));
     c.architecture = std::string(spec->architecture);
   }
-  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
-    if (f.has(moe) && !(f.json().at(moe).is_number_integer() && f.json().at(moe).get<std::int64_t>() <= 1))
-      f.field_error(moe, fmt::format("is {}: mixture-of-experts models are not supported", describe_json(f.json().at(moe))));
+  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"}) {
+    if (!f.has(moe)) continue;
+    const auto& v = f.json().at(moe);
+    const bool dense = v.is_number_integer() && !v.is_number_float() &&
+                       (v.is_number_unsigned() ? v.get<std::uint64_t>() <= 1 : (v.get<std::int64_t>() == 0 || v.get<std::int64_t>() == 1));
+    if (!dense) f.field_error(moe, fmt::format("is {}: mixture-of-experts models are not supported", describe_json(v)));
+  }
 
   c.hidden_size = positive(f, "hidden_size");
   c.intermediate_size = positive(f, "intermediate_size");
@@ -115,19 +121,40 @@ ModelConfig read_model_config(const std::string& dir) {
   c.vocab_size = positive(f, "vocab_size", kMaxVocab);
   if (f.has("max_position_embeddings"))
     c.max_position_embeddings = positive(f, "max_position_embeddings", kMaxPositions);
+  // Which layers slide, as transformers' configs derive layer_types (or read them when given).
   switch (spec->sliding_window) {
     case SlidingWindowRule::kNone: break;
     case SlidingWindowRule::kAllLayers:
       if (f.has("sliding_window")) c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+      c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.sliding_window > 0);
       break;
     case SlidingWindowRule::kFromMaxWindow:
-      if (f.boolean("use_sliding_window", false) && f.has("sliding_window")) {
-        c.sliding_window = positive(f, "sliding_window", kMaxPositions);
-        // transformers' Qwen2Config / Qwen3Config default max_window_layers to 28.
-        c.sliding_window_first_layer = f.has("max_window_layers") ? f.integer("max_window_layers") : 28;
-        if (c.sliding_window_first_layer < 0) f.field_error("max_window_layers", "must be >= 0");
+      if (f.boolean("use_sliding_window", false)) {
+        // Qwen2Config / Qwen3Config: sliding_window defaults to 4096 (null: none), max_window_layers to 28.
+        const bool absent = !f.json().contains("sliding_window");
+        if (absent || f.has("sliding_window"))
+          c.sliding_window = absent ? 4096 : positive(f, "sliding_window", kMaxPositions);
+        const std::int64_t first = f.has("max_window_layers") ? f.integer("max_window_layers") : 28;
+        if (first < 0) f.field_error("max_window_layers", "must be >= 0");
+        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers.push_back(c.sliding_window > 0 && l >= first);
+      } else {
+        c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
       }
       break;
+  }
+  if (spec->sliding_window != SlidingWindowRule::kNone && f.has("layer_types")) {
+    const auto& types = f.json().at("layer_types");
+    if (!types.is_array() || static_cast<std::int64_t>(types.size()) != c.num_hidden_layers)
+      f.field_error("layer_types", fmt::format("must be a list of num_hidden_layers ({}) strings", c.num_hidden_layers));
+    for (std::size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : std::string();
+      if (t != "full_attention" && t != "sliding_attention")
+        f.field_error("layer_types", fmt::format("[{}] is {}; expected \"full_attention\" or \"sliding_attention\"", l,
+                                                 describe_json(types[l])));
+      if (t == "sliding_attention" && c.sliding_window == 0)
+        f.field_error("layer_types", fmt::format("[{}] is sliding_attention but there is no sliding_window", l));
+      c.sliding_layers[l] = t == "sliding_attention";
+    }
   }
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.field_error("hidden_act", fmt::format("is '{}'; Llama-family models use silu", act));

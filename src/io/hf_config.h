@@ -32,9 +32,9 @@ struct ModelConfig {
   std::int64_t vocab_size = 0;
   std::int64_t max_position_embeddings = 2048;  ///< tokens
   /// Sliding-window attention: a query at position i sees keys j with
-  /// i - j < sliding_window, in layers >= sliding_window_first_layer; 0 = none.
+  /// i - j < sliding_window (0 = none), in the layers marked in sliding_layers.
   std::int64_t sliding_window = 0;
-  std::int64_t sliding_window_first_layer = 0;
+  std::vector<bool> sliding_layers;  ///< (num_hidden_layers); empty = every layer
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
@@ -51,7 +51,8 @@ struct ModelConfig {
   std::int64_t context_limit() const { return max_position_embeddings; }
   /// The attention window of `layer` (0 = the whole causal prefix).
   std::int64_t window(std::int64_t layer) const {
-    return sliding_window > 0 && layer >= sliding_window_first_layer ? sliding_window : 0;
+    const bool slides = sliding_layers.empty() || sliding_layers[static_cast<std::size_t>(layer)];
+    return sliding_window > 0 && slides ? sliding_window : 0;
   }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };

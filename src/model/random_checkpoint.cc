@@ -160,11 +160,15 @@ nlohmann::ordered_json config_json(const ModelPreset& p, const ModelConfig& c, D
     case SlidingWindowRule::kAllLayers:
       j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
       break;
-    case SlidingWindowRule::kFromMaxWindow:
+    case SlidingWindowRule::kFromMaxWindow: {
+      // The presets' windows cover layers [first, num_hidden_layers): max_window_layers = first.
+      std::int64_t first = 0;
+      while (first < c.num_hidden_layers && !c.window(first)) ++first;
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-      j["max_window_layers"] = c.sliding_window > 0 ? c.sliding_window_first_layer : c.num_hidden_layers;
+      j["max_window_layers"] = first;
       break;
+    }
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kF16 ? "float16" : "bfloat16";
@@ -209,7 +213,7 @@ const std::vector<ModelPreset>& model_presets() {
                        {151645, 151643}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192};
     v.back().config.sliding_window = 12;
-    v.back().config.sliding_window_first_layer = 1;
+    v.back().config.sliding_layers = {false, true};  // from layer 1 (max_window_layers 1)
     v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.back().config.head_dim = 32;
@@ -282,7 +286,7 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
   ModelConfig c = p.config;
   if (options.layers < 0) fail("the layer count must be positive, got {}", options.layers);
   if (options.layers > 0) c.num_hidden_layers = options.layers;
-  if (c.sliding_window_first_layer > c.num_hidden_layers) c.sliding_window_first_layer = c.num_hidden_layers;
+  if (!c.sliding_layers.empty()) c.sliding_layers.resize(static_cast<std::size_t>(c.num_hidden_layers), true);
   if (options.dtype != DType::kF16 && options.dtype != DType::kBF16 && options.dtype != DType::kF32)
     fail("random checkpoints are written as F16, BF16 or F32, not {}", dtype_name(options.dtype));
   if (!(options.weight_std > 0 && options.weight_std <= 10))

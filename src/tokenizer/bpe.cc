@@ -23,11 +23,16 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, std::int32_t>>& voca
                    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
                    const std::string& source)
     : options_(std::move(options)) {
-  std::int32_t limit = 0;
+  std::int64_t limit = 0;
   for (const auto& [token, id] : vocab) {
     if (id < 0) fail("{}: vocabulary token '{}' has the negative id {}", source, printable(token), id);
-    limit = std::max(limit, id + 1);
+    limit = std::max<std::int64_t>(limit, std::int64_t{id} + 1);
   }
+  // Ids index a dense table: a few gaps are fine, a vocabulary of scattered huge ids is not a tokenizer.
+  const auto dense_limit = 2 * static_cast<std::int64_t>(vocab.size()) + 65536;
+  if (limit > dense_limit)
+    fail("{}: the vocabulary has {} tokens but ids up to {}; woq accepts ids below {}", source, vocab.size(),
+         limit - 1, dense_limit);
   tokens_.resize(static_cast<std::size_t>(limit));
   used_.assign(static_cast<std::size_t>(limit), false);
   ids_.reserve(vocab.size());

@@ -61,11 +61,13 @@ class HfTokenizer::Trie {
   std::array<bool, 256> first_{};
 };
 
-HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source) : parts_(std::move(parts)) {
+HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source)
+    : parts_(std::move(parts)), source_(source) {
   if (!parts_.model) fail("{}: no model", source);
   for (auto* trie : {&raw_trie_, &normalized_trie_, &raw_plain_trie_, &normalized_plain_trie_})
     *trie = std::make_unique<Trie>();
   vocab_size_ = parts_.model->id_limit();
+  std::size_t added_bytes = 0;
   for (std::size_t i = 0; i < parts_.added.size(); ++i) {
     const AddedToken& t = parts_.added[i];
     if (t.content.empty()) fail("{}: added_tokens[{}] has an empty content", source, i);
@@ -81,7 +83,13 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source) : pa
       fail("{}: added_tokens[{}]: '{}' is given twice", source, i, printable(t.content));
     added_by_id_.emplace(t.id, i);
     std::string pattern = t.content;
-    if (t.normalized && parts_.normalizer) pattern = parts_.normalizer->normalize(pattern);
+    if (t.content.size() > kMaxAddedTokenBytes)
+      fail("{}: added_tokens[{}] is {} bytes long; woq accepts at most {}", source, i, t.content.size(), kMaxAddedTokenBytes);
+    added_bytes += t.content.size();
+    if (added_bytes > kMaxAddedBytes) fail("{}: added_tokens hold more than {} bytes", source, kMaxAddedBytes);
+    if (t.id > kMaxTokenId) fail("{}: added_tokens[{}] has id {}, more than the {} woq accepts", source, i, t.id, kMaxTokenId);
+    if (t.normalized && parts_.normalizer)
+      pattern = parts_.normalizer->normalize(pattern, hf::normalized_limit(pattern.size()));
     (t.normalized ? *normalized_trie_ : *raw_trie_).add(pattern, i);
     if (!t.special) (t.normalized ? *normalized_plain_trie_ : *raw_plain_trie_).add(pattern, i);
     added_patterns_.push_back(std::move(pattern));
@@ -93,8 +101,9 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source) : pa
     if (id < 0 || id >= vocab_size_) fail("{}: post_processor names token id {}, outside the vocabulary", source, id);
   // Composing normalizers can shrink the input (3 code points of Hangul jamo -> 1 syllable).
   const std::int64_t shrink = parts_.normalizer ? 3 : 1;
-  for (std::int32_t id = 0; id < vocab_size_; ++id)
-    max_token_bytes_ = std::max(max_token_bytes_, shrink * static_cast<std::int64_t>(token_text(id).size()));
+  for (std::int64_t id = 0; id < vocab_size_; ++id)
+    max_token_bytes_ =
+        std::max(max_token_bytes_, shrink * static_cast<std::int64_t>(token_text(static_cast<std::int32_t>(id)).size()));
 }
 
 HfTokenizer::~HfTokenizer() = default;
@@ -178,13 +187,21 @@ void HfTokenizer::split_added(std::vector<Piece>& pieces, const Trie& trie) cons
 }
 
 std::vector<std::int32_t> HfTokenizer::encode(std::string_view text, bool parse_special) const {
+  try {
+    return encode_pieces(text, parse_special);
+  } catch (const Error& e) {
+    fail("{}: {}", source_, e.what());  // a regex's match limit, a normalizer's growth
+  }
+}
+
+std::vector<std::int32_t> HfTokenizer::encode_pieces(std::string_view text, bool parse_special) const {
   std::vector<Piece> pieces;
   pieces.push_back({unicode::to_valid_utf8(text), true, -1});
   // Special tokens are left as text when not parsing them; other added tokens are always matched.
   split_added(pieces, parse_special ? *raw_trie_ : *raw_plain_trie_);
   if (parts_.normalizer)
     for (Piece& p : pieces)
-      if (p.id < 0) p.text = parts_.normalizer->normalize(std::move(p.text));
+      if (p.id < 0) p.text = parts_.normalizer->normalize(std::move(p.text), hf::normalized_limit(text.size()));
   split_added(pieces, parse_special ? *normalized_trie_ : *normalized_plain_trie_);
   if (parts_.pre_tokenizer) parts_.pre_tokenizer->apply(pieces);
   std::vector<std::int32_t> ids;
@@ -246,14 +263,16 @@ std::optional<std::int32_t> find_token(const HfTokenizerParts& parts, std::strin
 }
 
 // Adds the special tokens tokenizer.json's post_processor `j` puts around one sequence.
-void post_processor(const Json& j, const std::string& where, const HfTokenizerParts& parts, SpecialTokens& s) {
+void post_processor(const Json& j, const std::string& where, const HfTokenizerParts& parts, SpecialTokens& s,
+                    int depth = 0) {
   if (j.is_null()) return;
   const std::string type = hf::type_of(j, where);
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
+    if (depth >= hf::kMaxSequenceDepth) hf::bad(where, fmt::format("Sequences nest more than {} deep", hf::kMaxSequenceDepth));
     const Json& list = hf::array_member(j, "processors", where);
     for (std::size_t i = 0; i < list.size(); ++i)
-      post_processor(list[i], fmt::format("{}.processors[{}]", where, i), parts, s);
+      post_processor(list[i], fmt::format("{}.processors[{}]", where, i), parts, s, depth + 1);
     return;
   }
   std::vector<std::int32_t> before, after;
@@ -275,6 +294,7 @@ void post_processor(const Json& j, const std::string& where, const HfTokenizerPa
       if (!specials.is_object() || !specials.contains(name))
         hf::bad(where, fmt::format("special_tokens has no entry '{}' (used by single[{}])", printable(name), i));
       const Json& ids = hf::array_member(specials[name], "ids", fmt::format("{}.special_tokens.{}", where, printable(name)));
+      if (ids.size() > 16) hf::bad(where, fmt::format("special_tokens.{}.ids holds {} ids; woq accepts at most 16", printable(name), ids.size()));
       for (const Json& id : ids) {
         if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > INT32_MAX)
           hf::bad(where, fmt::format("special_tokens.{}.ids holds {}, not a token id", printable(name), describe_json(id)));
@@ -300,13 +320,22 @@ void post_processor(const Json& j, const std::string& where, const HfTokenizerPa
   s.suffix.insert(s.suffix.end(), after.begin(), after.end());
 }
 
-// tokenizer_config.json's bos_token / eos_token: a string or {"content": ...}.
+// tokenizer_config.json's bos_token / eos_token: a string or {"content": ...}
+// (null or absent: none). Throws woq::Error naming the field for other types.
 std::string config_token(const Json& config, const char* key) {
-  if (!config.is_object() || !config.contains(key)) return {};
+  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return {};
   const Json& v = config[key];
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return {};
+  fail("tokenizer_config.json: field '{}' must be a string or {{\"content\": string}}, got {}", key, describe_json(v));
+}
+
+// tokenizer_config.json's boolean `key`, `fallback` when absent or null.
+bool config_flag(const Json& config, const char* key, bool fallback) {
+  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
+  if (!config[key].is_boolean())
+    fail("tokenizer_config.json: field '{}' must be true or false, got {}", key, describe_json(config[key]));
+  return config[key].get<bool>();
 }
 
 // BOS/EOS named by tokenizer_config.json, and LlamaTokenizerFast's rewrite
@@ -322,26 +351,21 @@ void apply_config(const Json& config, HfTokenizerParts& parts) {
   s.eos = resolve("eos_token");
   if (s.bos < 0 && s.prefix.size() == 1) s.bos = s.prefix[0];
   if (!config.is_object()) return;
-  const std::string cls = config.contains("tokenizer_class") && config["tokenizer_class"].is_string()
-                              ? config["tokenizer_class"].get<std::string>()
-                              : std::string();
+  const std::string cls = config_token(config, "tokenizer_class");
   static constexpr std::array<std::string_view, 6> kLlamaLike = {"LlamaTokenizer",     "LlamaTokenizerFast",
                                                                  "CodeLlamaTokenizer", "CodeLlamaTokenizerFast",
                                                                  "GemmaTokenizer",     "GemmaTokenizerFast"};
   if (std::find(kLlamaLike.begin(), kLlamaLike.end(), cls) == kLlamaLike.end()) return;
   if (!config.contains("add_bos_token") && !config.contains("add_eos_token")) return;
-  const auto flag = [&](const char* key, bool fallback) {
-    return config.contains(key) && config[key].is_boolean() ? config[key].get<bool>() : fallback;
-  };
   s.prefix.clear();
   s.suffix.clear();
-  if (flag("add_bos_token", true) && s.bos >= 0) s.prefix.push_back(s.bos);
-  if (flag("add_eos_token", false) && s.eos >= 0) s.suffix.push_back(s.eos);
+  if (config_flag(config, "add_bos_token", true) && s.bos >= 0) s.prefix.push_back(s.bos);
+  if (config_flag(config, "add_eos_token", false) && s.eos >= 0) s.suffix.push_back(s.eos);
 }
 
 std::int32_t id_value(const Json& v, const std::string& where) {
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT32_MAX)
-    hf::bad(where, fmt::format("must be a token id (an integer in [0, 2^31)), got {}", describe_json(v)));
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > kMaxTokenId)
+    hf::bad(where, fmt::format("must be a token id (an integer in [0, {}]), got {}", kMaxTokenId, describe_json(v)));
   return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
@@ -350,6 +374,7 @@ std::vector<std::pair<std::string, std::int32_t>> vocab_entries(const Json& voca
   std::vector<std::pair<std::string, std::int32_t>> out;
   out.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) out.emplace_back(token, id_value(id, fmt::format("{} '{}'", where, printable(token))));
+  if (out.empty()) hf::bad(where, "is empty");
   return out;
 }
 
@@ -461,8 +486,7 @@ std::unique_ptr<TokenizerBackend> load_gpt2_vocab(const std::string& vocab_path,
     if (id && !dup) parts.added.push_back({s, *id, false, false, false, false, true});
   }
   apply_config(config, parts);
-  if (config.is_object() && config.value("add_bos_token", false) && parts.specials.bos >= 0)
-    parts.specials.prefix = {parts.specials.bos};
+  if (config_flag(config, "add_bos_token", false) && parts.specials.bos >= 0) parts.specials.prefix = {parts.specials.bos};
   parts.description = fmt::format("GPT-2 vocab.json + merges.txt BPE ({} tokens)", vocab.size());
   return std::make_unique<HfTokenizer>(std::move(parts), vocab_path);
 }

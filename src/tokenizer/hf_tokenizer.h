@@ -45,6 +45,13 @@ struct HfTokenizerParts {
   std::string description;  ///< e.g. "tokenizer.json BPE"
 };
 
+/// Limits far beyond real tokenizers (Llama 3: 256 added tokens of <= 28
+/// bytes; vocabularies of <= 256k), so that a hostile file fails clearly
+/// instead of costing gigabytes or minutes.
+inline constexpr std::int32_t kMaxTokenId = (1 << 24) - 1;
+inline constexpr std::size_t kMaxAddedTokenBytes = 512;
+inline constexpr std::size_t kMaxAddedBytes = 4u << 20;
+
 class HfTokenizer final : public TokenizerBackend {
  public:
   /// Takes the parts; `source` names the file in errors. Throws woq::Error
@@ -66,8 +73,10 @@ class HfTokenizer final : public TokenizerBackend {
  private:
   class Trie;
   void split_added(std::vector<hf::Piece>& pieces, const Trie& trie) const;
+  std::vector<std::int32_t> encode_pieces(std::string_view text, bool parse_special) const;
 
   HfTokenizerParts parts_;
+  std::string source_;  ///< the file, for errors
   std::vector<std::string> added_patterns_;  ///< per added token: the text matched (normalized when `normalized`)
   std::unordered_map<std::int32_t, std::size_t> added_by_id_;
   TokenIds added_ids_;

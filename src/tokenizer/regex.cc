@@ -1,5 +1,7 @@
 #include "tokenizer/regex.h"
 
+#include <algorithm>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -27,8 +29,11 @@ std::string pcre2_message(int code) {
 Regex::Regex(const std::string& pattern) : pattern_(pattern), code_(std::make_unique<Code>()) {
   int error = 0;
   PCRE2_SIZE offset = 0;
+  // MATCH_INVALID_UTF: subjects may hold ill-formed UTF-8 (raw bytes from a byte-level decoder),
+  // which then never matches instead of being undefined behaviour; \C (one code unit) is refused.
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C, &error,
+                              &offset, nullptr);
   if (code_->code == nullptr)
     fail("cannot compile regex '{}': {} at offset {}", printable(pattern), pcre2_message(error), offset);
   code_->jit = pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE) == 0;
@@ -60,7 +65,7 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
                         : PCRE2_ERROR_JIT_STACKLIMIT;
     // The interpreter keeps its backtracking state on the heap: it takes over when the JIT stack is too small.
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+      rc = pcre2_match(code_->code, subject, text.size(), start, PCRE2_NO_JIT, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
@@ -68,11 +73,15 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t b = ov[0], e = ov[1];
+    if (b > e || e > text.size()) {
+      pcre2_match_data_free(md);
+      fail("regex '{}': a match outside the text", printable(pattern_));
+    }
     if (b == e) {
       // An empty match: kept unless it touches the previous match, then one character on.
       if (b != last_end) out.emplace_back(b, e);
       if (b >= text.size()) break;
-      start = b + unicode::sequence_length(static_cast<unsigned char>(text[b]));
+      start = std::min(text.size(), b + unicode::sequence_length(static_cast<unsigned char>(text[b])));
     } else {
       out.emplace_back(b, e);
       start = e;

@@ -15,7 +15,7 @@ namespace woq {
 class Regex {
  public:
   /// Compiles `pattern`. Throws woq::Error "cannot compile regex 'P': MESSAGE
-  /// at offset N" when PCRE2 rejects it.
+  /// at offset N" when PCRE2 rejects it (\C, one byte inside a character, is refused).
   explicit Regex(const std::string& pattern);
   /// A regex matching `literal` exactly (tokenizer.json's {"String": ...} patterns).
   static Regex literal(std::string_view literal);
@@ -23,10 +23,10 @@ class Regex {
   Regex(Regex&&) noexcept;
   Regex& operator=(Regex&&) noexcept;
 
-  /// Non-overlapping matches [begin, end) of valid UTF-8 `text`, left to
-  /// right, leftmost-first as Oniguruma's find_iter: after an empty match the
-  /// search resumes one character later. Throws woq::Error if PCRE2 fails
-  /// (e.g. its match limit).
+  /// Non-overlapping matches [begin, end) of `text`, left to right,
+  /// leftmost-first as Oniguruma's find_iter: after an empty match the search
+  /// resumes one character later. Ill-formed UTF-8 in `text` never matches.
+  /// Throws woq::Error if PCRE2 fails (e.g. its match limit).
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
   const std::string& pattern() const { return pattern_; }

@@ -19,7 +19,8 @@ class SentencePieceBackend final : public TokenizerBackend {
     if (!status.ok()) fail("{}: not a SentencePiece model: {}", path, status.ToString());
     const auto flag = [&](const char* key, bool fallback) {
       if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
-      if (!config[key].is_boolean()) fail("tokenizer_config.json: field '{}' must be true or false", key);
+      if (!config[key].is_boolean())
+        fail("tokenizer_config.json: field '{}' must be true or false, got {}", key, describe_json(config[key]));
       return config[key].get<bool>();
     };
     specials_.bos = sp_.bos_id();

@@ -158,7 +158,11 @@ class PieceSplitter : public PreTokenizer {
 class UnicodeForm final : public Normalizer {
  public:
   explicit UnicodeForm(unicode::Form form) : form_(form) {}
-  std::string normalize(std::string text) const override { return unicode::normalize(text, form_); }
+  std::string normalize(std::string text, std::size_t max_bytes) const override {
+    std::string out = unicode::normalize(text, form_);
+    if (out.size() > max_bytes) fail("normalizer: the text grew to {} bytes", out.size());
+    return out;
+  }
 
  private:
   unicode::Form form_;
@@ -166,26 +170,32 @@ class UnicodeForm final : public Normalizer {
 
 class Lowercase final : public Normalizer {
  public:
-  std::string normalize(std::string text) const override { return unicode::lowercase(text); }
+  std::string normalize(std::string text, std::size_t) const override { return unicode::lowercase(text); }
 };
 
 class Prepend final : public Normalizer {
  public:
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
-  std::string normalize(std::string text) const override { return text.empty() ? text : prefix_ + text; }
+  std::string normalize(std::string text, std::size_t max_bytes) const override {
+    if (text.empty()) return text;
+    if (text.size() + prefix_.size() > max_bytes) fail("normalizer Prepend: the text grew past {} bytes", max_bytes);
+    return prefix_ + text;
+  }
 
  private:
   std::string prefix_;
 };
 
-// Replaces every match of `re` in `text` by `content`.
-std::string replace_all(const Regex& re, const std::string& text, const std::string& content) {
+// Replaces every match of `re` in `text` by `content`; throws woq::Error past `max_bytes`.
+std::string replace_all(const Regex& re, const std::string& text, const std::string& content,
+                        std::size_t max_bytes = std::string::npos) {
   std::string out;
   std::size_t prev = 0;
   for (const auto& [b, e] : re.find_all(text)) {
     out.append(text, prev, b - prev);
     out += content;
     prev = e;
+    if (out.size() > max_bytes) fail("normalizer Replace: the text grew past {} bytes", max_bytes);
   }
   out.append(text, prev, std::string::npos);
   return out;
@@ -194,7 +204,9 @@ std::string replace_all(const Regex& re, const std::string& text, const std::str
 class Replace final : public Normalizer, public Decoder {
  public:
   Replace(Regex re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
-  std::string normalize(std::string text) const override { return replace_all(re_, text, content_); }
+  std::string normalize(std::string text, std::size_t max_bytes) const override {
+    return replace_all(re_, text, content_, max_bytes);
+  }
   void decode(std::vector<std::string>& tokens, bool) const override {
     for (std::string& t : tokens) t = replace_all(re_, t, content_);
   }
@@ -207,7 +219,7 @@ class Replace final : public Normalizer, public Decoder {
 class StripWhitespace final : public Normalizer {
  public:
   StripWhitespace(bool left, bool right) : left_(left), right_(right) {}
-  std::string normalize(std::string text) const override {
+  std::string normalize(std::string text, std::size_t) const override {
     std::size_t b = 0, e = text.size();
     if (left_) {
       for (std::size_t i = 0; i < text.size() && unicode::is_whitespace(unicode::next_code_point(text, i));) b = i;
@@ -227,8 +239,8 @@ class StripWhitespace final : public Normalizer {
 class NormalizerSequence final : public Normalizer {
  public:
   explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
-  std::string normalize(std::string text) const override {
-    for (const auto& s : steps_) text = s->normalize(std::move(text));
+  std::string normalize(std::string text, std::size_t max_bytes) const override {
+    for (const auto& s : steps_) text = s->normalize(std::move(text), max_bytes);
     return text;
   }
 
@@ -371,7 +383,7 @@ class PreTokenizerSequence final : public PreTokenizer {
 
 class ByteLevelDecoder final : public Decoder {
  public:
-  void decode(std::vector<std::string>& tokens, bool) const override {
+  void decode(std::vector<std::string>& tokens, bool continuation) const override {
     std::string bytes;
     for (const std::string& t : tokens) {
       // A token with a character outside the byte alphabet keeps its UTF-8 bytes (tokenizers does the same).
@@ -384,7 +396,8 @@ class ByteLevelDecoder final : public Decoder {
       }
       bytes += all ? mapped : t;
     }
-    tokens.assign(1, std::move(bytes));
+    // As tokenizers' from_utf8_lossy; a continuation keeps the raw bytes of a partial character.
+    tokens.assign(1, continuation ? std::move(bytes) : unicode::to_valid_utf8(bytes));
   }
 };
 
@@ -480,16 +493,19 @@ class DecoderSequence final : public Decoder {
 };
 
 template <typename T, typename Make>
-std::vector<std::unique_ptr<T>> make_list(const Json& j, const char* key, const std::string& where, Make make) {
+std::vector<std::unique_ptr<T>> make_list(const Json& j, const char* key, const std::string& where, int depth,
+                                          Make make) {
+  if (depth >= kMaxSequenceDepth) bad(where, fmt::format("Sequences nest more than {} deep", kMaxSequenceDepth));
   std::vector<std::unique_ptr<T>> steps;
   const Json& list = array_member(j, key, where);
-  for (std::size_t i = 0; i < list.size(); ++i) steps.push_back(make(list[i], fmt::format("{}.{}[{}]", where, key, i)));
+  for (std::size_t i = 0; i < list.size(); ++i)
+    steps.push_back(make(list[i], fmt::format("{}.{}[{}]", where, key, i), depth + 1));
   return steps;
 }
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& where) {
+std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& where, int depth) {
   const std::string type = type_of(j, where);
   if (type == "NFC") return std::make_unique<UnicodeForm>(unicode::Form::kNfc);
   if (type == "NFD") return std::make_unique<UnicodeForm>(unicode::Form::kNfd);
@@ -501,13 +517,14 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& wh
   if (type == "Strip")
     return std::make_unique<StripWhitespace>(bool_member(j, "strip_left", true, where),
                                              bool_member(j, "strip_right", true, where));
-  if (type == "Sequence") return std::make_unique<NormalizerSequence>(make_list<Normalizer>(j, "normalizers", where, make_normalizer));
+  if (type == "Sequence")
+    return std::make_unique<NormalizerSequence>(make_list<Normalizer>(j, "normalizers", where, depth, make_normalizer));
   bad(where, fmt::format("normalizer type '{}' is not supported (woq has NFC, NFD, NFKC, NFKD, Lowercase, Prepend, "
                          "Replace, Strip, Sequence)",
                          printable(type)));
 }
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where) {
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where, int depth) {
   const std::string type = type_of(j, where);
   if (type == "ByteLevel")
     return std::make_unique<ByteLevelPre>(bool_member(j, "add_prefix_space", true, where),
@@ -520,13 +537,14 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
   if (type == "Digits") return std::make_unique<DigitsPre>(bool_member(j, "individual_digits", false, where));
   if (type == "Metaspace") return std::make_unique<MetaspacePre>(metaspace_options(j, where));
   if (type == "Sequence")
-    return std::make_unique<PreTokenizerSequence>(make_list<PreTokenizer>(j, "pretokenizers", where, make_pre_tokenizer));
+    return std::make_unique<PreTokenizerSequence>(
+        make_list<PreTokenizer>(j, "pretokenizers", where, depth, make_pre_tokenizer));
   bad(where, fmt::format("pre_tokenizer type '{}' is not supported (woq has ByteLevel, Split, Digits, Metaspace, "
                          "Sequence)",
                          printable(type)));
 }
 
-std::unique_ptr<Decoder> make_decoder(const Json& j, const std::string& where) {
+std::unique_ptr<Decoder> make_decoder(const Json& j, const std::string& where, int depth) {
   const std::string type = type_of(j, where);
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Metaspace") return std::make_unique<MetaspaceDecoder>(metaspace_options(j, where));
@@ -536,7 +554,7 @@ std::unique_ptr<Decoder> make_decoder(const Json& j, const std::string& where) {
     return std::make_unique<StripDecoder>(char_member(j, "content", where), count_member(j, "start", where),
                                           count_member(j, "stop", where));
   if (type == "Replace") return std::make_unique<Replace>(pattern_member(j, where), string_member(j, "content", where));
-  if (type == "Sequence") return std::make_unique<DecoderSequence>(make_list<Decoder>(j, "decoders", where, make_decoder));
+  if (type == "Sequence") return std::make_unique<DecoderSequence>(make_list<Decoder>(j, "decoders", where, depth, make_decoder));
   bad(where, fmt::format("decoder type '{}' is not supported (woq has ByteLevel, Metaspace, ByteFallback, Fuse, Strip, "
                          "Replace, Sequence)",
                          printable(type)));

@@ -27,9 +27,13 @@ struct Piece {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  /// The normalized form of valid UTF-8 `text`.
-  virtual std::string normalize(std::string text) const = 0;
+  /// The normalized form of valid UTF-8 `text`. Throws woq::Error when it
+  /// would exceed `max_bytes` (chained Replace steps can grow it without bound).
+  virtual std::string normalize(std::string text, std::size_t max_bytes) const = 0;
 };
+
+/// The most a normalizer may make of `input_bytes` (NFKC expands up to 18x).
+inline std::size_t normalized_limit(std::size_t input_bytes) { return 32 * input_bytes + (64u << 10); }
 
 class PreTokenizer {
  public:
@@ -50,10 +54,14 @@ class Decoder {
 /// Builds the component described by `j` (a tokenizer.json object with a
 /// "type"). `where` names the file and field for errors ("PATH:
 /// pre_tokenizer.pretokenizers[0]"). Throws woq::Error for an unknown type,
-/// a missing or mistyped field, or a regex PCRE2 cannot compile.
-std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& where);
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where);
-std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& where);
+/// a missing or mistyped field, a regex PCRE2 cannot compile, or Sequences
+/// nested deeper than kMaxSequenceDepth.
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& where, int depth = 0);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where, int depth = 0);
+std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& where, int depth = 0);
+
+/// Real tokenizers nest one Sequence, rarely two.
+inline constexpr int kMaxSequenceDepth = 16;
 
 /// GPT-2's byte-level pre-tokenizer (ByteLevel with its regex, no prefix
 /// space) and decoder, as transformers builds them for vocab.json + merges.txt.
