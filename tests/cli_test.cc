@@ -73,7 +73,7 @@ TEST(Cli, MakeRandomThenGenerate) {
   test::TempDir out;
   const RunResult made = run("make-random --preset tiny --layers 1 --seed 5 -o " + out.path());
   ASSERT_EQ(made.code, 0) << made.err;
-  EXPECT_NE(made.err.find("tiny preset, 1 layers"), std::string::npos) << made.err;
+  EXPECT_NE(made.err.find("tiny preset, 1 layer,"), std::string::npos) << made.err;
   const RunResult gen = run("generate -m " + out.path() + " -p \"Once upon a time\" -n 8 --temperature 0");
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_EQ(gen.out.rfind("Once upon a time", 0), 0u) << gen.out;

@@ -35,7 +35,7 @@ int run_make_random(MakeRandomArgs& a) {
   const std::uint64_t bytes = write_random_checkpoint(a.out_dir, a.options, pool);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print(stderr, "woq: wrote {} ({} preset{}, {}, seed {}): {:.2f} GiB of tensors in {:.1f} s\n", a.out_dir,
-             a.options.preset, a.options.layers > 0 ? fmt::format(", {} layers", a.options.layers) : "", a.dtype,
+             a.options.preset, a.options.layers > 0 ? fmt::format(", {} layer{}", a.options.layers, a.options.layers == 1 ? "" : "s") : "", a.dtype,
              a.options.seed, static_cast<double>(bytes) / (1u << 30), s);
   return 0;
 }

@@ -36,6 +36,7 @@ struct QuantizeArgs {
   std::string calib_file;
   std::int64_t nsamples = 32;
   std::int64_t seqlen = 512;
+  const CLI::Option* seqlen_flag = nullptr;
   std::uint64_t seed = 0;
   bool force = false;
   int threads = 0;
@@ -93,8 +94,11 @@ int run_quantize(const QuantizeArgs& a) {
     store = TensorStore::open_dir(a.in_dir);
     std::int64_t count = a.nsamples, length = a.seqlen;
     if (a.calib != "random") std::tie(count, length) = parse_random_calib(a.calib);
+    // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
+    if (a.calib == "random" && a.seqlen_flag->count() == 0) length = std::min(length, model->context_limit());
     if (length > model->context_limit())
-      fail("calibration sequences of {} tokens exceed the model's context of {}", length, model->context_limit());
+      fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
+           length, model->context_limit());
     check_calibration_memory(count, length, model->config().hidden_size);
     Calibration calibration;
     if (a.calib_file.empty()) {
@@ -162,7 +166,9 @@ Run add_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--calib-file", args->calib_file, "GPTQ calibration from a text file: --nsamples windows of --seqlen tokens");
   cmd->add_option("--nsamples", args->nsamples, "GPTQ: calibration sequences")->capture_default_str()->check(kPositive);
-  cmd->add_option("--seqlen", args->seqlen, "GPTQ: tokens per calibration sequence")->capture_default_str()->check(kPositive);
+  args->seqlen_flag = cmd->add_option("--seqlen", args->seqlen, "GPTQ: tokens per calibration sequence (default: 512, or the context when shorter)")
+                          ->capture_default_str()
+                          ->check(kPositive);
   cmd->add_option("--seed", args->seed, "GPTQ: seed of the random calibration tokens")->capture_default_str();
   cmd->add_option("--gptq-format", args->gptq_format,
                   "qzeros format: v1 (zero - 1, read everywhere) or v2 (the zero itself; needed when an "

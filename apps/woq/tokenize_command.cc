@@ -60,7 +60,8 @@ int run_tokenize(const TokenizeArgs& a) {
     for (const std::int32_t id : ids) out += fmt::format("{}\t{}\n", id, escaped(tok.token_text(id)));
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  fmt::print(stderr, "woq: {} tokens ({} bytes of text; {})\n", ids.size(), text.size(), tok.describe());
+  fmt::print(stderr, "woq: {} token{} ({} bytes of text; {})\n", ids.size(), ids.size() == 1 ? "" : "s", text.size(),
+             tok.describe());
   return 0;
 }
 

@@ -192,10 +192,12 @@ const std::vector<ModelPreset>& model_presets() {
                       qwen3 = "Qwen3ForCausalLM";
     std::vector<ModelPreset> v;
     v.push_back(preset("llama-2-7b", llama, "llama", "llama2", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5, 1, {2}));
+    v.back().chat_template = "llama2_chat_template.jinja";
     v.push_back(preset("llama-3-8b", llama, "llama", "llama3", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, 1e-5, 128000,
                        {128001, 128009}));
     v.push_back(preset("mistral-7b", mistral, "mistral", "llama2", 4096, 14336, 32, 32, 8, 32000, 32768, 1e4, 1e-5, 1, {2}));
     v.back().config.sliding_window = 4096;
+    v.back().chat_template = "mistral_v0.1_chat_template.jinja";
     v.push_back(preset("qwen2-7b", qwen2, "qwen2", "qwen3", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.push_back(preset("qwen3-8b", qwen3, "qwen3", "qwen3", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, 1e-6, 151643,
@@ -209,6 +211,7 @@ const std::vector<ModelPreset>& model_presets() {
     v.back().config.attention_bias = v.back().config.o_bias = true;  // LlamaConfig attention_bias: q/k/v/o
     v.push_back(preset("tiny-mistral", mistral, "mistral", "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
     v.back().config.sliding_window = 16;
+    v.back().chat_template = "mistral_v0.1_chat_template.jinja";
     v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192};
@@ -254,7 +257,9 @@ void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, c
   };
   if (preset.tokenizer == "llama2") {
     write_text_file(out("tokenizer.model"), read_text_file(in("tokenizer.model"), 64ull << 20));
-    write_json_file(out("tokenizer_config.json"), llama_tokenizer_config());
+    nlohmann::ordered_json config = llama_tokenizer_config();
+    if (!preset.chat_template.empty()) config["chat_template"] = read_text_file(in(preset.chat_template.c_str()));
+    write_json_file(out("tokenizer_config.json"), config);
     return;
   }
   std::string tokenizer = read_text_file(in("tokenizer.json"), 64ull << 20);

@@ -22,6 +22,9 @@ struct ModelPreset {
   /// SentencePiece model, built in) or a folder of assets/tokenizers
   /// ("llama2", "llama3", "qwen3").
   std::string tokenizer = "stories";
+  /// A chat template file in that folder for tokenizer_config.json (for
+  /// tokenizers that carry none); empty: none or the folder's own.
+  std::string chat_template;
 };
 
 /// Real shapes: llama-2-7b, llama-3-8b, mistral-7b (v0.1: sliding window
@@ -62,7 +65,8 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
 /// tokenizer_config.json (llama3, with the TemplateProcessing post-processor
 /// of Meta's current file, which adds <|begin_of_text|>; qwen3 as is), or
 /// tokenizer.model with a LlamaTokenizer tokenizer_config.json (stories,
-/// llama2). `tokenizer_root` as in RandomCheckpointOptions. Throws woq::Error
+/// llama2, with the preset's chat template). `tokenizer_root` as in
+/// RandomCheckpointOptions. Throws woq::Error
 /// when the source files are missing or a write fails.
 void write_preset_tokenizer(const ModelPreset& preset, const std::string& dir, const std::string& tokenizer_root = {});
 

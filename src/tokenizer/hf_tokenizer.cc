@@ -64,8 +64,8 @@ class HfTokenizer::Trie {
 HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source)
     : parts_(std::move(parts)), source_(source) {
   if (!parts_.model) fail("{}: no model", source);
-  for (auto* trie : {&raw_trie_, &normalized_trie_, &raw_plain_trie_, &normalized_plain_trie_})
-    *trie = std::make_unique<Trie>();
+  raw_trie_ = std::make_unique<Trie>();
+  normalized_trie_ = std::make_unique<Trie>();
   vocab_size_ = parts_.model->id_limit();
   std::size_t added_bytes = 0;
   for (std::size_t i = 0; i < parts_.added.size(); ++i) {
@@ -91,7 +91,6 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts, const std::string& source)
     if (t.normalized && parts_.normalizer)
       pattern = parts_.normalizer->normalize(pattern, hf::normalized_limit(pattern.size()));
     (t.normalized ? *normalized_trie_ : *raw_trie_).add(pattern, i);
-    if (!t.special) (t.normalized ? *normalized_plain_trie_ : *raw_plain_trie_).add(pattern, i);
     added_patterns_.push_back(std::move(pattern));
     vocab_size_ = std::max<std::int64_t>(vocab_size_, t.id + std::int64_t{1});
   }
@@ -186,23 +185,22 @@ void HfTokenizer::split_added(std::vector<Piece>& pieces, const Trie& trie) cons
   pieces = std::move(out);
 }
 
-std::vector<std::int32_t> HfTokenizer::encode(std::string_view text, bool parse_special) const {
+std::vector<std::int32_t> HfTokenizer::encode(std::string_view text) const {
   try {
-    return encode_pieces(text, parse_special);
+    return encode_pieces(text);
   } catch (const Error& e) {
     fail("{}: {}", source_, e.what());  // a regex's match limit, a normalizer's growth
   }
 }
 
-std::vector<std::int32_t> HfTokenizer::encode_pieces(std::string_view text, bool parse_special) const {
+std::vector<std::int32_t> HfTokenizer::encode_pieces(std::string_view text) const {
   std::vector<Piece> pieces;
   pieces.push_back({unicode::to_valid_utf8(text), true, -1});
-  // Special tokens are left as text when not parsing them; other added tokens are always matched.
-  split_added(pieces, parse_special ? *raw_trie_ : *raw_plain_trie_);
+  split_added(pieces, *raw_trie_);
   if (parts_.normalizer)
     for (Piece& p : pieces)
       if (p.id < 0) p.text = parts_.normalizer->normalize(std::move(p.text), hf::normalized_limit(text.size()));
-  split_added(pieces, parse_special ? *normalized_trie_ : *normalized_plain_trie_);
+  split_added(pieces, *normalized_trie_);
   if (parts_.pre_tokenizer) parts_.pre_tokenizer->apply(pieces);
   std::vector<std::int32_t> ids;
   ids.reserve(text.size() / 3 + 1);

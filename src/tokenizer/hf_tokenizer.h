@@ -60,8 +60,7 @@ class HfTokenizer final : public TokenizerBackend {
   HfTokenizer(HfTokenizerParts parts, const std::string& source);
   ~HfTokenizer() override;
 
-  std::vector<std::int32_t> encode(std::string_view text, bool parse_special) const override;
-  bool parses_special_by_default() const override { return true; }
+  std::vector<std::int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const std::int32_t> ids) const override;
   std::string token_text(std::int32_t id) const override;
   std::int64_t vocab_size() const override { return vocab_size_; }
@@ -73,15 +72,14 @@ class HfTokenizer final : public TokenizerBackend {
  private:
   class Trie;
   void split_added(std::vector<hf::Piece>& pieces, const Trie& trie) const;
-  std::vector<std::int32_t> encode_pieces(std::string_view text, bool parse_special) const;
+  std::vector<std::int32_t> encode_pieces(std::string_view text) const;
 
   HfTokenizerParts parts_;
   std::string source_;  ///< the file, for errors
   std::vector<std::string> added_patterns_;  ///< per added token: the text matched (normalized when `normalized`)
   std::unordered_map<std::int32_t, std::size_t> added_by_id_;
   TokenIds added_ids_;
-  std::unique_ptr<Trie> raw_trie_, normalized_trie_;              ///< every added token
-  std::unique_ptr<Trie> raw_plain_trie_, normalized_plain_trie_;  ///< the non-special ones
+  std::unique_ptr<Trie> raw_trie_, normalized_trie_;  ///< added tokens matched in the raw / normalized text
   std::int64_t vocab_size_ = 0;
   std::int64_t max_token_bytes_ = 1;
 };

@@ -34,7 +34,7 @@ class SentencePieceBackend final : public TokenizerBackend {
     }
   }
 
-  std::vector<std::int32_t> encode(std::string_view text, bool parse_special) const override {
+  std::vector<std::int32_t> encode(std::string_view text) const override {
     std::vector<std::int32_t> ids;
     auto encode_plain = [&](std::string_view part) {
       if (part.empty()) return;
@@ -43,11 +43,8 @@ class SentencePieceBackend final : public TokenizerBackend {
       if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
       ids.insert(ids.end(), pieces.begin(), pieces.end());
     };
-    if (!parse_special) {
-      encode_plain(text);
-      return ids;
-    }
-    // Control pieces ("<s>", "</s>", ...) in the text become their ids, as llama.cpp's parse_special.
+    // Control pieces ("<s>", "</s>", ...) in the text become their ids, as transformers' LlamaTokenizer and
+    // llama.cpp's parse_special do.
     std::size_t begin = 0;
     while (begin < text.size()) {
       std::size_t best = std::string_view::npos, best_len = 0;
@@ -68,8 +65,6 @@ class SentencePieceBackend final : public TokenizerBackend {
     encode_plain(text.substr(std::min(begin, text.size())));
     return ids;
   }
-
-  bool parses_special_by_default() const override { return false; }
 
   std::string decode(std::span<const std::int32_t> ids) const override {
     std::string text;

@@ -37,7 +37,7 @@ Tokenizer Tokenizer::load(const std::string& dir) {
 }
 
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
-  std::vector<std::int32_t> ids = backend_->encode(text, backend_->parses_special_by_default());
+  std::vector<std::int32_t> ids = backend_->encode(text);
   if (!add_special) return ids;
   const SpecialTokens& s = backend_->special_tokens();
   ids.insert(ids.begin(), s.prefix.begin(), s.prefix.end());
@@ -46,7 +46,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_spec
 }
 
 std::vector<std::int32_t> Tokenizer::encode_with_special(std::string_view text) const {
-  std::vector<std::int32_t> ids = backend_->encode(text, true);
+  std::vector<std::int32_t> ids = backend_->encode(text);
   const std::vector<std::int32_t>& prefix = backend_->special_tokens().prefix;
   if (ids.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), ids.begin()))
     ids.insert(ids.begin(), prefix.begin(), prefix.end());

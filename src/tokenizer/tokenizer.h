@@ -31,13 +31,12 @@ class Tokenizer {
 
   /// Token ids of `text`, with the post-processor's special tokens (BOS for
   /// Llama 2/3, nothing for Qwen) when `add_special`. Special tokens written
-  /// in the text are matched as Hugging Face does by default (tokenizer.json
-  /// backends); SentencePiece encodes them as plain text. Ill-formed UTF-8
-  /// is read as U+FFFD.
+  /// in the text become their ids, as Hugging Face does by default.
+  /// Ill-formed UTF-8 is read as U+FFFD.
   std::vector<std::int32_t> encode(std::string_view text, bool add_special = true) const;
-  /// Token ids of a rendered chat prompt: the text of special tokens becomes
-  /// their ids (llama.cpp's parse_special, for every backend), preceded by
-  /// the post-processor's leading tokens unless the text already begins with
+  /// Token ids of a rendered chat prompt (as apply_chat_template tokenizes
+  /// it): the special tokens' text becomes their ids, preceded by the
+  /// post-processor's leading tokens unless the text already begins with
   /// them; nothing is appended.
   std::vector<std::int32_t> encode_with_special(std::string_view text) const;
   /// The text one token stands for, as OpenAI's logprobs show it: "▁" or "Ġ"

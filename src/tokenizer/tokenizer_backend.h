@@ -26,12 +26,10 @@ class TokenizerBackend {
  public:
   virtual ~TokenizerBackend() = default;
 
-  /// Ids of `text` without the post-processor's special tokens. With
-  /// `parse_special` the text of special tokens becomes their ids.
-  virtual std::vector<std::int32_t> encode(std::string_view text, bool parse_special) const = 0;
-  /// Whether plain encode() matches special tokens in the text (Hugging Face
-  /// does by default; SentencePiece does not).
-  virtual bool parses_special_by_default() const = 0;
+  /// Ids of `text` without the post-processor's special tokens; the text of
+  /// special tokens becomes their ids (Hugging Face's default, and what
+  /// transformers' slow SentencePiece tokenizers do too).
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
   /// The text of `ids` (all below vocab_size()); special tokens decode to
   /// nothing. Ill-formed UTF-8 (an incomplete byte sequence) becomes U+FFFD.
   virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
