@@ -34,6 +34,8 @@ struct ArchCase {
   std::vector<std::string> features;  ///< what the reference can switch off, each of which must matter
 };
 
+void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.preset; }
+
 const QuantSpec kFp32{LowBit::kFp32, 32, Int4Range::kFull};
 constexpr double kWeightStd = 0.3;  // logits of std ~2.4: clear argmax margins, features that matter
 
