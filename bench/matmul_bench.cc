@@ -3,7 +3,8 @@
 // Reports weight bytes streamed per second (bytes_per_second) and FLOP/s
 // (counter "FLOPS", 2 * m * N * K per iteration).
 //   build/bin/matmul_bench --benchmark_filter='gemv/sym_int4'
-// (Debian's libbenchmark is a debug build and says so; the timed code is woq's, built with -O3.)
+// (Debian's libbenchmark is a debug build and says so; the timed code is woq's,
+// built with -O3.)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -42,7 +43,7 @@ ThreadPool& pool(int threads) {
 }
 
 // Args: N (output rows), K (inputs), m (tokens), threads.
-void run_matmul(benchmark::State& state, LowBit type, std::int64_t group) {
+void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t group) {
   const std::int64_t n = state.range(0), k = state.range(1), m = state.range(2);
   const QuantMatrix& w = weights(type, group, n, k);
   std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
@@ -51,33 +52,39 @@ void run_matmul(benchmark::State& state, LowBit type, std::int64_t group) {
   for (auto& v : x) v = normal(rng);
   ThreadPool& p = pool(static_cast<int>(state.range(3)));
   for (auto _ : state) {
-    matmul(w, x.data(), m, y.data(), p);
+    matmul(w, x.data(), m, y.data(), p, isa);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(w.bytes()));
-  state.counters["FLOPS"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(m * n * k), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Registers gemv/<format> (m = 1, decode) and gemm/<format> (m = 512, prefill)
-// at the q/o, gate/up and down projections of Llama-2-7B and its lm_head
-// (too big for any cache), with 1 and 2 threads. sym_int4 g16 shows the row
-// path that group sizes not a multiple of 32 take (batch invariance).
+// Registers gemv/<isa>/<format> (m = 1, decode) and gemm/<isa>/<format>
+// (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
+// gate/up and down projections of Llama-2-7B and its lm_head (too big for any
+// cache), with 1 and 2 threads. sym_int4 g16 shows the row path that group
+// sizes not a multiple of 32 take (batch invariance).
 void register_all() {
   const std::pair<LowBit, std::int64_t> formats[] = {
-      {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32},
-      {LowBit::kSymInt8, -1}, {LowBit::kFp16, 0},      {LowBit::kBf16, 0},     {LowBit::kSymInt4, 16}};
+      {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32}, {LowBit::kSymInt8, -1},
+      {LowBit::kFp16, 0},     {LowBit::kBf16, 0},      {LowBit::kSymInt4, 16}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
-  for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {
-    for (const auto& [type, group] : formats) {
-      const std::string name = fmt::format("{}/{}{}", kind, low_bit_name(type),
-                                           group == -1 ? "_channel" : group > 0 ? fmt::format("_g{}", group) : "");
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [type = type, group = group](benchmark::State& st) {
-        run_matmul(st, type, group);
-      });
-      for (const auto& [n, k] : nk)
-        for (const int threads : {1, 2}) b->Args({n, k, m, threads});
-      b->ArgNames({"N", "K", "m", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const Isa isa : available_isas()) {
+    if (isa == Isa::kScalar && available_isas().size() > 1) continue;  // the reference, not a contender
+    for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {
+      for (const auto& [type, group] : formats) {
+        const std::string name = fmt::format("{}/{}/{}{}", kind, isa_name(isa), low_bit_name(type),
+                                             group == -1 ? "_channel"
+                                             : group > 0 ? fmt::format("_g{}", group)
+                                                         : "");
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), [isa, type = type, group = group](benchmark::State& st) {
+          run_matmul(st, isa, type, group);
+        });
+        for (const auto& [n, k] : nk)
+          for (const int threads : {1, 2}) b->Args({n, k, m, threads});
+        b->ArgNames({"N", "K", "m", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
     }
   }
 }

@@ -260,7 +260,7 @@ TEST(IntMatrix, ActOrderDequantizesByDefinitionAndMultipliesLikeGatheredInput) {
         for (std::int64_t t = 0; t < tokens; ++t)
           for (std::int64_t c = 0; c < k; ++c)
             xg[static_cast<std::size_t>(t * k + c)] = x[static_cast<std::size_t>(t * k + w.input_order[static_cast<std::size_t>(c)])];
-        for (const Isa isa : {Isa::kScalar, active_isa()})
+        for (const Isa isa : available_isas())
           for (ThreadPool* pool : {&one, &two}) {
             std::vector<float> y(static_cast<std::size_t>(tokens * n)), yg(y.size());
             matmul(w, x.data(), tokens, y.data(), *pool, isa);

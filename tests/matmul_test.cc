@@ -30,7 +30,6 @@ class MatmulTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MatmulTest, MatchesF64Reference) {
   const Case c = GetParam();
-  const bool have_avx2 = active_isa() == Isa::kAvx2;
   const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
       {1, 1}, {1, 64}, {7, 33}, {13, 172}, {3, 4096 + 17}, {64, 96}, {33, 40}, {5, 256}};
   for (const auto& [n, k] : shapes) {
@@ -66,8 +65,7 @@ TEST_P(MatmulTest, MatchesF64Reference) {
         }
       for (const int threads : {1, 2}) {
         ThreadPool pool(threads);
-        for (const Isa isa : {Isa::kScalar, Isa::kAvx2}) {
-          if (isa == Isa::kAvx2 && !have_avx2) continue;
+        for (const Isa isa : available_isas()) {
           SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k << " m=" << m << " threads="
                                             << threads << " isa=" << isa_name(isa));
           std::vector<float> y(static_cast<std::size_t>(m * n), std::nanf(""));
@@ -94,8 +92,7 @@ TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
   const std::int64_t m = 19;
   const auto x = random_vector(m * k, 12, 1.0f);
   ThreadPool pool(2);
-  for (const Isa isa : {Isa::kScalar, Isa::kAvx2}) {
-    if (isa == Isa::kAvx2 && active_isa() != Isa::kAvx2) continue;
+  for (const Isa isa : available_isas()) {
     std::vector<float> alone(static_cast<std::size_t>(m * n));
     for (std::int64_t i = 0; i < m; ++i) matmul(w, x.data() + i * k, 1, alone.data() + i * n, pool, isa);
     for (const std::int64_t batch : {2, 3, 4, 5, 8, 19}) {
@@ -107,8 +104,15 @@ TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
   }
 }
 
+// Every ISA the machine lacks is named, so a run says what it did not test.
+void report_missing_isas() {
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2})
+    if (!cpu_supports(isa)) std::printf("not tested here: %s (needs %s)\n", isa_name(isa).data(), isa_requirements(isa).data());
+}
+
 TEST(VectorOps, DotAndAxpyMatchScalar) {
-  if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  report_missing_isas();
+  for (const Isa isa : available_isas())
   for (const std::int64_t n : {1, 7, 8, 17, 128, 1001}) {
     const auto a = random_vector(n, static_cast<std::uint32_t>(n), 1.0f);
     const auto b = random_vector(n, static_cast<std::uint32_t>(n + 1), 1.0f);
@@ -117,25 +121,26 @@ TEST(VectorOps, DotAndAxpyMatchScalar) {
       ref += static_cast<double>(a[static_cast<std::size_t>(i)]) * b[static_cast<std::size_t>(i)];
       mag += std::fabs(static_cast<double>(a[static_cast<std::size_t>(i)]) * b[static_cast<std::size_t>(i)]);
     }
-    EXPECT_NEAR(dot(a.data(), b.data(), n, Isa::kAvx2), ref, 1e-6 * mag + 1e-30) << n;
-    EXPECT_NEAR(dot(a.data(), b.data(), n, Isa::kScalar), ref, 1e-6 * mag * static_cast<double>(n) + 1e-30) << n;
+    EXPECT_NEAR(dot(a.data(), b.data(), n, isa), ref, 1e-6 * mag * static_cast<double>(n) + 1e-30) << n;
     auto y1 = b, y2 = b;
-    axpy(0.37f, a.data(), y1.data(), n, Isa::kAvx2);
+    axpy(0.37f, a.data(), y1.data(), n, isa);
     axpy(0.37f, a.data(), y2.data(), n, Isa::kScalar);
-    for (std::size_t i = 0; i < y1.size(); ++i) ASSERT_NEAR(y1[i], y2[i], 1e-6f * (std::fabs(y2[i]) + 1.0f)) << n;
+    for (std::size_t i = 0; i < y1.size(); ++i)
+      ASSERT_NEAR(y1[i], y2[i], 1e-6f * (std::fabs(y2[i]) + 1.0f)) << n << " " << isa_name(isa);
   }
 }
 
-TEST(Q8Activations, Avx2MatchesScalarBitForBitAndRoundsToNearest) {
-  if (active_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+TEST(Q8Activations, EveryIsaMatchesScalarBitForBitAndRoundsToNearest) {
+  report_missing_isas();
+  for (const Isa isa : available_isas())
   for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {
     for (const Q8Layout layout : {Q8Layout::kNatural, Q8Layout::kPairedNibbles}) {
       auto x = random_vector(3 * k, static_cast<std::uint32_t>(k), 2.0f);
       x[0] = 0.0f;
       Q8Activations s, v;
       quantize_activations(x.data(), 3, k, layout, s, Isa::kScalar);
-      quantize_activations(x.data(), 3, k, layout, v, Isa::kAvx2);
-      ASSERT_EQ(s.q, v.q) << k;
+      quantize_activations(x.data(), 3, k, layout, v, isa);
+      ASSERT_EQ(s.q, v.q) << k << " " << isa_name(isa);
       ASSERT_EQ(s.d, v.d) << k;
       ASSERT_EQ(s.sum, v.sum) << k;
       for (std::int64_t r = 0; r < 3; ++r)

@@ -1,40 +1,71 @@
 #include "core/cpu.h"
 
+#include <array>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace woq {
 
-std::string_view isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
-
 namespace {
 
-bool cpu_has_avx2() {
+bool has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  __builtin_cpu_init();  // libgcc's checks include the OS's saving of the YMM state (XGETBV)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif
 }
 
+struct IsaInfo {
+  Isa isa;
+  std::string_view name;
+  std::string_view requirements;
+  bool (*supported)();
+};
+
+// One row per ISA, in the enum's order.
+constexpr std::array<IsaInfo, 2> kIsas = {{
+    {Isa::kScalar, "scalar", "nothing", [] { return true; }},
+    {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2},
+}};
+
+const IsaInfo& info(Isa isa) { return kIsas[static_cast<std::size_t>(isa)]; }
+
 Isa detect_isa() {
-  const bool avx2 = cpu_has_avx2();
+  const auto& available = available_isas();
   const char* env = std::getenv("WOQ_ISA");
-  if (env == nullptr || *env == '\0') return avx2 ? Isa::kAvx2 : Isa::kScalar;
+  if (env == nullptr || *env == '\0') return available.back();
   const std::string want(env);
-  if (want == "scalar") return Isa::kScalar;
-  if (want == "avx2") {
-    if (!avx2) fail("WOQ_ISA=avx2, but this CPU lacks AVX2/FMA/F16C");
-    return Isa::kAvx2;
+  std::string names;
+  for (const IsaInfo& i : kIsas) {
+    if (i.name == want) {
+      if (!i.supported()) fail("WOQ_ISA={}, but this CPU lacks {}", want, i.requirements);
+      return i.isa;
+    }
+    names += (names.empty() ? "" : ", ") + std::string(i.name);
   }
-  fail("WOQ_ISA='{}' is not one of: scalar, avx2", want);
+  fail("WOQ_ISA='{}' is not one of: {}", printable(want), names);
 }
 
 }  // namespace
+
+std::string_view isa_name(Isa isa) { return info(isa).name; }
+std::string_view isa_requirements(Isa isa) { return info(isa).requirements; }
+bool cpu_supports(Isa isa) { return info(isa).supported(); }
+
+std::span<const Isa> available_isas() {
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> v;
+    for (const IsaInfo& i : kIsas)
+      if (i.supported()) v.push_back(i.isa);
+    return v;
+  }();
+  return isas;
+}
 
 Isa active_isa() {
   static const Isa isa = detect_isa();

@@ -1,19 +1,32 @@
-// Instruction-set selection for the kernels, decided once at run time.
+// Instruction-set selection for the kernels, decided once at run time: the
+// seam where a new ISA goes in (one enum value and one row of the table in
+// cpu.cc here, one kernel file and one CMake line in src/kernels).
 #pragma once
 
+#include <span>
 #include <string_view>
 
 namespace woq {
 
-/// Instruction sets a kernel may be specialised for.
+/// Instruction sets a kernel may be specialised for, in increasing order of preference.
 enum class Isa { kScalar, kAvx2 };
 
-/// "scalar" or "avx2".
+/// "scalar", "avx2".
 std::string_view isa_name(Isa isa);
 
-/// The best ISA this CPU supports (AVX2 needs AVX2 + FMA + F16C), unless the
-/// environment variable WOQ_ISA=scalar|avx2 asks for another. Asking for an
-/// ISA the CPU lacks throws woq::Error. Evaluated once and cached.
+/// What `isa` needs of the CPU, for messages ("AVX2 + FMA + F16C").
+std::string_view isa_requirements(Isa isa);
+
+/// Whether this CPU (and its OS) runs kernels of `isa`.
+bool cpu_supports(Isa isa);
+
+/// The ISAs this CPU runs, scalar first and the best last: what tests and
+/// benchmarks loop over.
+std::span<const Isa> available_isas();
+
+/// The best ISA this CPU supports, unless the environment variable WOQ_ISA
+/// names another (one of isa_name's values). Asking for an ISA the CPU lacks,
+/// or an unknown name, throws woq::Error. Evaluated once and cached.
 Isa active_isa();
 
 }  // namespace woq

@@ -60,11 +60,25 @@ void tile_q8_scalar(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, co
     for (std::int64_t r = r0; r < r0 + rows; ++r) y[t * w.rows + r] = dot_q8_scalar(w, r, a, t);
 }
 
+void quantize_q8_scalar(const float* x, Q8Activations& out) {
+  for (std::int64_t r = 0; r < out.m; ++r)
+    for (std::int64_t b = 0; b < out.blocks; ++b) quantize_block(x, r, b, out);
+}
+
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row};
+  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row,
+                            quantize_q8_scalar};
   return k;
+}
+
+const RowKernels& kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return scalar_kernels();
+    case Isa::kAvx2: return avx2_kernels();
+  }
+  return scalar_kernels();
 }
 
 }  // namespace detail
@@ -136,13 +150,9 @@ void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, T
 
 }  // namespace
 
-float dot(const float* a, const float* b, std::int64_t n, Isa isa) {
-  return (isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels()).dot_f32(a, b, n);
-}
+float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return detail::kernels(isa).dot_f32(a, b, n); }
 
-void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) {
-  (isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels()).axpy(a, x, y, n);
-}
+void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
 bool uses_q8_path(const QuantMatrix& w) {
   return is_quantized(w.type) && (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
@@ -150,8 +160,7 @@ bool uses_q8_path(const QuantMatrix& w) {
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa) {
-  const detail::RowKernels& kern =
-      isa == Isa::kAvx2 ? detail::avx2_kernels() : detail::scalar_kernels();
+  const detail::RowKernels& kern = detail::kernels(isa);
   if (!w.input_order.empty()) {
     // Act-order: gather the inputs into storage order once per call.
     thread_local std::vector<float> gathered;

@@ -56,8 +56,12 @@ struct RowKernels {
                   std::int64_t t0, std::int64_t tokens, float* y);
   /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
+  /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
+  void (*quantize_q8)(const float* x, Q8Activations& out);
 };
 
+/// The kernels of `isa` (one table row per ISA; each ISA's in its own file).
+const RowKernels& kernels(Isa isa);
 const RowKernels& scalar_kernels();
 const RowKernels& avx2_kernels();
 

@@ -1,5 +1,7 @@
 #include "kernels/q8_activations.h"
 
+#include "kernels/matmul.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -37,12 +39,7 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Layo
   out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block), 0);
   out.d.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
   out.sum.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
-  if (isa == Isa::kAvx2) {
-    detail::quantize_activations_avx2(x, out);
-    return;
-  }
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t b = 0; b < out.blocks; ++b) detail::quantize_block(x, r, b, out);
+  detail::kernels(isa).quantize_q8(x, out);
 }
 
 }  // namespace woq

@@ -49,7 +49,7 @@ struct Q8Activations {
 };
 
 /// Quantizes x [m, k] (row-major fp32) into `out` (buffers reused when large
-/// enough). Scalar and AVX2 give bit-identical results.
+/// enough) with the kernels of `isa`; every ISA gives bit-identical results.
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Layout layout,
                           Q8Activations& out, Isa isa = active_isa());
 
