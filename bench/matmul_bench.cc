@@ -21,9 +21,10 @@
 namespace woq {
 namespace {
 
-const QuantMatrix& weights(LowBit type, std::int64_t group, std::int64_t n, std::int64_t k) {
-  static std::map<std::tuple<LowBit, std::int64_t, std::int64_t, std::int64_t>, std::unique_ptr<QuantMatrix>> cache;
-  auto& slot = cache[{type, group, n, k}];
+const QuantMatrix& weights(LowBit type, std::int64_t group, Activations act, std::int64_t n, std::int64_t k) {
+  static std::map<std::tuple<LowBit, std::int64_t, Activations, std::int64_t, std::int64_t>, std::unique_ptr<QuantMatrix>>
+      cache;
+  auto& slot = cache[{type, group, act, n, k}];
   if (!slot) {
     std::mt19937 rng(42);
     std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -31,6 +32,7 @@ const QuantMatrix& weights(LowBit type, std::int64_t group, std::int64_t n, std:
       for (std::int64_t j = 0; j < k; ++j) out[j] = normal(rng);
     };
     slot = std::make_unique<QuantMatrix>(quantize_matrix(read, n, k, {type, group, Int4Range::kFull}));
+    slot->activations = act;
   }
   return *slot;
 }
@@ -43,9 +45,9 @@ ThreadPool& pool(int threads) {
 }
 
 // Args: N (output rows), K (inputs), m (tokens), threads.
-void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t group) {
+void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t group, Activations act) {
   const std::int64_t n = state.range(0), k = state.range(1), m = state.range(2);
-  const QuantMatrix& w = weights(type, group, n, k);
+  const QuantMatrix& w = weights(type, group, act, n, k);
   std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -60,27 +62,33 @@ void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t grou
       benchmark::Counter(2.0 * static_cast<double>(m * n * k), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Registers gemv/<isa>/<format> (m = 1, decode) and gemm/<isa>/<format>
+// Registers gemv/<isa>/<format>[_f32act] (m = 1, decode) and gemm/<isa>/<format>
 // (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
 // gate/up and down projections of Llama-2-7B and its lm_head (too big for any
 // cache), with 1 and 2 threads. sym_int4 g16 shows the row path that group
 // sizes not a multiple of 32 take (batch invariance).
 void register_all() {
-  const std::pair<LowBit, std::int64_t> formats[] = {
-      {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, 32}, {LowBit::kSymInt8, 32}, {LowBit::kSymInt8, -1},
-      {LowBit::kFp16, 0},     {LowBit::kBf16, 0},      {LowBit::kSymInt4, 16}};
+  const std::tuple<LowBit, std::int64_t, Activations> formats[] = {
+      {LowBit::kSymInt4, 32, Activations::kInt8}, {LowBit::kAsymInt4, 32, Activations::kInt8},
+      {LowBit::kSymInt8, 32, Activations::kInt8}, {LowBit::kSymInt8, -1, Activations::kInt8},
+      {LowBit::kSymInt4, 32, Activations::kF32},  {LowBit::kSymInt8, -1, Activations::kF32},
+      {LowBit::kFp16, 0, Activations::kInt8},     {LowBit::kBf16, 0, Activations::kInt8},
+      {LowBit::kSymInt4, 16, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
   for (const Isa isa : available_isas()) {
     if (isa == Isa::kScalar && available_isas().size() > 1) continue;  // the reference, not a contender
     for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {
-      for (const auto& [type, group] : formats) {
-        const std::string name = fmt::format("{}/{}/{}{}", kind, isa_name(isa), low_bit_name(type),
-                                             group == -1 ? "_channel"
-                                             : group > 0 ? fmt::format("_g{}", group)
-                                                         : "");
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), [isa, type = type, group = group](benchmark::State& st) {
-          run_matmul(st, isa, type, group);
-        });
+      for (const auto& [type, group, act] : formats) {
+        const std::string name =
+            fmt::format("{}/{}/{}{}{}", kind, isa_name(isa), low_bit_name(type),
+                        group == -1  ? "_channel"
+                        : group > 0 ? fmt::format("_g{}", group)
+                                    : "",
+                        is_quantized(type) && act == Activations::kF32 ? "_f32act" : "");
+        auto* b = benchmark::RegisterBenchmark(
+            name.c_str(), [isa, type = type, group = group, act = act](benchmark::State& st) {
+              run_matmul(st, isa, type, group, act);
+            });
         for (const auto& [n, k] : nk)
           for (const int threads : {1, 2}) b->Args({n, k, m, threads});
         b->ArgNames({"N", "K", "m", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -335,3 +335,25 @@ TEST(Cli, MakeRandomQwen3GeneratesWithItsTokenizer) {
 
 }  // namespace
 }  // namespace woq
+
+namespace woq {
+namespace {
+
+// --activations on the command line: eval compare splits the error of int8 activations off the weights'.
+TEST(Cli, ActivationsFlagAndAttribution) {
+  const std::string common = "eval compare -m " + kModel + " -f " WOQ_TEST_DATA "/tinystories_heldout.txt --ctx 128 --chunks 4";
+  RunResult r = run(common + " --low-bit sym_int4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int4 int8"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
+  r = run(common + " --low-bit sym_int8");  // f32 by default: nothing to split
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int8 f32"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;
+  r = run(common + " --low-bit sym_int8 --activations int16");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("unknown activations 'int16'"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace woq

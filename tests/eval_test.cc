@@ -51,7 +51,7 @@ TEST(Perplexity, MatchesF64NumpyReference) {
     if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed (apt-get install python3-numpy)";
     ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
     const auto ref = nlohmann::json::parse(test::read_file(tmp.file("ref.json")))["nll"].get<std::vector<double>>();
-    auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+    auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
     const std::vector<double> nll = nll_of(*model, plan);
     ASSERT_EQ(nll.size(), ref.size());
     ASSERT_EQ(static_cast<std::int64_t>(nll.size()), plan.scored_tokens());
@@ -109,7 +109,7 @@ TEST(Perplexity, UniformLogitModelHasPerplexityVocabSize) {
     if (t.name == "model.norm.weight") std::fill(t.bytes.begin(), t.bytes.end(), 0);  // final hidden = 0 -> logits 0
   test::write_safetensors(dir + "/model.safetensors", tensors);
   ThreadPool pool(1);
-  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
   const Tokenizer tok = Tokenizer::load(dir);
   const ScoringPlan plan = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 64, 3, 1);
   const Perplexity p = perplexity(nll_of(*model, plan));
@@ -118,14 +118,14 @@ TEST(Perplexity, UniformLogitModelHasPerplexityVocabSize) {
 }
 
 CompareStats compare(const std::string& dir_a, const QuantSpec& a, const QuantSpec& b, const ScoringPlan& plan,
-                     const std::string& save_path) {
+                     const std::string& save_path, std::optional<Activations> activations = std::nullopt) {
   ThreadPool pool(2);
-  auto ref_model = LlamaModel::load(dir_a, LoadOptions{a, std::nullopt}, pool);
+  auto ref_model = LlamaModel::load(dir_a, LoadOptions{a, std::nullopt, std::nullopt}, pool);
   const std::int64_t vocab = ref_model->config().vocab_size;
   RefLogprobFile ref = RefLogprobFile::create(save_path, plan, vocab);
   run_plan(*ref_model, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t, const float* l) { ref.write_logits(l); });
   ref.finish();
-  auto cand = LlamaModel::load(dir_a, LoadOptions{b, std::nullopt}, pool);
+  auto cand = LlamaModel::load(dir_a, LoadOptions{b, std::nullopt, activations}, pool);
   CompareAccumulator acc(vocab);
   std::vector<float> row(static_cast<std::size_t>(vocab));
   run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
@@ -154,6 +154,24 @@ TEST(Compare, ModelAgainstItselfHasZeroKlAndFullAgreement) {
   EXPECT_LE(q.p99_kl, q.max_kl);
 }
 
+// --activations: int8 activations double sym_int8's error and do not matter for
+// sym_int4 (what the per-format defaults are chosen by); f32 is the default for sym_int8.
+TEST(Compare, ActivationsShareOfTheError) {
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const ScoringPlan plan = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 256, 12, 1);
+  const QuantSpec int8{LowBit::kSymInt8, -1, Int4Range::kFull}, int4{LowBit::kSymInt4, 32, Int4Range::kFull};
+  const double i8_i8 = compare(WOQ_MODEL_DIR, kFp32, int8, plan, "", Activations::kInt8).mean_kl;
+  const double i8_f32 = compare(WOQ_MODEL_DIR, kFp32, int8, plan, "", Activations::kF32).mean_kl;
+  const double i8_default = compare(WOQ_MODEL_DIR, kFp32, int8, plan, "").mean_kl;
+  const double i4_i8 = compare(WOQ_MODEL_DIR, kFp32, int4, plan, "", Activations::kInt8).mean_kl;
+  const double i4_f32 = compare(WOQ_MODEL_DIR, kFp32, int4, plan, "", Activations::kF32).mean_kl;
+  std::printf("mean KL: sym_int8 per channel int8 act %.6f, f32 act %.6f; sym_int4 g32 int8 act %.5f, f32 act %.5f\n",
+              i8_i8, i8_f32, i4_i8, i4_f32);
+  EXPECT_LT(i8_f32, 0.75 * i8_i8);
+  EXPECT_EQ(i8_default, i8_f32);
+  EXPECT_NEAR(i4_f32, i4_i8, 0.05 * i4_i8);
+}
+
 TEST(Compare, SavedReferenceIsReusedAndChecked) {
   test::TempDir tmp;
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
@@ -163,7 +181,7 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
   const CompareStats direct = compare(WOQ_MODEL_DIR, kFp32, q4, plan, tmp.file("ref.bin"));
   RefLogprobFile ref = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
   ThreadPool pool(2);
-  auto cand = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{q4, std::nullopt}, pool);
+  auto cand = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{q4, std::nullopt, std::nullopt}, pool);
   CompareAccumulator acc(512);
   std::vector<float> row(512);
   run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
@@ -222,8 +240,8 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
 TEST(Explain, IdenticalModelsAgreeEverywhere) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
-  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
-  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
   const Explanation e = explain(*a, *b, tok, "Once upon a time", 20);
   EXPECT_EQ(e.diverges_at, -1);
   EXPECT_EQ(e.original_ids, e.quantized_ids);
@@ -236,11 +254,29 @@ TEST(Explain, IdenticalModelsAgreeEverywhere) {
   }
 }
 
+// explain splits each int8-activation layer's error: with f32 activations only the weights' part remains.
+TEST(Explain, WeightsOnlyErrorOfInt8ActivationLayers) {
+  ThreadPool pool(2);
+  auto original = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto q8 = LlamaModel::load(WOQ_MODEL_DIR,
+                             LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kInt8}, pool);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const Explanation e = explain(*original, *q8, tok, "Once upon a time", 12);
+  ASSERT_EQ(e.layers.size(), 35u);
+  for (const LinearError& l : e.layers) {
+    ASSERT_GE(l.weights_only_error, 0.0) << l.name;
+    EXPECT_LT(l.weights_only_error, l.output_error) << l.layer << " " << l.name;
+  }
+  auto f32 = LlamaModel::load(WOQ_MODEL_DIR,
+                              LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kF32}, pool);
+  for (const LinearError& l : explain(*original, *f32, tok, "Once upon a time", 4).layers) EXPECT_EQ(l.weights_only_error, -1.0);
+}
+
 TEST(Explain, QuantizedModelDivergenceIsLocatedAndRanked) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
-  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt}, pool);
-  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt}, pool);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool);
   const Explanation e = explain(*a, *b, tok, "Once upon a time", 60);
   ASSERT_GE(e.diverges_at, 0);  // 60 greedy tokens of a 4-bit 260K-parameter model differ somewhere
   const auto d = static_cast<std::size_t>(e.diverges_at);

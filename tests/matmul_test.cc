@@ -24,6 +24,7 @@ std::vector<float> random_vector(std::int64_t n, std::uint32_t seed, float sigma
 struct Case {
   LowBit type;
   std::int64_t group;
+  Activations activations = Activations::kInt8;
 };
 
 class MatmulTest : public ::testing::TestWithParam<Case> {};
@@ -34,7 +35,8 @@ TEST_P(MatmulTest, MatchesF64Reference) {
       {1, 1}, {1, 64}, {7, 33}, {13, 172}, {3, 4096 + 17}, {64, 96}, {33, 40}, {5, 256}};
   for (const auto& [n, k] : shapes) {
     const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 1000 + k), 0.02f);
-    const QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+    QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+    w.activations = c.activations;
     std::vector<float> deq(static_cast<std::size_t>(n * k));
     for (std::int64_t r = 0; r < n; ++r) dequantize_row(w, r, deq.data() + r * k);
     for (const std::int64_t m : {1, 3, 4, 7, 16, 512}) {
@@ -88,7 +90,8 @@ TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
   const Case c = GetParam();
   const std::int64_t n = 37, k = 4096 + 40;
   const auto wf = random_vector(n * k, 11, 0.02f);
-  const QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+  QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+  w.activations = c.activations;
   const std::int64_t m = 19;
   const auto x = random_vector(m * k, 12, 1.0f);
   ThreadPool pool(2);
@@ -160,10 +163,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{LowBit::kSymInt4, 32}, Case{LowBit::kSymInt4, 128}, Case{LowBit::kSymInt4, -1},
                       Case{LowBit::kAsymInt4, 32}, Case{LowBit::kAsymInt4, -1},
                       Case{LowBit::kAsymInt4, 64}, Case{LowBit::kSymInt4, 16},
-                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}, Case{LowBit::kSymInt8, 48}),
+                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}, Case{LowBit::kSymInt8, 48},
+                      Case{LowBit::kSymInt4, 32, Activations::kF32}, Case{LowBit::kAsymInt4, 128, Activations::kF32},
+                      Case{LowBit::kSymInt8, -1, Activations::kF32}, Case{LowBit::kSymInt8, 32, Activations::kF32}),
     [](const auto& param_info) {
       const Case& c = param_info.param;
-      return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group));
+      return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group)) +
+             (c.activations == Activations::kF32 ? "_f32act" : "");
     });
 
 }  // namespace

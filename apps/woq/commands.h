@@ -41,18 +41,21 @@ struct ModelFlags {
   std::int64_t group_size = 32;
   std::string int4_range = "full";
   std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
+  std::string activations;      ///< int8 or f32; empty: each format's default
   int threads = 0;
 };
 
 /// Registers -t/--threads (worker threads, 0 = all cores).
 void add_threads_flag(CLI::App* cmd, int& threads);
-/// Registers --group-size, --int4-range, --lm-head-low-bit and -t/--threads
+/// Registers --group-size, --int4-range, --lm-head-low-bit, --activations and -t/--threads
 /// (commands add --low-bit themselves: one type or a list).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 /// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 /// Loads DIR with `options` (LlamaModel::load; its errors) and prints the
-/// one-line summary of what loading converted, and any warnings, to stderr.
-std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool);
+/// one-line summary of what loading converted, and any warnings, to stderr
+/// (and gives the report when `report` is set).
+std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
+                                       LoadReport* report = nullptr);
 
 }  // namespace woq::cli

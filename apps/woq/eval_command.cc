@@ -165,8 +165,9 @@ std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
   };
 }
 
-std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool) {
-  return load_model(dir, load_options(a.model, low_bit), pool);
+std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool,
+                                 LoadReport* report = nullptr) {
+  return load_model(dir, load_options(a.model, low_bit), pool, report);
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -228,18 +229,32 @@ int run_compare(const EvalArgs& a) {
              progress_bar("reference"));
     ref->finish();
   }
-  auto model = load(a.model_dir, a, a.low_bit, pool);
-  CompareAccumulator acc(vocab);
+  LoadReport report;
+  auto model = load(a.model_dir, a, a.low_bit, pool, &report);
   std::vector<float> row(static_cast<std::size_t>(vocab));
-  run_plan(
-      *model, plan, a.batch,
-      [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
-        ref->read(row.data());
-        acc.add(row.data(), logits, target);
-      },
-      progress_bar("candidate"));
-  ref->expect_end();
-  const CompareStats s = acc.result();
+  auto compare_with = [&](LlamaModel& candidate, const char* what) {
+    CompareAccumulator acc(vocab);
+    ref->rewind();
+    run_plan(
+        candidate, plan, a.batch,
+        [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
+          ref->read(row.data());
+          acc.add(row.data(), logits, target);
+        },
+        progress_bar(what));
+    ref->expect_end();
+    return acc.result();
+  };
+  const CompareStats s = compare_with(*model, "candidate");
+  // With int8 activations, the same weights again with f32 activations: the weights' share of the error.
+  std::optional<CompareStats> weights_only;
+  if (report.int8_activations) {
+    model.reset();
+    LoadOptions options = load_options(a.model, a.low_bit);
+    options.activations = Activations::kF32;
+    auto f32 = LlamaModel::load(a.model_dir, options, pool);
+    weights_only = compare_with(*f32, "f32 activations");
+  }
   fmt::print("{} vs {}: {} scored tokens ({})\n", a.low_bit,
              a.load_ref.empty() ? (a.ref_dir.empty() ? a.ref_low_bit : a.ref_dir) : a.load_ref, s.positions,
              describe_plan(a, plan));
@@ -249,6 +264,11 @@ int run_compare(const EvalArgs& a) {
              "99% KLD        = {:.6f}\nMaximum KLD    = {:.6f}\n",
              s.mean_kl, s.kl_stderr, s.median_kl, s.p90_kl, s.p99_kl, s.max_kl);
   fmt::print("Same top token = {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * s.rms_dp);
+  if (weights_only)
+    fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} %; "
+               "int8 activations add {:.6f} ({:.0f} % of the KLD)\n",
+               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top,
+               s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
   write_json(a.json, {{"low_bit", a.low_bit},
                       {"tokens", s.positions},
                       {"ppl", s.cand.ppl},
@@ -263,7 +283,9 @@ int run_compare(const EvalArgs& a) {
                       {"p99_kl", s.p99_kl},
                       {"max_kl", s.max_kl},
                       {"same_top", s.same_top},
-                      {"rms_dp", s.rms_dp}});
+                      {"rms_dp", s.rms_dp},
+                      {"activations", report.activations},
+                      {"weights_only_mean_kl", weights_only ? nlohmann::ordered_json(weights_only->mean_kl) : nullptr}});
   return 0;
 }
 

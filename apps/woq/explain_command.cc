@@ -76,10 +76,14 @@ int run_explain(const ExplainArgs& a) {
     for (std::size_t i = 0; i < e.kl.size(); ++i) fmt::print("{:.3f}{}", e.kl[i], i + 1 == e.kl.size() ? "\n" : " ");
   }
   fmt::print("\nQuantization error per linear layer, largest output error first (on this text's activations):\n");
-  fmt::print("  {:>5}  {:<17} {:>13} {:>13}\n", "layer", "linear", "output error", "weight error");
-  for (std::size_t i = 0; i < e.layers.size() && static_cast<std::int64_t>(i) < a.top; ++i)
-    fmt::print("  {:>5}  {:<17} {:>12.2f}% {:>12.2f}%\n", e.layers[i].layer, e.layers[i].name,
-               100 * e.layers[i].output_error, 100 * e.layers[i].weight_error);
+  const bool split = std::any_of(e.layers.begin(), e.layers.end(), [](const LinearError& l) { return l.weights_only_error >= 0; });
+  fmt::print("  {:>5}  {:<17} {:>13} {:>13}{}\n", "layer", "linear", "output error", "weight error",
+             split ? "  output error with f32 activations (the weights' part)" : "");
+  for (std::size_t i = 0; i < e.layers.size() && static_cast<std::int64_t>(i) < a.top; ++i) {
+    const LinearError& l = e.layers[i];
+    fmt::print("  {:>5}  {:<17} {:>12.2f}% {:>12.2f}%{}\n", l.layer, l.name, 100 * l.output_error, 100 * l.weight_error,
+               l.weights_only_error >= 0 ? fmt::format("  {:>12.2f}%", 100 * l.weights_only_error) : std::string());
+  }
   if (!a.json.empty()) {
     nlohmann::ordered_json j = {{"prompt", a.prompt},
                                 {"low_bit", a.low_bit},
@@ -92,8 +96,12 @@ int run_explain(const ExplainArgs& a) {
     for (const auto& t : e.original_top) j["original_top"].push_back({{"token", t.text}, {"p", t.p}});
     for (const auto& t : e.quantized_top) j["quantized_top"].push_back({{"token", t.text}, {"p", t.p}});
     for (const auto& l : e.layers)
-      j["layers"].push_back({{"layer", l.layer}, {"linear", l.name}, {"output_error", l.output_error},
-                             {"weight_error", l.weight_error}});
+      j["layers"].push_back({{"layer", l.layer},
+                             {"linear", l.name},
+                             {"output_error", l.output_error},
+                             {"weight_error", l.weight_error},
+                             {"weights_only_output_error",
+                              l.weights_only_error >= 0 ? nlohmann::ordered_json(l.weights_only_error) : nullptr}});
     write_json_file(a.json, j);
   }
   return 0;

@@ -36,6 +36,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
       ->capture_default_str();
   cmd->add_option("--lm-head-low-bit", flags.lm_head_low_bit,
                   "Also convert lm_head to this format (default: keep it as stored)");
+  cmd->add_option("--activations", flags.activations,
+                  "What integer-format layers multiply their inputs as: int8 (quantized per block of 32, integer dot "
+                  "products) or f32 (weights dequantized in the dot product: w4a16/w8a16); default: per format");
   add_threads_flag(cmd, flags.threads);
 }
 
@@ -48,6 +51,7 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
     options.lm_head = QuantSpec{parse_low_bit(flags.lm_head_low_bit), flags.group_size, range};
     validate(*options.lm_head);
   }
+  if (!flags.activations.empty()) options.activations = parse_activations(flags.activations);
   const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
                         (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
   if (range == Int4Range::kClip && !any_int4)
@@ -72,16 +76,19 @@ void print_load_report(const LoadReport& r, const LoadOptions& options) {
                                           r.linear_matrices, r.source_dtype, describe(options.linear),
                                           mib(r.linear_source_bytes), mib(r.linear_bytes))
                             : std::string();
-  fmt::print(stderr, "woq: {}embeddings, norms{} kept as stored ({:.2f} MiB){}; loaded in {:.2f} s\n", converted,
-             options.lm_head ? "" : " and lm_head", mib(r.other_bytes), head, r.seconds);
+  fmt::print(stderr, "woq: {}embeddings, norms{} kept as stored ({:.2f} MiB){}; {}loaded in {:.2f} s\n", converted,
+             options.lm_head ? "" : " and lm_head", mib(r.other_bytes), head,
+             r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds);
 }
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool) {
+std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
+                                       LoadReport* out) {
   LoadReport report;
   auto model = LlamaModel::load(dir, options, pool, &report);
   print_load_report(report, options);
+  if (out != nullptr) *out = report;
   return model;
 }
 

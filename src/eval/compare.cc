@@ -134,6 +134,11 @@ void RefLogprobFile::expect_end() {
   if (std::fgetc(file_) != EOF) fail("{}: holds data after the last scored position (another run's file?)", name());
 }
 
+void RefLogprobFile::rewind() {
+  if (std::fseek(file_, data_start_, SEEK_SET) != 0) fail("{}: cannot seek", name());
+  rows_read_ = 0;
+}
+
 void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t target) {
   std::vector<float> lc(static_cast<std::size_t>(vocab_));
   log_softmax(cand, vocab_, lc.data());

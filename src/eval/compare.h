@@ -41,6 +41,8 @@ class RefLogprobFile {
   void read(float* row);
   /// Throws woq::Error unless every row has been read (trailing bytes).
   void expect_end();
+  /// Positions the file at its first row again (to compare a second candidate).
+  void rewind();
 
  private:
   RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start);

@@ -100,10 +100,16 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     original.forward_block(l, x.data(), t, [&](int i, const float* in, std::int64_t rows) {
       const QuantMatrix& w = original.block_linear(l, i);
-      const QuantMatrix& wq = quantized.block_linear(l, i);
-      std::vector<float> ref(static_cast<std::size_t>(rows * w.rows)), got(ref.size());
+      QuantMatrix& wq = quantized.block_linear(l, i);
+      std::vector<float> ref(static_cast<std::size_t>(rows * w.rows)), got(ref.size()), weights_only;
       matmul(w, in, rows, ref.data(), pool);
       matmul(wq, in, rows, got.data(), pool);
+      if (uses_q8_path(wq)) {  // again with the inputs as they are: the weights' share of the error
+        weights_only.resize(got.size());
+        wq.activations = Activations::kF32;
+        matmul(wq, in, rows, weights_only.data(), pool);
+        wq.activations = Activations::kInt8;
+      }
       std::vector<float> row(static_cast<std::size_t>(w.cols)), rowq(row.size());
       double dw = 0, nw = 0;
       for (std::int64_t r = 0; r < w.rows; ++r) {
@@ -115,8 +121,10 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
         }
       }
       for (std::size_t k = 0; k < got.size(); ++k) got[k] -= ref[k];
+      for (std::size_t k = 0; k < weights_only.size(); ++k) weights_only[k] -= ref[k];
       const double ny = frobenius(ref);
-      e.layers.push_back({l, kBlockLinears[i], nw > 0 ? std::sqrt(dw / nw) : 0.0, ny > 0 ? frobenius(got) / ny : 0.0});
+      e.layers.push_back({l, kBlockLinears[i], nw > 0 ? std::sqrt(dw / nw) : 0.0, ny > 0 ? frobenius(got) / ny : 0.0,
+                          weights_only.empty() ? -1.0 : (ny > 0 ? frobenius(weights_only) / ny : 0.0)});
     });
   }
   std::sort(e.layers.begin(), e.layers.end(),

@@ -5,7 +5,8 @@
 // divergence at every generated position (teacher-forced on the original's
 // tokens), and every block linear's quantization error: relative weight
 // error ||W - W_hat|| / ||W|| and the relative error of its output on this
-// very sequence's activations, ranked.
+// very sequence's activations, ranked, with the part the weights alone cause
+// when the layer quantizes its inputs to int8.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,10 @@ struct LinearError {
   std::string name;            ///< e.g. "mlp.down_proj"
   double weight_error = 0;     ///< ||W - W_hat||_F / ||W||_F
   double output_error = 0;     ///< ||X W^T - X W_hat^T||_F / ||X W^T||_F on this sequence's inputs X
+  /// The same with the inputs unquantized (f32 activations): the weights'
+  /// share of output_error when the layer runs with int8 activations; -1 when
+  /// it does not (float formats, f32 activations).
+  double weights_only_error = -1;
 };
 
 /// What explain() found.

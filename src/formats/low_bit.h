@@ -28,6 +28,25 @@ enum class LowBit {
 /// signed max / -8), or the clipped [-7, 7] (scale = amax / 7, "S4_Clip").
 enum class Int4Range { kFull, kClip };
 
+/// What an integer-format matrix multiplies its inputs as.
+enum class Activations {
+  /// Inputs quantized to int8 per block of 32 (ggml Q8_0's activations) and
+  /// met by integer dot products: fast, and adds the inputs' rounding
+  /// (~amax/254 per value) to the weights' (w4a8 / w8a8).
+  kInt8,
+  /// Inputs as they are; weights dequantized to fp32 inside the dot product:
+  /// the weights' error alone (w4a16 / w8a16, as vLLM and transformers run
+  /// GPTQ checkpoints), at the cost of float arithmetic.
+  kF32,
+};
+
+/// "int8" or "f32".
+std::string_view activations_name(Activations a);
+/// Inverse of activations_name. Throws woq::Error on anything else.
+Activations parse_activations(std::string_view name);
+/// Each format's default, picked by measurement (README, "Activations").
+Activations default_activations(LowBit type);
+
 /// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8.
 std::string_view low_bit_name(LowBit type);
 /// Inverse of low_bit_name. Throws woq::Error listing the valid names.
@@ -68,6 +87,8 @@ struct QuantMatrix {
   /// x[input_order[k]], so that each group is contiguous in storage although
   /// its input features are scattered. Empty = identity (the usual case).
   std::vector<std::int32_t> input_order;
+  /// Integer formats: what the inputs are multiplied as (ignored for float types).
+  Activations activations = Activations::kInt8;
 
   /// Bytes of weight storage (data + scales + zeros).
   std::size_t bytes() const;

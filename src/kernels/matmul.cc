@@ -100,12 +100,10 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
                   const detail::RowKernels& kern) {
   const std::int64_t n = w.rows;
   const std::int64_t k = w.cols;
-  // Quantized rows off the integer path (group sizes that are not a multiple
-  // of 32) sum group by group, which a dequantized tile would not reproduce:
-  // they always take the row path, so every row's result is the same at any m.
-  // Float rows give the same sums either way (dot_row is dot_f32 on exact
-  // widened values).
-  if (m < kTiledMinRows || is_quantized(w.type)) {
+  // dot_row is dot_f32 on the exactly widened row (quantized rows dequantized
+  // in registers, in the same order), so the row path (decode) and the tiled
+  // path (prefill) give the same sums.
+  if (m < kTiledMinRows) {
     pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
       std::vector<float> scratch(static_cast<std::size_t>(k));
       for (std::int64_t r = r0; r < r1; ++r)
@@ -155,7 +153,8 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return deta
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
 bool uses_q8_path(const QuantMatrix& w) {
-  return is_quantized(w.type) && (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
+  return is_quantized(w.type) && w.activations == Activations::kInt8 &&
+         (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
 }
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,

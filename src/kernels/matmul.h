@@ -17,14 +17,16 @@ class ThreadPool;
 /// x: [m, W.cols] fp32 row-major; y: [m, W.rows] fp32 row-major (must not
 /// alias x). Parallel over output rows n.
 ///
-/// Integer formats whose group_size is a multiple of 32 (or per channel)
-/// take the integer path: x is quantized to int8 per block of 32
-/// (q8_activations.h) and each weight block meets it in an integer dot
-/// product (AVX2 maddubs), scaled by the weight and activation scales; this
-/// adds the activation's rounding (~amax/254 per value) to the weights'.
-/// Other formats and group sizes take the float path: the weights are
-/// dequantized inside an fp32 dot product. For m >= 4 (prefill) tiles of
-/// weights are reused across many inputs.
+/// Integer formats with int8 activations (W.activations) whose group_size is
+/// a multiple of 32 (or per channel) take the integer path: x is quantized
+/// to int8 per block of 32 (q8_activations.h) and each weight block meets it
+/// in an integer dot product (AVX2 maddubs), scaled by the weight and
+/// activation scales; this adds the activation's rounding (~amax/254 per
+/// value) to the weights'. Everything else takes the float path: a weight
+/// row is widened to fp32 (quantized ones dequantized exactly, (q - z) · s)
+/// and meets x in an fp32 dot product; for m >= 4 (prefill) tiles of widened
+/// rows are reused across many inputs. Every output is the same dot product
+/// whatever m, so results do not depend on the batch.
 ///
 /// `isa` selects the kernels (the scalar ones are the reference); results of
 /// different ISAs agree to float rounding, not bit for bit.
@@ -44,7 +46,8 @@ namespace detail {
 
 /// One ISA's kernels. Internal to the kernels library.
 struct RowKernels {
-  /// Σ_k W[row, k] · x[k]; `scratch` has room for W.cols floats.
+  /// Σ_k W[row, k] · x[k], equal bit for bit to dot_f32 of the row widened by
+  /// widen_row; `scratch` has room for W.cols floats.
   float (*dot_row)(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch);
   /// Σ_k a[k] · b[k].
   float (*dot_f32)(const float* a, const float* b, std::int64_t k);

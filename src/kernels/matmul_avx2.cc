@@ -42,39 +42,7 @@ void axpy(float a, const float* x, float* y, std::int64_t k) {
   for (; j < k; ++j) y[j] += a * x[j];
 }
 
-// Σ_j (q_j - zero) · x_j over one group of n nibbles starting at an even index.
-float int4_group_dot(const std::uint8_t* q, const float* x, std::int64_t n, int zero) {
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m256 z = _mm256_set1_ps(static_cast<float>(zero));
-  __m256 acc = _mm256_setzero_ps();
-  std::int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j / 2));
-    const __m128i lo = _mm_and_si128(b, mask);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-    const __m128i v = _mm_unpacklo_epi8(lo, hi);  // the 16 values in order
-    const __m256 f0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), z);
-    const __m256 f1 =
-        _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), z);
-    acc = _mm256_fmadd_ps(f0, _mm256_loadu_ps(x + j), acc);
-    acc = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + j + 8), acc);
-  }
-  float sum = hsum(acc);
-  for (; j < n; ++j) sum += static_cast<float>(codec::get_nibble(q, j) - zero) * x[j];
-  return sum;
-}
-
-float int8_group_dot(const std::int8_t* q, const float* x, std::int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  std::int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_loadu_ps(x + j), acc);
-  }
-  float sum = hsum(acc);
-  for (; j < n; ++j) sum += static_cast<float>(q[j]) * x[j];
-  return sum;
-}
+void widen_row(const QuantMatrix& w, std::int64_t row, float* out);
 
 // fp16 / bf16 rows: two accumulators so the FMA latency does not bound the loop.
 template <bool kBf16>
@@ -104,38 +72,85 @@ float dot_half(const std::uint8_t* p, const float* x, std::int64_t k) {
   return sum;
 }
 
-float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* /*scratch*/) {
+// Σ_k w_k x_k of a quantized row with w_k = (q_k - z) · s dequantized in
+// registers, in exactly dot_f32's order of operations over the widened row
+// (two accumulators over steps of 16, one step of 8, the scalar tail), so
+// the result equals dot_f32(widen_row(row), x) bit for bit: the row path
+// (decode) and the widened tiles (prefill) agree. Walks group by group, which
+// keeps dot_f32's steps when every group but the last is a multiple of 16 long.
+template <LowBit T>
+float dot_dequantized(const QuantMatrix& w, std::int64_t row, const float* x) {
   const std::uint8_t* p = w.data.data() + row * w.row_bytes;
   const std::int64_t k = w.cols;
   const std::int64_t g = w.group_size;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  float sum = 0.0f;
-  switch (w.type) {
-    case LowBit::kFp32: return dot_f32(reinterpret_cast<const float*>(p), x, k);
-    case LowBit::kFp16: return dot_half<false>(p, x, k);
-    case LowBit::kBf16: return dot_half<true>(p, x, k);
-    case LowBit::kSymInt4:
-      for (std::int64_t i = 0; i < w.groups_per_row; ++i)
-        sum += fp16_to_fp32(scales[i]) *
-               int4_group_dot(p + i * g / 2, x + i * g, codec::group_len(i, k, g), 8);
-      return sum;
-    case LowBit::kAsymInt4: {
-      const std::uint8_t* zeros = w.zeros.data() + row * w.groups_per_row;
-      for (std::int64_t i = 0; i < w.groups_per_row; ++i)
-        sum += fp16_to_fp32(scales[i]) *
-               int4_group_dot(p + i * g / 2, x + i * g, codec::group_len(i, k, g), zeros[i]);
-      return sum;
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  // Sixteen widened values from column j (even), as two vectors.
+  auto sixteen = [&](std::int64_t j, __m256 z, __m256 s, __m256& lo, __m256& hi) {
+    if constexpr (T == LowBit::kSymInt8) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+      lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+      hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), s);
+    } else {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j / 2));
+      const __m128i v = _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+      lo = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), z), s);
+      hi = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), z), s);
     }
-    case LowBit::kSymInt8:
-      for (std::int64_t i = 0; i < w.groups_per_row; ++i)
-        sum += fp16_to_fp32(scales[i]) *
-               int8_group_dot(reinterpret_cast<const std::int8_t*>(p) + i * g, x + i * g,
-                              codec::group_len(i, k, g));
-      return sum;
+  };
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  std::int64_t j = 0;
+  float s_last = 0;
+  int z_last = 0;
+  for (std::int64_t i = 0; i < w.groups_per_row; ++i) {
+    const std::int64_t end = std::min(k, (i + 1) * g);
+    s_last = fp16_to_fp32(scales[i]);
+    z_last = T == LowBit::kAsymInt4 ? w.zeros[static_cast<std::size_t>(row * w.groups_per_row + i)] : 8;
+    const __m256 vs = _mm256_set1_ps(s_last), vz = _mm256_set1_ps(static_cast<float>(z_last));
+    for (; j + 16 <= end; j += 16) {
+      __m256 lo, hi;
+      sixteen(j, vz, vs, lo, hi);
+      acc0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + j), acc0);
+      acc1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + j + 8), acc1);
+    }
   }
+  // The last group's remainder: dot_f32's one step of 8 and its scalar tail.
+  auto value = [&](std::int64_t c) {
+    const int q = T == LowBit::kSymInt8 ? reinterpret_cast<const std::int8_t*>(p)[c] : codec::get_nibble(p, c) - z_last;
+    return static_cast<float>(q) * s_last;
+  };
+  if (j + 8 <= k) {
+    alignas(32) float v[8];
+    for (int c = 0; c < 8; ++c) v[c] = value(j + c);
+    acc0 = _mm256_fmadd_ps(_mm256_load_ps(v), _mm256_loadu_ps(x + j), acc0);
+    j += 8;
+  }
+  float sum = hsum(_mm256_add_ps(acc0, acc1));
+  for (; j < k; ++j) sum += value(j) * x[j];
   return sum;
 }
 
+float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
+  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
+  const bool fused = w.group_size % 16 == 0 || w.groups_per_row == 1;
+  switch (w.type) {
+    case LowBit::kFp32: return dot_f32(reinterpret_cast<const float*>(p), x, w.cols);
+    case LowBit::kFp16: return dot_half<false>(p, x, w.cols);
+    case LowBit::kBf16: return dot_half<true>(p, x, w.cols);
+    case LowBit::kSymInt4:
+      if (fused) return dot_dequantized<LowBit::kSymInt4>(w, row, x);
+      break;
+    case LowBit::kAsymInt4:
+      if (fused) return dot_dequantized<LowBit::kAsymInt4>(w, row, x);
+      break;
+    case LowBit::kSymInt8:
+      if (fused) return dot_dequantized<LowBit::kSymInt8>(w, row, x);
+      break;
+  }
+  widen_row(w, row, scratch);
+  return dot_f32(scratch, x, w.cols);
+}
 
 // ---- Integer path: int8 activation blocks against packed weight blocks ----
 //
@@ -371,14 +386,57 @@ void tile_q8(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8A
   }
 }
 
-// fp16 / bf16 rows widened 8 values at a time (exact, like the scalar conversion).
-void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
-  if (w.type != LowBit::kFp16 && w.type != LowBit::kBf16) {
-    dequantize_stored_row(w, row, out);
-    return;
+// (q - zero) · s of n nibbles starting at an even column, 16 at a time: the
+// same float operations as the codecs' scalar dequantization, so the same bits.
+void widen_int4_group(const std::uint8_t* q, float s, int zero, std::int64_t n, float* out) {
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m256 z = _mm256_set1_ps(static_cast<float>(zero));
+  const __m256 vs = _mm256_set1_ps(s);
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j / 2));
+    const __m128i v = _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+    const __m256 f0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), z);
+    const __m256 f1 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), z);
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(f0, vs));
+    _mm256_storeu_ps(out + j + 8, _mm256_mul_ps(f1, vs));
   }
+  for (; j < n; ++j) out[j] = static_cast<float>(codec::get_nibble(q, j) - zero) * s;
+}
+
+void widen_int8_group(const std::int8_t* q, float s, std::int64_t n, float* out) {
+  const __m256 vs = _mm256_set1_ps(s);
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vs));
+  }
+  for (; j < n; ++j) out[j] = static_cast<float>(q[j]) * s;
+}
+
+// A row widened to fp32 exactly (dequantize_stored_row's values, 8 or 16 at a time).
+void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* p = w.data.data() + row * w.row_bytes;
   const std::int64_t k = w.cols;
+  const std::int64_t g = w.group_size;
+  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  switch (w.type) {
+    case LowBit::kFp32: std::memcpy(out, p, static_cast<std::size_t>(4 * k)); return;
+    case LowBit::kSymInt4:
+    case LowBit::kAsymInt4:
+      for (std::int64_t i = 0; i < w.groups_per_row; ++i) {
+        const int zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + i)];
+        widen_int4_group(p + i * g / 2, fp16_to_fp32(scales[i]), zero, codec::group_len(i, k, g), out + i * g);
+      }
+      return;
+    case LowBit::kSymInt8:
+      for (std::int64_t i = 0; i < w.groups_per_row; ++i)
+        widen_int8_group(reinterpret_cast<const std::int8_t*>(p) + i * g, fp16_to_fp32(scales[i]),
+                         codec::group_len(i, k, g), out + i * g);
+      return;
+    case LowBit::kFp16:
+    case LowBit::kBf16: break;
+  }
   std::int64_t j = 0;
   for (; j + 8 <= k; j += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * j));

@@ -53,6 +53,9 @@ struct LoadOptions {
   /// embeddings are tied, a converted lm_head is a separate copy (the
   /// embedding lookup keeps full precision).
   std::optional<QuantSpec> lm_head;
+  /// How integer-format matrices (converted or imported) multiply their
+  /// inputs; unset: each format's default_activations.
+  std::optional<Activations> activations;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -68,6 +71,10 @@ struct LoadReport {
   std::int64_t linear_imported = 0;
   std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout
   std::string imported_format;              ///< QuantizationConfig::describe(); empty if none
+  /// What the integer-format matrices multiply their inputs as, e.g.
+  /// "sym_int4 int8, sym_int8 f32"; empty when there are none.
+  std::string activations;
+  bool int8_activations = false;  ///< some matrix quantizes its inputs to int8
   double repack_seconds = 0;                ///< wall time of reading and repacking them
   std::vector<std::string> warnings;        ///< oddities of the checkpoint that were tolerated
   double seconds = 0;                     ///< wall time of loading and quantizing

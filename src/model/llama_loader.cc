@@ -1,5 +1,6 @@
 // LlamaModel::load: from a Hugging Face checkpoint directory to weights in
 // woq's formats.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -109,6 +110,15 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
   }
 }
 
+// Sets how an integer-format matrix multiplies its inputs.
+void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep) {
+  if (!is_quantized(w.type)) return;
+  w.activations = options.activations.value_or(default_activations(w.type));
+  rep.int8_activations |= w.activations == Activations::kInt8;
+  const std::string what = fmt::format("{} {}", low_bit_name(w.type), activations_name(w.activations));
+  if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
@@ -122,6 +132,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const ModelConfig& c = m->config_;
   LoadReport rep;
 
+  std::vector<std::string> activations_used;  // "sym_int4 int8", ...
   const TensorView& embed = store.get("model.embed_tokens.weight");
   const QuantSpec keep{float_format(embed), 0, Int4Range::kFull};
   m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", keep, pool);
@@ -135,6 +146,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     const QuantSpec spec = options.lm_head.value_or(QuantSpec{float_format(head_src), 0, Int4Range::kFull});
     m->lm_head_ = std::make_unique<QuantMatrix>(
         load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", spec, pool));
+    set_activations(*m->lm_head_, options, activations_used, rep);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   }
   m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
@@ -149,6 +161,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       if (w) {
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;
+        set_activations(*w, options, activations_used, rep);
         return std::move(*w);
       }
       if (store.find(name) == nullptr)
@@ -159,6 +172,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));
     rep.linear_source_bytes += t.bytes.size();
     QuantMatrix w = load_matrix(t, rows, cols, from, options.linear, pool);
+    set_activations(w, options, activations_used, rep);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;
     return w;
@@ -195,6 +209,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     m->layers_.push_back(std::move(w));
   }
   if (quantized) rep.imported_format = quantized->describe();
+  for (const std::string& a : activations_used) rep.activations += (rep.activations.empty() ? "" : ", ") + a;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (report != nullptr) *report = rep;
   return m;
