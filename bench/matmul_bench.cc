@@ -33,6 +33,7 @@ const QuantMatrix& weights(LowBit type, std::int64_t group, Activations act, std
     };
     slot = std::make_unique<QuantMatrix>(quantize_matrix(read, n, k, {type, group, Int4Range::kFull}));
     slot->activations = act;
+    prepare_for_kernels(*slot);
   }
   return *slot;
 }

@@ -242,7 +242,8 @@ TEST(IntMatrix, ActOrderDequantizesByDefinitionAndMultipliesLikeGatheredInput) {
       if (bits == 8 && !sym) continue;
       const std::int64_t n = 24, k = 256, g = 64;
       const IntMatrix m = random_int_matrix(bits, sym, n, k, g, true, 11);
-      const QuantMatrix w = from_int_matrix(m, g, sym);
+      QuantMatrix w = from_int_matrix(m, g, sym);
+      prepare_for_kernels(w);  // read back below through the kernels' layout where it applies
       ASSERT_EQ(w.input_order.size(), static_cast<std::size_t>(k));
       std::vector<float> row(static_cast<std::size_t>(k));
       for (std::int64_t r = 0; r < n; ++r) {

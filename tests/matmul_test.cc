@@ -8,7 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/int_matrix.h"
+#include "formats/interleave.h"
 
 namespace woq {
 namespace {
@@ -37,6 +40,7 @@ TEST_P(MatmulTest, MatchesF64Reference) {
     const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 1000 + k), 0.02f);
     QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
     w.activations = c.activations;
+    prepare_for_kernels(w);
     std::vector<float> deq(static_cast<std::size_t>(n * k));
     for (std::int64_t r = 0; r < n; ++r) dequantize_row(w, r, deq.data() + r * k);
     for (const std::int64_t m : {1, 3, 4, 7, 16, 512}) {
@@ -47,7 +51,7 @@ TEST_P(MatmulTest, MatchesF64Reference) {
       std::vector<float> xe = x;
       if (uses_q8_path(w)) {
         Q8Activations a;
-        quantize_activations(x.data(), m, k, Q8Layout::kNatural, a, Isa::kScalar);
+        quantize_activations(x.data(), m, k, a, Isa::kScalar);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t j = 0; j < k; ++j)
             xe[static_cast<std::size_t>(i * k + j)] =
@@ -88,22 +92,119 @@ TEST_P(MatmulTest, MatchesF64Reference) {
 // format and ISA, so a sequence's tokens do not depend on the batch it decodes in.
 TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
   const Case c = GetParam();
-  const std::int64_t n = 37, k = 4096 + 40;
-  const auto wf = random_vector(n * k, 11, 0.02f);
-  QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
-  w.activations = c.activations;
-  const std::int64_t m = 19;
-  const auto x = random_vector(m * k, 12, 1.0f);
-  ThreadPool pool(2);
-  for (const Isa isa : available_isas()) {
-    std::vector<float> alone(static_cast<std::size_t>(m * n));
-    for (std::int64_t i = 0; i < m; ++i) matmul(w, x.data() + i * k, 1, alone.data() + i * n, pool, isa);
-    for (const std::int64_t batch : {2, 3, 4, 5, 8, 19}) {
-      std::vector<float> y(static_cast<std::size_t>(batch * n));
-      matmul(w, x.data(), batch, y.data(), pool, isa);
-      for (std::size_t i = 0; i < y.size(); ++i)
-        ASSERT_EQ(y[i], alone[i]) << "batch " << batch << " at " << i << " isa " << isa_name(isa);
+  // K with a scalar tail (100) and with a step of 8 (4136).
+  for (const std::int64_t k : {100, 4096 + 40}) {
+    const std::int64_t n = 37;
+    const auto wf = random_vector(n * k, 11, 0.02f);
+    QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+    w.activations = c.activations;
+    prepare_for_kernels(w);
+    const std::int64_t m = 19;
+    const auto x = random_vector(m * k, 12, 1.0f);
+    ThreadPool pool(2);
+    for (const Isa isa : available_isas()) {
+      std::vector<float> alone(static_cast<std::size_t>(m * n));
+      for (std::int64_t i = 0; i < m; ++i) matmul(w, x.data() + i * k, 1, alone.data() + i * n, pool, isa);
+      for (const std::int64_t batch : {2, 3, 4, 5, 8, 19}) {
+        std::vector<float> y(static_cast<std::size_t>(batch * n));
+        matmul(w, x.data(), batch, y.data(), pool, isa);
+        for (std::size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], alone[i]) << "k " << k << " batch " << batch << " at " << i << " isa " << isa_name(isa);
+      }
     }
+  }
+}
+
+// The integer path: every ISA computes the scalar reference's float
+// operations in its order, so the outputs are the same bits.
+TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
+  const Case c = GetParam();
+  for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 32}, {9, 100}, {23, 4096 + 17}}) {
+    const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n + k), 0.05f);
+    QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
+    w.activations = c.activations;
+    if (!uses_q8_path(w)) GTEST_SKIP() << "takes the float path";
+    prepare_for_kernels(w);
+    for (const std::int64_t m : {1, 5, 13}) {
+      const auto x = random_vector(m * k, static_cast<std::uint32_t>(m), 1.0f);
+      ThreadPool one(1), two(2);
+      std::vector<float> ref(static_cast<std::size_t>(m * n));
+      matmul(w, x.data(), m, ref.data(), one, Isa::kScalar);
+      for (const Isa isa : available_isas())
+        for (ThreadPool* pool : {&one, &two}) {
+          std::vector<float> y(ref.size());
+          matmul(w, x.data(), m, y.data(), *pool, isa);
+          ASSERT_EQ(y, ref) << "n=" << n << " k=" << k << " m=" << m << " isa=" << isa_name(isa);
+        }
+    }
+  }
+}
+
+TEST(Interleave, RoundTripsAndEveryReaderSeesTheSameMatrix) {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 1}, {7, 33}, {9, 64}, {17, 100}, {8, 4096 + 17}};
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kAsymInt4, LowBit::kSymInt8})
+    for (const std::int64_t group : {32, 64, -1})
+      for (const auto& [n, k] : shapes) {
+        SCOPED_TRACE(::testing::Message() << low_bit_name(type) << " g" << group << " " << n << "x" << k);
+        const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 7 + k), 0.05f);
+        const QuantMatrix flat = quantize_matrix(wf.data(), n, k, {type, group, Int4Range::kFull});
+        QuantMatrix w = flat;
+        ThreadPool pool(2);
+        interleave_rows(w, &pool);
+        ASSERT_EQ(w.interleave, kInterleaveRows);
+        EXPECT_EQ(w.data.size(), static_cast<std::size_t>((n + 7) / 8 * ((k + 31) / 32) * interleaved_block_bytes(type)));
+        std::vector<float> a(static_cast<std::size_t>(k)), b(a.size());
+        for (std::int64_t r = 0; r < n; ++r) {
+          dequantize_row(flat, r, a.data());
+          dequantize_row(w, r, b.data());
+          ASSERT_EQ(a, b) << "row " << r;
+        }
+        const IntMatrix ia = to_int_matrix(flat), ib = to_int_matrix(w);
+        EXPECT_EQ(ia.q, ib.q);
+        EXPECT_EQ(ia.scale, ib.scale);
+        EXPECT_EQ(ia.zero, ib.zero);
+        deinterleave_rows(w);
+        EXPECT_EQ(w.interleave, 1);
+        EXPECT_EQ(w.data, flat.data);
+        EXPECT_EQ(w.scales, flat.scales);
+        EXPECT_EQ(w.zeros, flat.zeros);
+      }
+  QuantMatrix g16 = quantize_matrix(random_vector(64, 1, 0.05f).data(), 2, 32, {LowBit::kSymInt4, 16, Int4Range::kFull});
+  EXPECT_THROW(interleave_rows(g16), Error);
+}
+
+TEST(Interleave, IntegerPathRefusesAMatrixNotPrepared) {
+  const auto wf = random_vector(8 * 64, 3, 0.05f);
+  const QuantMatrix w = quantize_matrix(wf.data(), 8, 64, {LowBit::kSymInt4, 32, Int4Range::kFull});
+  const auto x = random_vector(64, 4, 1.0f);
+  std::vector<float> y(8);
+  ThreadPool pool(1);
+  try {
+    matmul(w, x.data(), 1, y.data(), pool);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prepare_for_kernels"), std::string::npos) << e.what();
+  }
+}
+
+// A prepared matrix switched to f32 activations (as explain does) still
+// multiplies exactly as the row-major one.
+TEST(Interleave, FloatPathReadsAPreparedMatrix) {
+  const std::int64_t n = 13, k = 100;
+  const auto wf = random_vector(n * k, 5, 0.05f);
+  QuantMatrix flat = quantize_matrix(wf.data(), n, k, {LowBit::kAsymInt4, 32, Int4Range::kFull});
+  flat.activations = Activations::kF32;
+  QuantMatrix w = flat;
+  w.activations = Activations::kInt8;
+  prepare_for_kernels(w);
+  w.activations = Activations::kF32;
+  ThreadPool pool(2);
+  for (const std::int64_t m : {1, 6}) {
+    const auto x = random_vector(m * k, 6, 1.0f);
+    std::vector<float> y1(static_cast<std::size_t>(m * n)), y2(y1.size());
+    matmul(flat, x.data(), m, y1.data(), pool);
+    matmul(w, x.data(), m, y2.data(), pool);
+    EXPECT_EQ(y1, y2) << m;
   }
 }
 
@@ -137,12 +238,12 @@ TEST(Q8Activations, EveryIsaMatchesScalarBitForBitAndRoundsToNearest) {
   report_missing_isas();
   for (const Isa isa : available_isas())
   for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {
-    for (const Q8Layout layout : {Q8Layout::kNatural, Q8Layout::kPairedNibbles}) {
+    {
       auto x = random_vector(3 * k, static_cast<std::uint32_t>(k), 2.0f);
       x[0] = 0.0f;
       Q8Activations s, v;
-      quantize_activations(x.data(), 3, k, layout, s, Isa::kScalar);
-      quantize_activations(x.data(), 3, k, layout, v, isa);
+      quantize_activations(x.data(), 3, k, s, Isa::kScalar);
+      quantize_activations(x.data(), 3, k, v, isa);
       ASSERT_EQ(s.q, v.q) << k << " " << isa_name(isa);
       ASSERT_EQ(s.d, v.d) << k;
       ASSERT_EQ(s.sum, v.sum) << k;
@@ -150,7 +251,7 @@ TEST(Q8Activations, EveryIsaMatchesScalarBitForBitAndRoundsToNearest) {
         for (std::int64_t j = 0; j < k; ++j) {
           const std::int64_t b = j / kQ8Block, i = j % kQ8Block;
           const float d = s.d[static_cast<std::size_t>(r * s.padded + b)];
-          const float xq = d * s.row(r)[q8_offset(layout, b, i)];
+          const float xq = d * s.row(r)[b * kQ8Block + i];
           ASSERT_LE(std::fabs(xq - x[static_cast<std::size_t>(r * k + j)]), d * 0.5001f + 1e-30f);
         }
     }

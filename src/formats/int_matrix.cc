@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/interleave.h"
 
 namespace woq {
 
@@ -46,8 +47,14 @@ std::vector<std::int32_t> act_order(const IntMatrix& m, std::int64_t group_size)
 
 }  // namespace
 
-IntMatrix to_int_matrix(const QuantMatrix& w) {
-  if (!is_quantized(w.type)) fail("to_int_matrix: {} is not an integer format", low_bit_name(w.type));
+IntMatrix to_int_matrix(const QuantMatrix& stored) {
+  if (!is_quantized(stored.type)) fail("to_int_matrix: {} is not an integer format", low_bit_name(stored.type));
+  QuantMatrix flat;
+  if (stored.interleave != 1) {
+    flat = stored;
+    deinterleave_rows(flat);
+  }
+  const QuantMatrix& w = stored.interleave != 1 ? flat : stored;
   IntMatrix m;
   m.bits = w.type == LowBit::kSymInt8 ? 8 : 4;
   m.rows = w.rows;

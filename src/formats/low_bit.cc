@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "formats/asym_int4.h"
 #include "formats/group_rule.h"
+#include "formats/interleave.h"
 #include "formats/scale.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
@@ -234,6 +235,18 @@ void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out) {
 void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* src = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  const std::uint8_t* zeros = w.zeros.data() + row * w.groups_per_row;
+  thread_local std::vector<std::uint8_t> row_data, row_zeros;
+  thread_local std::vector<std::uint16_t> row_scales;
+  if (w.interleave != 1) {  // the row, gathered into the row-major layout
+    row_data.resize(static_cast<std::size_t>(w.row_bytes));
+    row_scales.resize(static_cast<std::size_t>(w.groups_per_row));
+    row_zeros.resize(static_cast<std::size_t>(w.groups_per_row));
+    gather_row(w, row, row_data.data(), row_scales.data(), row_zeros.data());
+    src = row_data.data();
+    scales = row_scales.data();
+    zeros = row_zeros.data();
+  }
   const std::int64_t k = w.cols;
   switch (w.type) {
     case LowBit::kFp32: std::memcpy(out, src, static_cast<std::size_t>(4 * k)); break;
@@ -253,8 +266,7 @@ void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
       break;
     case LowBit::kSymInt4: sym_int4::dequantize_row(src, scales, k, w.group_size, out); break;
     case LowBit::kAsymInt4:
-      asym_int4::dequantize_row(src, scales, w.zeros.data() + row * w.groups_per_row, k,
-                                w.group_size, out);
+      asym_int4::dequantize_row(src, scales, zeros, k, w.group_size, out);
       break;
     case LowBit::kSymInt8:
       sym_int8::dequantize_row(reinterpret_cast<const std::int8_t*>(src), scales, k, w.group_size,

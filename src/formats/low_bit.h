@@ -72,6 +72,9 @@ struct QuantSpec {
 /// features], stored row by row in one of the LowBit formats. Row n starts at
 /// data[n * row_bytes]; its groups are [g*group_size, min((g+1)*group_size, K)),
 /// so the last group of a row may be shorter. Rows never share a byte.
+/// Integer matrices may instead be stored row-interleaved for the kernels
+/// (interleave == 8, formats/interleave.h); row_bytes keeps its row-major
+/// meaning and dequantize_row / to_int_matrix read either layout.
 struct QuantMatrix {
   LowBit type = LowBit::kFp32;
   Int4Range int4_range = Int4Range::kFull;  ///< meaningful for kSymInt4 only
@@ -79,10 +82,12 @@ struct QuantMatrix {
   std::int64_t cols = 0;
   std::int64_t group_size = 0;      ///< effective group length (K when per channel); 0 for float types
   std::int64_t groups_per_row = 0;  ///< ceil(K / group_size); 0 for float types
-  std::int64_t row_bytes = 0;       ///< bytes of one packed row in `data`
-  std::vector<std::uint8_t> data;   ///< [rows, row_bytes]
+  std::int64_t row_bytes = 0;       ///< bytes of one packed row in the row-major layout
+  std::vector<std::uint8_t> data;   ///< [rows, row_bytes], or interleaved blocks
   std::vector<std::uint16_t> scales;  ///< fp16 bits [rows, groups_per_row]; empty for float types
   std::vector<std::uint8_t> zeros;    ///< asym_int4 zero points in [0, 15], [rows, groups_per_row]
+  /// 1: row-major; kInterleaveRows (8): rows interleaved by 8 (formats/interleave.h).
+  std::int64_t interleave = 1;
   /// Act-order (GPTQ desc_act) matrices: stored column k multiplies input
   /// x[input_order[k]], so that each group is contiguous in storage although
   /// its input features are scattered. Empty = identity (the usual case).

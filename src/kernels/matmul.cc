@@ -1,10 +1,14 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "formats/interleave.h"
+#include "formats/scale.h"
 
 namespace woq {
 
@@ -27,37 +31,50 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
   return dot_f32_scalar(scratch, x, w.cols);
 }
 
-// Reference integer path: Σ_blocks s_w · d_a · Σ (q_w − zero) q_a, with q_w
-// the stored integer (nibble 0..15 or int8) and zero 8, z or 0.
-float dot_q8_scalar(const QuantMatrix& w, std::int64_t row, const Q8Activations& a, std::int64_t t) {
-  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
-  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+// Reference integer path, in the kernels' order of float operations
+// (matmul_avx2.cc): per block, acc = fma(Σ q·a, s_w·d_a, acc), then for the
+// 4-bit formats (stored nibbles q, zero point z = 8 or per group)
+// acc = fma(-z·s_w, d_a·Σa, acc). `q` is the row gathered into the row-major layout.
+template <LowBit T>
+float dot_q8_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint16_t* scales,
+                    const std::uint8_t* zeros, const Q8Activations& a, std::int64_t t) {
   const std::int8_t* qa = a.row(t);
-  float sum = 0.0f;
+  float acc = 0.0f;
   for (std::int64_t b = 0; b < a.blocks; ++b) {
-    const std::int64_t g = b * kQ8Block / w.group_size;
+    const std::int64_t g = w.groups_per_row == 1 ? 0 : b * kQ8Block / w.group_size;
     const std::int64_t n = std::min(kQ8Block, w.cols - b * kQ8Block);
     int isum = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t j = b * kQ8Block + i;  // column
-      int v = 0;
-      if (w.type == LowBit::kSymInt8) {
-        v = reinterpret_cast<const std::int8_t*>(p)[j];
-      } else {
-        const int zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)];
-        v = ((j % 2 == 0) ? (p[j / 2] & 0x0f) : (p[j / 2] >> 4)) - zero;
-      }
-      isum += v * qa[q8_offset(a.layout, b, i)];
+      const int v = T == LowBit::kSymInt8 ? static_cast<std::int8_t>(q[j]) : codec::get_nibble(q, j);
+      isum += v * qa[j];
     }
-    sum += fp16_to_fp32(scales[g]) * a.d[static_cast<std::size_t>(t * a.padded + b)] * static_cast<float>(isum);
+    const float dw = fp16_to_fp32(scales[g]);
+    const std::size_t at = static_cast<std::size_t>(t * a.padded + b);
+    acc = std::fma(static_cast<float>(isum), dw * a.d[at], acc);
+    if constexpr (T != LowBit::kSymInt8) {
+      const float zdw = static_cast<float>(T == LowBit::kSymInt4 ? 8 : zeros[g]) * dw;
+      acc = std::fma(-zdw, a.sum[at], acc);
+    }
   }
-  return sum;
+  return acc;
 }
 
-void tile_q8_scalar(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                     std::int64_t t0, std::int64_t tokens, float* y) {
-  for (std::int64_t t = t0; t < t0 + tokens; ++t)
-    for (std::int64_t r = r0; r < r0 + rows; ++r) y[t * w.rows + r] = dot_q8_scalar(w, r, a, t);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(w.row_bytes)), zeros(static_cast<std::size_t>(w.groups_per_row));
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(w.groups_per_row));
+  for (std::int64_t r = g0 * kInterleaveRows; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
+    gather_row(w, r, q.data(), scales.data(), zeros.data());
+    for (std::int64_t t = t0; t < t0 + tokens; ++t) {
+      float& out = y[t * w.rows + r];
+      switch (w.type) {
+        case LowBit::kSymInt4: out = dot_q8_scalar<LowBit::kSymInt4>(w, q.data(), scales.data(), zeros.data(), a, t); break;
+        case LowBit::kAsymInt4: out = dot_q8_scalar<LowBit::kAsymInt4>(w, q.data(), scales.data(), zeros.data(), a, t); break;
+        default: out = dot_q8_scalar<LowBit::kSymInt8>(w, q.data(), scales.data(), zeros.data(), a, t); break;
+      }
+    }
+  }
 }
 
 void quantize_q8_scalar(const float* x, Q8Activations& out) {
@@ -89,9 +106,8 @@ namespace {
 constexpr std::int64_t kTiledMinRows = 4;
 // Weight rows dequantized together on the float tiled path.
 constexpr std::int64_t kTileRows = 8;
-// Rows per work item of the integer path: a multiple of every decode tile's
-// row count (2, 3, 4), so no row falls to the slow single-row tile.
-constexpr std::int64_t kQ8RowGrain = 48;
+// Row groups (of 8 rows) per work item of the integer path.
+constexpr std::int64_t kQ8GroupGrain = 4;
 // Bytes of int8 activations a token chunk may occupy, to stay in L2 while
 // every weight row of a thread's range passes over it.
 constexpr std::int64_t kQ8ChunkBytes = 192 * 1024;
@@ -103,7 +119,11 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
   // dot_row is dot_f32 on the exactly widened row (quantized rows dequantized
   // in registers, in the same order), so the row path (decode) and the tiled
   // path (prefill) give the same sums.
-  if (m < kTiledMinRows) {
+  // Interleaved matrices (prepared for int8 activations, then switched to
+  // f32 ones, as explain does) are widened row by row through the reference.
+  const bool flat = w.interleave == 1;
+  const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
+  if (m < kTiledMinRows && flat) {
     pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
       std::vector<float> scratch(static_cast<std::size_t>(k));
       for (std::int64_t r = r0; r < r1; ++r)
@@ -117,7 +137,7 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
         std::vector<float> tile(static_cast<std::size_t>(kTileRows * k));
         for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
           const std::int64_t rows = std::min(kTileRows, r1 - t0);
-          for (std::int64_t r = 0; r < rows; ++r) kern.widen_row(w, t0 + r, tile.data() + r * k);
+          for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile.data() + r * k);
           for (std::int64_t i = 0; i < m; ++i)
             for (std::int64_t r = 0; r < rows; ++r)
               y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);
@@ -128,22 +148,22 @@ void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y
 
 void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
                const detail::RowKernels& kern, Isa isa) {
+  if (w.interleave != kInterleaveRows)
+    fail("matmul: a [{}, {}] {} matrix with int8 activations must be prepared first (prepare_for_kernels)", w.rows,
+         w.cols, low_bit_name(w.type));
   // Reused between calls; workers see it through the reference (a
   // thread_local named inside the lambda would be each worker's own).
   thread_local Q8Activations buffer;
   Q8Activations& a = buffer;
-  quantize_activations(x, m, w.cols, w.type == LowBit::kSymInt8 ? Q8Layout::kNatural : Q8Layout::kPairedNibbles, a,
-                       isa);
-  const std::int64_t chunk =
-      std::max<std::int64_t>(4, kQ8ChunkBytes / (a.padded * kQ8Block) / 4 * 4);
+  quantize_activations(x, m, w.cols, a, isa);
+  const std::int64_t chunk = std::max<std::int64_t>(4, kQ8ChunkBytes / (a.padded * kQ8Block) / 4 * 4);
+  const std::int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
   pool.parallel_for(
-      w.rows,
-      [&a, &kern, &w, m, chunk, y](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
-          for (std::int64_t r = r0; r < r1; r += kQ8RowGrain)
-            kern.tile_q8(w, r, std::min(kQ8RowGrain, r1 - r), a, t0, std::min(chunk, m - t0), y);
+      groups,
+      [&a, &kern, &w, m, chunk, y](std::int64_t g0, std::int64_t g1) {
+        for (std::int64_t t0 = 0; t0 < m; t0 += chunk) kern.tile_q8(w, g0, g1, a, t0, std::min(chunk, m - t0), y);
       },
-      kQ8RowGrain);
+      kQ8GroupGrain);
 }
 
 }  // namespace
@@ -152,9 +172,10 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return deta
 
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
-bool uses_q8_path(const QuantMatrix& w) {
-  return is_quantized(w.type) && w.activations == Activations::kInt8 &&
-         (w.group_size % kQ8Block == 0 || w.groups_per_row == 1);
+bool uses_q8_path(const QuantMatrix& w) { return w.activations == Activations::kInt8 && can_interleave(w); }
+
+void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
+  if (uses_q8_path(w)) interleave_rows(w, pool);
 }
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,

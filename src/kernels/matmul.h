@@ -22,14 +22,16 @@ class ThreadPool;
 /// to int8 per block of 32 (q8_activations.h) and each weight block meets it
 /// in an integer dot product (AVX2 maddubs), scaled by the weight and
 /// activation scales; this adds the activation's rounding (~amax/254 per
-/// value) to the weights'. Everything else takes the float path: a weight
+/// value) to the weights'. Such matrices must be row-interleaved first
+/// (prepare_for_kernels; woq::Error otherwise). Everything else takes the float path: a weight
 /// row is widened to fp32 (quantized ones dequantized exactly, (q - z) · s)
 /// and meets x in an fp32 dot product; for m >= 4 (prefill) tiles of widened
 /// rows are reused across many inputs. Every output is the same dot product
 /// whatever m, so results do not depend on the batch.
 ///
-/// `isa` selects the kernels (the scalar ones are the reference); results of
-/// different ISAs agree to float rounding, not bit for bit.
+/// `isa` selects the kernels (the scalar ones are the reference). On the
+/// integer path every ISA gives the same bits; on the float path results
+/// agree to float rounding.
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
 
@@ -42,6 +44,12 @@ void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa = active_is
 /// True when `w` takes the integer (int8-activation) path of matmul.
 bool uses_q8_path(const QuantMatrix& w);
 
+/// Puts `w` in the layout its matmul path reads: matrices that take the
+/// integer path are row-interleaved (formats/interleave.h), in parallel when
+/// `pool` is given; others are left as they are. Call once after loading
+/// and after setting w.activations.
+void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool = nullptr);
+
 namespace detail {
 
 /// One ISA's kernels. Internal to the kernels library.
@@ -53,9 +61,10 @@ struct RowKernels {
   float (*dot_f32)(const float* a, const float* b, std::int64_t k);
   /// y[k] += a · x[k].
   void (*axpy)(float a, const float* x, float* y, std::int64_t k);
-  /// y[t, r] = Σ_k W[r, k] · A[t, k] for r in [r0, r0 + rows), t in [t0, t0 + tokens),
+  /// y[t, r] = Σ_k W[r, k] · A[t, k] for the rows of row groups [g0, g1) of
+  /// an interleaved W (rows [8 g0, min(8 g1, W.rows))) and t in [t0, t0 + tokens),
   /// with A the int8 activations; y is [a.m, W.rows].
-  void (*tile_q8)(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+  void (*tile_q8)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                   std::int64_t t0, std::int64_t tokens, float* y);
   /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);

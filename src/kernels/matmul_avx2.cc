@@ -3,9 +3,11 @@
 #include <immintrin.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "core/half.h"
+#include "formats/interleave.h"
 #include "formats/scale.h"
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
@@ -30,7 +32,9 @@ float dot_f32(const float* a, const float* b, std::int64_t k) {
   }
   for (; j + 8 <= k; j += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc0);
   float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; j < k; ++j) sum += a[j] * b[j];
+  // Tails by explicit fma: left to the compiler, the contraction of
+  // `sum += a * b` differed between dot_f32 and the row kernels below.
+  for (; j < k; ++j) sum = std::fma(a[j], b[j], sum);
   return sum;
 }
 
@@ -67,7 +71,7 @@ float dot_half(const std::uint8_t* p, const float* x, std::int64_t k) {
   for (; j < k; ++j) {
     std::uint16_t h;
     std::memcpy(&h, p + 2 * j, 2);
-    sum += (kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h)) * x[j];
+    sum = std::fma(kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h), x[j], sum);
   }
   return sum;
 }
@@ -127,7 +131,7 @@ float dot_dequantized(const QuantMatrix& w, std::int64_t row, const float* x) {
     j += 8;
   }
   float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; j < k; ++j) sum += value(j) * x[j];
+  for (; j < k; ++j) sum = std::fma(value(j), x[j], sum);
   return sum;
 }
 
@@ -152,13 +156,17 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scr
   return dot_f32(scratch, x, w.cols);
 }
 
-// ---- Integer path: int8 activation blocks against packed weight blocks ----
+// ---- Integer path: int8 activation blocks against interleaved weight blocks ----
 //
-// Every output y[t, r] is computed by the same sequence of operations,
-// whichever micro-tile produces it (a fixed walk over the blocks into one
-// accumulator, then one horizontal sum), so results do not depend on how
-// many tokens are processed together (prefill equals step-by-step decode,
-// bit for bit) nor on the thread count.
+// Weights are row-interleaved (formats/interleave.h): one 32-byte chunk holds
+// four consecutive inputs of each of 8 rows, so maddubs against four
+// activation bytes broadcast to every lane gives the 8 rows' partial sums in
+// 8 lanes, and each block's exact int32 sums meet the float scales once per
+// block for 8 rows: acc = fma(Σ q·a, s_w·d_a, acc), then, for the 4-bit
+// formats (stored nibbles q = value + zero), acc = fma(-zero·s_w, d_a·Σa, acc).
+// Every output is that sequence over its blocks, in block order, whichever
+// tile computes it: bit-identical to the scalar reference and independent
+// of the batch and the thread count.
 
 // Group of block b. blocks_per_group is a power of two for group sizes
 // 32/64/128 and for per channel (one group holding every block); else divide.
@@ -170,218 +178,141 @@ class GroupOf {
                    ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
                    : -1) {}
   std::int64_t operator()(std::int64_t b) const { return shift_ >= 0 ? b >> shift_ : b / bpg_; }
-  /// True when every block has its own scale (group_size 32).
-  bool one_block_groups() const { return bpg_ == 1; }
 
  private:
   std::int64_t bpg_;
   int shift_;
 };
 
-// Loads the bytes of a packed row from p, `avail` of which lie inside the
-// row; the ragged end of a row is copied into a zero-padded buffer so that
-// nothing past the row is read.
-__m256i load_row_bytes(const std::uint8_t* p, std::int64_t avail) {
-  if (avail >= 32) [[likely]]
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  alignas(32) std::uint8_t pad[32] = {};
-  if (avail > 0) std::memcpy(pad, p, static_cast<std::size_t>(avail));
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(pad));
-}
-
-// Software prefetch of the 128 bytes kPrefetchBytes ahead of p (1024 chosen
-// by measurement on lm_head-sized matrices, out of cache): the row
-// streams of a tile are few and interleaved, and the hardware prefetcher
-// alone left decode at about half the memory bandwidth. Prefetching past
-// the end of the weights is harmless (prefetches do not fault).
+// Software prefetch kPrefetchBytes ahead of a row group's stream (chosen by
+// measurement on lm_head-sized matrices, out of cache). Prefetching past the
+// end of the weights is harmless (prefetches do not fault).
 constexpr std::int64_t kPrefetchBytes = 1024;
-inline void prefetch_ahead(const std::uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
+
+// Four activation bytes at q, broadcast to every 32-bit lane.
+inline __m256i broadcast4(const std::int8_t* q) {
+  std::int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
 }
 
-// Accumulators of an R x TOK tile.
-template <int R, int TOK>
-struct TileAcc {
-  __m256 v[R][TOK];
-  TileAcc() {
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < TOK; ++j) v[i][j] = _mm256_setzero_ps();
-  }
-  // y[t + j, r + i] = the lane sum of v[i][j]; y is [tokens, w.rows].
-  void store(std::int64_t rows, std::int64_t r, std::int64_t t, float* y) const {
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < TOK; ++j) y[(t + j) * rows + r + i] = hsum(v[i][j]);
-  }
-};
-
-// Weight scales (and, for asym_int4, zero · scale) of blocks [b8, b8 + 8) of
-// a row, one lane per block; lanes past the row's last block are 0.
-template <LowBit T>
-void block_scales(const QuantMatrix& w, std::int64_t row, std::int64_t b8, std::int64_t kb,
-                  const GroupOf& group_of, __m256& dw, __m256& zdw) {
-  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  if (group_of.one_block_groups() && b8 + 8 <= kb) {  // group_size 32: eight consecutive scales
-    dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + b8)));
-    if constexpr (T == LowBit::kAsymInt4) {
-      const __m128i z = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros.data() + row * w.groups_per_row + b8));
-      zdw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), dw);
-    }
-  } else {
-    alignas(32) float s[8] = {}, z[8] = {};
-    for (std::int64_t i = 0; i < 8 && b8 + i < kb; ++i) {
-      const std::int64_t g = group_of(b8 + i);
-      s[i] = _cvtsh_ss(scales[g]);
-      if constexpr (T == LowBit::kAsymInt4) z[i] = w.zeros[static_cast<std::size_t>(row * w.groups_per_row + g)] * s[i];
-    }
-    dw = _mm256_load_ps(s);
-    if constexpr (T == LowBit::kAsymInt4) zdw = _mm256_load_ps(z);
-  }
-  if constexpr (T == LowBit::kSymInt4) zdw = _mm256_mul_ps(dw, _mm256_set1_ps(8.0f));
-}
-
-// -- sym_int4 / asym_int4: two blocks per step (Q8Layout::kPairedNibbles) --
-//
-// 32 bytes of a row hold blocks b and b+1; their low nibbles meet the pair's
-// first 32 activation bytes and their high nibbles the second 32, through
-// maddubs on the stored values q in [0, 15] (pair sums <= 2 * 15 * 127, two
-// of them added <= 7620: no int16 saturation). Lanes 0-3 of the int32 result
-// belong to block b, lanes 4-7 to b+1, scaled by [s_b·d_b x4 | s_b+1·d_b+1 x4]
-// taken from the eight-block scale vector. The zero point comes off once per
-// eight blocks, into the same accumulator (only its lane sum matters):
-// Σ (q - z) a = Σ q a - z Σ a, with d·Σa precomputed per block.
-template <LowBit T, int R, int TOK>
-void int4_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
+// Rows [8 g, 8 g + 8) x tokens [t, t + TOK); y is [tokens, w.rows].
+template <LowBit T, int TOK>
+void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations& a, std::int64_t t, float* y) {
+  constexpr bool kInt4 = T != LowBit::kSymInt8;
+  constexpr std::int64_t kBlockBytes = kInt4 ? 128 : 256;
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::uint8_t* p = w.data.data() + g * kb * kBlockBytes;
+  const std::uint16_t* scales = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
-  const std::int64_t kb = a.blocks;
-  const GroupOf group_of(w, kb);
-  TileAcc<R, TOK> acc;
-  for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
-    for (int i = 0; i < R; ++i) prefetch_ahead(w.data.data() + (r + i) * w.row_bytes + b8 * 16);
-    __m256 dw[R], zdw[R];
-    for (int i = 0; i < R; ++i) block_scales<T>(w, r + i, b8, kb, group_of, dw[i], zdw[i]);
-    __m256 dwda[R][TOK];
-    for (int j = 0; j < TOK; ++j) {
-      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b8);
-      const __m256 da = _mm256_loadu_ps(a.d.data() + at);
-      const __m256 sa = _mm256_loadu_ps(a.sum.data() + at);
-      for (int i = 0; i < R; ++i) {
-        dwda[i][j] = _mm256_mul_ps(dw[i], da);
-        acc.v[i][j] = _mm256_fnmadd_ps(zdw[i], sa, acc.v[i][j]);
+  __m256 acc[TOK];
+  for (int j = 0; j < TOK; ++j) acc[j] = _mm256_setzero_ps();
+  std::int64_t group = -1;
+  __m256 dw = _mm256_setzero_ps(), zdw = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < kb; ++b, p += kBlockBytes) {
+    for (std::int64_t line = 0; line < kBlockBytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + line), _MM_HINT_T0);
+    if (const std::int64_t gi = group_of(b); gi != group) {
+      group = gi;
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + gi * kInterleaveRows)));
+      if constexpr (T == LowBit::kSymInt4) zdw = _mm256_mul_ps(dw, _mm256_set1_ps(8.0f));
+      if constexpr (T == LowBit::kAsymInt4) {
+        const __m128i z = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+            w.zeros.data() + (g * w.groups_per_row + gi) * kInterleaveRows));
+        zdw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), dw);
       }
     }
-    for (std::int64_t pair = 0; pair < 4 && b8 + 2 * pair < kb; ++pair) {
-      const std::int64_t b = b8 + 2 * pair;
-      const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-      const __m256i pick = _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int>(2 * pair)));
-      __m256i lo[R], hi[R];
-      for (int i = 0; i < R; ++i) {
-        const __m256i v = load_row_bytes(w.data.data() + (r + i) * w.row_bytes + b * 16, w.row_bytes - b * 16);
-        lo[i] = _mm256_and_si256(v, mask);
-        hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+    // acc[j] += this block's sums for token t + j.
+    auto update = [&](int j, __m256i isum) {
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[at])), acc[j]);
+      if constexpr (kInt4) acc[j] = _mm256_fnmadd_ps(zdw, _mm256_set1_ps(a.sum[at]), acc[j]);
+    };
+    // The token loops are kept rolled: unrolled, GCC hoists the activation
+    // broadcasts of every token and spills them.
+    if constexpr (kInt4) {
+      // Eight maddubs of nibbles (<= 15) and int8 (|a| <= 127) pair sums
+      // add up to at most 8 * 3810 = 30480: no int16 saturation. The block's
+      // eight unpacked weight vectors stay in registers across the tokens.
+      __m256i lo[4], hi[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
+        lo[c] = _mm256_and_si256(v, mask);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
       }
+#pragma GCC unroll 1
       for (int j = 0; j < TOK; ++j) {
         const std::int8_t* q = a.row(t + j) + b * kQ8Block;
-        const __m256i alo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-        const __m256i ahi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
-        for (int i = 0; i < R; ++i) {
-          const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], alo), _mm256_maddubs_epi16(hi[i], ahi));
-          acc.v[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)),
-                                        _mm256_permutevar8x32_ps(dwda[i][j], pick), acc.v[i][j]);
+        __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], broadcast4(q)),
+                                     _mm256_maddubs_epi16(hi[0], broadcast4(q + 16)));
+        for (int c = 1; c < 4; ++c)
+          s = _mm256_add_epi16(s, _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(q + 4 * c)),
+                                                   _mm256_maddubs_epi16(hi[c], broadcast4(q + 16 + 4 * c))));
+        update(j, _mm256_madd_epi16(s, ones));
+      }
+    } else {
+      // maddubs needs one unsigned operand: maddubs(|w|, sign(a, w)); its
+      // pair sums (<= 2 * 127 * 127) are widened before they are added.
+      // Four chunks (16 of the block's 32 inputs) at a time stay in registers.
+      __m256i isum[TOK];
+      for (int half = 0; half < 2; ++half) {
+        __m256i v[4], abs[4];
+        for (int c = 0; c < 4; ++c) {
+          v[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 * half + 32 * c));
+          abs[c] = _mm256_sign_epi8(v[c], v[c]);
+        }
+#pragma GCC unroll 1
+        for (int j = 0; j < TOK; ++j) {
+          const std::int8_t* q = a.row(t + j) + b * kQ8Block + 16 * half;
+          __m256i s = half == 0 ? _mm256_setzero_si256() : isum[j];
+          for (int c = 0; c < 4; ++c)
+            s = _mm256_add_epi32(
+                s, _mm256_madd_epi16(_mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(broadcast4(q + 4 * c), v[c])), ones));
+          isum[j] = s;
         }
       }
+#pragma GCC unroll 1
+      for (int j = 0; j < TOK; ++j) update(j, isum[j]);
     }
   }
-  acc.store(w.rows, r, t, y);
-}
-
-// -- sym_int8: one block per step (Q8Layout::kNatural) --
-//
-// maddubs needs one unsigned operand: maddubs(|w|, sign(a, w)) gives pair
-// sums of at most 2 * 127 * 127 = 32258, within int16.
-template <int R, int TOK>
-void int8_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const std::int64_t kb = a.blocks;
-  const GroupOf group_of(w, kb);
-  TileAcc<R, TOK> acc;
-  for (std::int64_t b8 = 0; b8 < kb; b8 += 8) {
-    for (int i = 0; i < R; ++i) {
-      const std::uint8_t* row = w.data.data() + (r + i) * w.row_bytes + b8 * kQ8Block;
-      prefetch_ahead(row);
-      prefetch_ahead(row + 128);
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t valid = std::min(kInterleaveRows, w.rows - r0);
+  for (int j = 0; j < TOK; ++j) {
+    float* out = y + (t + j) * w.rows + r0;
+    if (valid == kInterleaveRows) {
+      _mm256_storeu_ps(out, acc[j]);
+    } else {
+      alignas(32) float v[8];
+      _mm256_store_ps(v, acc[j]);
+      std::memcpy(out, v, static_cast<std::size_t>(valid) * sizeof(float));
     }
-    __m256 dwda[R][TOK];
-    for (int i = 0; i < R; ++i) {
-      __m256 dw, unused;
-      block_scales<LowBit::kSymInt8>(w, r + i, b8, kb, group_of, dw, unused);
-      for (int j = 0; j < TOK; ++j)
-        dwda[i][j] = _mm256_mul_ps(dw, _mm256_loadu_ps(a.d.data() + (t + j) * a.padded + b8));
-    }
-    for (std::int64_t k = 0; k < 8 && b8 + k < kb; ++k) {
-      const std::int64_t b = b8 + k;
-      const __m256i pick = _mm256_set1_epi32(static_cast<int>(k));
-      __m256i wv[R], wabs[R];
-      for (int i = 0; i < R; ++i) {
-        wv[i] = load_row_bytes(w.data.data() + (r + i) * w.row_bytes + b * kQ8Block, w.row_bytes - b * kQ8Block);
-        wabs[i] = _mm256_sign_epi8(wv[i], wv[i]);
-      }
-      for (int j = 0; j < TOK; ++j) {
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.row(t + j) + b * kQ8Block));
-        for (int i = 0; i < R; ++i) {
-          const __m256i prod = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(av, wv[i])), ones);
-          acc.v[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_permutevar8x32_ps(dwda[i][j], pick), acc.v[i][j]);
-        }
-      }
-    }
-  }
-  acc.store(w.rows, r, t, y);
-}
-
-template <LowBit T, int R, int TOK>
-void micro_tile(const QuantMatrix& w, std::int64_t r, const Q8Activations& a, std::int64_t t, float* y) {
-  if constexpr (T == LowBit::kSymInt8) {
-    int8_tile<R, TOK>(w, r, a, t, y);
-  } else {
-    int4_tile<T, R, TOK>(w, r, a, t, y);
   }
 }
 
-// Tile shapes, chosen so that accumulators and unpacked weights stay in
-// the 16 ymm registers, and picked by measurement (bench/matmul_bench at
-// 11008 x 4096 on Zen 3): prefill tiles of kPrefillRows x kPrefillTokens,
-// decode tiles of kDecodeRows<T> x 1.
-constexpr int kPrefillRows = 1;
+// Tokens per prefill tile, picked by measurement (bench/matmul_bench at
+// 11008 x 4096 on Zen 3); decode runs tiles of one token.
 constexpr int kPrefillTokens = 4;
-template <LowBit T>
-constexpr int kDecodeRows = T == LowBit::kSymInt8 ? 3 : 2;
 
-// Covers rows [r0, r0+rows) x tokens [t0, t0+tokens).
+// Covers row groups [g0, g1) x tokens [t0, t0 + tokens).
 template <LowBit T>
-void tile_q8_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                    std::int64_t t0, std::int64_t tokens, float* y) {
-  const std::int64_t r_end = r0 + rows;
   const std::int64_t t_end = t0 + tokens;
-  std::int64_t t = t0;
-  for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) {
-    std::int64_t r = r0;
-    for (; r + kPrefillRows <= r_end; r += kPrefillRows) micro_tile<T, kPrefillRows, kPrefillTokens>(w, r, a, t, y);
-    for (; r < r_end; ++r) micro_tile<T, 1, kPrefillTokens>(w, r, a, t, y);
-  }
-  for (; t < t_end; ++t) {
-    std::int64_t r = r0;
-    for (; r + kDecodeRows<T> <= r_end; r += kDecodeRows<T>) micro_tile<T, kDecodeRows<T>, 1>(w, r, a, t, y);
-    for (; r < r_end; ++r) micro_tile<T, 1, 1>(w, r, a, t, y);
+  for (std::int64_t g = g0; g < g1; ++g) {
+    std::int64_t t = t0;
+    for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) interleaved_tile<T, kPrefillTokens>(w, g, a, t, y);
+    for (; t < t_end; ++t) interleaved_tile<T, 1>(w, g, a, t, y);
   }
 }
 
-void tile_q8(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const Q8Activations& a,
+void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
              std::int64_t t0, std::int64_t tokens, float* y) {
   switch (w.type) {
-    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, r0, rows, a, t0, tokens, y);
-    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, r0, rows, a, t0, tokens, y);
-    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, r0, rows, a, t0, tokens, y);
+    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
     default: break;  // float formats never take the integer path
   }
 }

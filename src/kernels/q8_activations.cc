@@ -20,7 +20,7 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
   int sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto v = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
-    q[q8_offset(out.layout, b, i)] = v;
+    q[b * kQ8Block + i] = v;
     sum += v;
   }
   out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
@@ -29,13 +29,11 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
 
 }  // namespace detail
 
-void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Layout layout,
-                          Q8Activations& out, Isa isa) {
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out, Isa isa) {
   out.m = m;
   out.k = k;
   out.blocks = (k + kQ8Block - 1) / kQ8Block;
   out.padded = (out.blocks + 7) / 8 * 8;
-  out.layout = layout;
   out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block), 0);
   out.d.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
   out.sum.assign(static_cast<std::size_t>(m * out.padded), 0.0f);

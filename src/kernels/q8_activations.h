@@ -14,33 +14,14 @@ namespace woq {
 /// Values per activation block.
 inline constexpr std::int64_t kQ8Block = 32;
 
-/// How the int8 values of a row are laid out.
-enum class Q8Layout {
-  /// Block b holds values [32b, 32b + 32) in order (meets int8 weights).
-  kNatural,
-  /// Blocks go in pairs (2p, 2p+1), 64 bytes a pair: the 16 even-indexed
-  /// values of block 2p, those of block 2p+1, then the 16 odd-indexed values
-  /// of 2p and of 2p+1. 32 bytes of packed int4 weights (two blocks, value j
-  /// in the low nibble for even j) then meet the first half through their low
-  /// nibbles and the second half through their high nibbles: no shuffles.
-  kPairedNibbles,
-};
-
-/// Byte offset of value i (0..31) of block b within a row's int8 values.
-inline std::int64_t q8_offset(Q8Layout layout, std::int64_t b, std::int64_t i) {
-  if (layout == Q8Layout::kNatural) return b * 32 + i;
-  return (b / 2) * 64 + (i % 2) * 32 + (b % 2) * 16 + i / 2;
-}
-
-/// m rows of K activations in int8 blocks. Blocks past K, up to `padded`,
-/// are zero (scale 0), so kernels may always work on whole pairs and on
-/// multiples of 8 blocks.
+/// m rows of K activations in int8 blocks, value i of block b of row t at
+/// q[t * padded * 32 + 32 b + i]. Values past K and blocks past `blocks`, up
+/// to `padded`, are zero (scale 0).
 struct Q8Activations {
   std::int64_t m = 0;
   std::int64_t k = 0;
   std::int64_t blocks = 0;    ///< ceil(k / 32) per row
   std::int64_t padded = 0;    ///< blocks rounded up to a multiple of 8
-  Q8Layout layout = Q8Layout::kNatural;
   std::vector<std::int8_t> q;  ///< (m, padded * 32)
   std::vector<float> d;        ///< (m, padded) block scales
   std::vector<float> sum;      ///< (m, padded) d · Σ q per block, for zero-point corrections
@@ -50,8 +31,8 @@ struct Q8Activations {
 
 /// Quantizes x [m, k] (row-major fp32) into `out` (buffers reused when large
 /// enough) with the kernels of `isa`; every ISA gives bit-identical results.
-void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Layout layout,
-                          Q8Activations& out, Isa isa = active_isa());
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out,
+                          Isa isa = active_isa());
 
 namespace detail {
 /// AVX2 version of quantize_activations; `out` is already sized and zeroed.

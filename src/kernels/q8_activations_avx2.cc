@@ -11,9 +11,6 @@ namespace woq::detail {
 
 void quantize_activations_avx2(const float* x, Q8Activations& out) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  // Within each 128-bit lane: the 8 even-indexed bytes, then the 8 odd ones.
-  const __m256i nibble_shuffle = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                                  0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const std::int64_t full = out.k / kQ8Block;
   for (std::int64_t r = 0; r < out.m; ++r) {
     for (std::int64_t b = 0; b < full; ++b) {
@@ -45,15 +42,7 @@ void quantize_activations_avx2(const float* x, Q8Activations& out) {
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
       std::int8_t* row = out.q.data() + r * out.padded * kQ8Block;
-      if (out.layout == Q8Layout::kNatural) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b * kQ8Block), q8);
-      } else {
-        // [evens | odds] of this block, stored into its slots of the pair.
-        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q8, nibble_shuffle), 0xd8);
-        std::int8_t* pair = row + (b / 2) * 64 + (b % 2) * 16;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm256_castsi256_si128(eo));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + 32), _mm256_extracti128_si256(eo, 1));
-      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b * kQ8Block), q8);
       out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
       out.sum[static_cast<std::size_t>(r * out.padded + b)] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
     }

@@ -81,27 +81,59 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
   const std::int64_t d = config_.head_dim;
   const std::int64_t group = heads / config_.num_key_value_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  pool_->parallel_for(t_count * heads, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> scores(static_cast<std::size_t>(pos0 + t_count));
+  // Jobs are (tile of up to kTile consecutive tokens, head): the tile's
+  // queries share each key and value row while it is in L1, instead of each
+  // query streaming the whole cache. Every query still computes its scores
+  // and its weighted sum over positions in the same order as alone, so
+  // prefill equals token-by-token decode bit for bit.
+  constexpr std::int64_t kTile = 4;
+  const std::int64_t tiles = (t_count + kTile - 1) / kTile;
+  pool_->parallel_for(tiles * heads, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> scores(static_cast<std::size_t>(kTile * (pos0 + t_count)));
     for (std::int64_t job = begin; job < end; ++job) {
-      // Causal rows grow with t: jobs alternate between early and late tokens
-      // (0, T-1, 1, T-2, ...) so that contiguous chunks carry equal work.
+      // Causal rows grow with t: jobs alternate between early and late tiles
+      // (0, last, 1, last - 1, ...) so that contiguous chunks carry equal work.
       const std::int64_t u = job / heads;
-      const std::int64_t t = u % 2 == 0 ? u / 2 : t_count - 1 - u / 2;
+      const std::int64_t tile = u % 2 == 0 ? u / 2 : tiles - 1 - u / 2;
       const std::int64_t h = job % heads;
       const std::int64_t kv_off = (h / group) * d;
-      const float* qh = q + t * config_.q_dim() + h * d;
-      const std::int64_t end_pos = pos0 + t + 1;
-      const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, end_pos - window) : 0;
-      const std::int64_t n = end_pos - first;
-      for (std::int64_t s = 0; s < n; ++s) {
-        scores[static_cast<std::size_t>(s)] = dot(qh, cache.key(layer, first + s) + kv_off, d) * scale;
+      const std::int64_t t0 = tile * kTile;
+      const std::int64_t rows = std::min(kTile, t_count - t0);
+      std::int64_t first[kTile], last[kTile];  // each query's positions [first, last)
+      std::int64_t lo = 0, hi = pos0 + t_count;  // positions every query of the tile attends to
+      for (std::int64_t i = 0; i < rows; ++i) {
+        last[i] = pos0 + t0 + i + 1;
+        first[i] = window > 0 ? std::max<std::int64_t>(0, last[i] - window) : 0;
+        lo = std::max(lo, first[i]);
+        hi = std::min(hi, last[i]);
       }
-      softmax(scores.data(), n);
-      float* oh = out + t * config_.q_dim() + h * d;
-      std::fill(oh, oh + d, 0.0f);
-      for (std::int64_t s = 0; s < n; ++s)
-        axpy(scores[static_cast<std::size_t>(s)], cache.value(layer, first + s) + kv_off, oh, d);
+      hi = std::max(hi, lo);
+      // Runs f(i, pos) for every query i and its positions, in position order
+      // per query: positions before the shared range, the shared range with
+      // all queries at each position, then the rest.
+      auto each_position = [&](auto&& f) {
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t pos = first[i]; pos < std::min(lo, last[i]); ++pos) f(i, pos);
+        for (std::int64_t pos = lo; pos < hi; ++pos)
+          for (std::int64_t i = 0; i < rows; ++i) f(i, pos);
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t pos = std::max(hi, first[i]); pos < last[i]; ++pos) f(i, pos);
+      };
+      const std::int64_t stride = pos0 + t_count;
+      each_position([&](std::int64_t i, std::int64_t pos) {
+        const float* qh = q + (t0 + i) * config_.q_dim() + h * d;
+        scores[static_cast<std::size_t>(i * stride + pos - first[i])] =
+            dot(qh, cache.key(layer, pos) + kv_off, d) * scale;
+      });
+      for (std::int64_t i = 0; i < rows; ++i) {
+        softmax(scores.data() + i * stride, last[i] - first[i]);
+        float* oh = out + (t0 + i) * config_.q_dim() + h * d;
+        std::fill(oh, oh + d, 0.0f);
+      }
+      each_position([&](std::int64_t i, std::int64_t pos) {
+        axpy(scores[static_cast<std::size_t>(i * stride + pos - first[i])], cache.value(layer, pos) + kv_off,
+             out + (t0 + i) * config_.q_dim() + h * d, d);
+      });
     }
   });
 }

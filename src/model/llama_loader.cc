@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "io/quantized_checkpoint.h"
+#include "kernels/matmul.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 
@@ -110,10 +111,13 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
   }
 }
 
-// Sets how an integer-format matrix multiplies its inputs.
-void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep) {
+// Sets how an integer-format matrix multiplies its inputs, and lays it out
+// for that path's kernels.
+void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
+                     ThreadPool& pool) {
   if (!is_quantized(w.type)) return;
   w.activations = options.activations.value_or(default_activations(w.type));
+  prepare_for_kernels(w, &pool);
   rep.int8_activations |= w.activations == Activations::kInt8;
   const std::string what = fmt::format("{} {}", low_bit_name(w.type), activations_name(w.activations));
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
@@ -146,7 +150,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     const QuantSpec spec = options.lm_head.value_or(QuantSpec{float_format(head_src), 0, Int4Range::kFull});
     m->lm_head_ = std::make_unique<QuantMatrix>(
         load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", spec, pool));
-    set_activations(*m->lm_head_, options, activations_used, rep);
+    set_activations(*m->lm_head_, options, activations_used, rep, pool);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   }
   m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
@@ -161,7 +165,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       if (w) {
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;
-        set_activations(*w, options, activations_used, rep);
+        set_activations(*w, options, activations_used, rep, pool);
         return std::move(*w);
       }
       if (store.find(name) == nullptr)
@@ -172,7 +176,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));
     rep.linear_source_bytes += t.bytes.size();
     QuantMatrix w = load_matrix(t, rows, cols, from, options.linear, pool);
-    set_activations(w, options, activations_used, rep);
+    set_activations(w, options, activations_used, rep, pool);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;
     return w;

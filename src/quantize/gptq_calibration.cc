@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "kernels/matmul.h"
 
 namespace woq {
 
@@ -113,7 +114,9 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         } catch (const Error& e) {
           fail("{}: tensor '{}': {}", t.file, t.name, e.what());
         }
-        model.block_linear(layer, i) = out[static_cast<std::size_t>(i)];
+        QuantMatrix& in_model = model.block_linear(layer, i);
+        in_model = out[static_cast<std::size_t>(i)];
+        prepare_for_kernels(in_model, &pool);
       }
     }
     for (auto& state : *states) model.forward_block(layer, state.data(), length, nullptr);
