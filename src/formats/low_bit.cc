@@ -235,7 +235,7 @@ void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out) {
 void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* src = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  const std::uint8_t* zeros = w.zeros.data() + row * w.groups_per_row;
+  const std::uint8_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data() + row * w.groups_per_row;
   thread_local std::vector<std::uint8_t> row_data, row_zeros;
   thread_local std::vector<std::uint16_t> row_scales;
   if (w.interleave != 1) {  // the row, gathered into the row-major layout

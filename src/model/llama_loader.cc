@@ -163,9 +163,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings, &pool);
       rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (w) {
+        set_activations(*w, options, activations_used, rep, pool);
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;
-        set_activations(*w, options, activations_used, rep, pool);
         return std::move(*w);
       }
       if (store.find(name) == nullptr)
