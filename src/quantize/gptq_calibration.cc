@@ -116,6 +116,8 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         }
         QuantMatrix& in_model = model.block_linear(layer, i);
         in_model = out[static_cast<std::size_t>(i)];
+        // The later layers see this one as a loaded checkpoint would run it.
+        in_model.activations = default_activations(in_model.type);
         prepare_for_kernels(in_model, &pool);
       }
     }
