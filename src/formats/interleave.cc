@@ -12,8 +12,6 @@ namespace woq {
 
 namespace {
 
-bool is_int4(LowBit type) { return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4; }
-
 std::int64_t blocks_of(const QuantMatrix& w) { return (w.cols + kInterleaveBlock - 1) / kInterleaveBlock; }
 std::int64_t row_groups(const QuantMatrix& w) { return (w.rows + kInterleaveRows - 1) / kInterleaveRows; }
 

@@ -28,8 +28,6 @@ constexpr std::array<std::pair<LowBit, std::string_view>, 6> kNames{{
     {LowBit::kSymInt8, "sym_int8"},
 }};
 
-bool is_int4(LowBit type) { return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4; }
-
 std::int64_t packed_row_bytes(LowBit type, std::int64_t cols) {
   switch (type) {
     case LowBit::kFp32: return 4 * cols;
@@ -75,6 +73,8 @@ void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
 }
 
 }  // namespace
+
+bool is_int4(LowBit type) { return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4; }
 
 GroupRule fit_group(LowBit type, Int4Range range, const float* x, std::int64_t n) {
   GroupRule r;

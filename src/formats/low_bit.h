@@ -53,6 +53,8 @@ std::string_view low_bit_name(LowBit type);
 LowBit parse_low_bit(std::string_view name);
 /// True for the integer formats.
 bool is_quantized(LowBit type);
+/// True for the 4-bit formats (sym_int4, asym_int4).
+bool is_int4(LowBit type);
 /// "full" or "clip".
 std::string_view int4_range_name(Int4Range range);
 /// Inverse of int4_range_name. Throws woq::Error on anything else.
