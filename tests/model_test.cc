@@ -183,6 +183,29 @@ TEST(Stories260K, LastPromptLogitsMatchPyTorch) {
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(logits[i], want[i], 1e-4) << i;
 }
 
+// The KV cache takes memory as the sequence grows, a page at a time, and a
+// prefill that crosses pages gives the logits of one that is split at any point.
+TEST(Stories260K, KvCacheGrowsInPagesAndPageBoundariesDoNotChangeLogits) {
+  ThreadPool pool(2);
+  auto model = load(pool, kFp32);
+  const std::int64_t ctx = model->context_limit();
+  ASSERT_GT(ctx, KVCache::kPageTokens + 40);
+  KVCache whole = model->make_cache(ctx);
+  EXPECT_EQ(whole.allocated(), 0);
+  std::vector<std::int32_t> ids;
+  for (std::int64_t i = 0; i < KVCache::kPageTokens + 40; ++i) ids.push_back(static_cast<std::int32_t>(3 + (i * 37) % 500));
+  std::vector<float> a, b;
+  model->forward(std::span(ids).first(10), whole, false, a);
+  EXPECT_EQ(whole.allocated(), KVCache::kPageTokens);  // one page for 10 tokens, not the whole context
+  model->forward(std::span(ids).subspan(10), whole, false, a);
+  EXPECT_EQ(whole.allocated(), 2 * KVCache::kPageTokens);
+  KVCache split = model->make_cache(ctx);
+  model->forward(std::span(ids).first(KVCache::kPageTokens - 3), split, false, b);
+  model->forward(std::span(ids).subspan(KVCache::kPageTokens - 3), split, false, b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(KVCache::bytes_for(2, 1, 8), 2 * 2 * KVCache::kPageTokens * 8 * 4);
+}
+
 // One batched prefill gives the same logits as feeding tokens one by one,
 // bit for bit (every output is computed by the same operations whatever the
 // batch), and the thread count does not change a single bit either.

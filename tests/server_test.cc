@@ -144,6 +144,50 @@ TEST_F(ServerTest, StopsAtStopStringsEosAndTheContext) {
   EXPECT_THROW(engine.submit(req), Error);
 }
 
+// --parallel x --ctx-size is checked against the memory budget at startup: a
+// given context that cannot fit is an error, the model's default is lowered.
+TEST_F(ServerTest, KvCacheBudgetIsCheckedAtStartup) {
+  const ModelConfig& c = model_->config();
+  const std::int64_t page = KVCache::bytes_for(c.num_hidden_layers, KVCache::kPageTokens, c.kv_dim());
+  ASSERT_GT(model_->context_limit(), KVCache::kPageTokens);
+  // Room for 4 sequences of one page each.
+  EXPECT_THROW(Engine(*model_, tok_, metrics_, {4, model_->context_limit(), 4 * page}), Error);
+  {
+    Engine engine(*model_, tok_, metrics_, {4, 0, 4 * page});
+    EXPECT_EQ(engine.ctx_size(), KVCache::kPageTokens);
+    EXPECT_EQ(submit(engine, tok_, "Once upon a time", 5, 0.0f, 0).get().finish.completion_tokens, 5);
+  }
+  EXPECT_THROW(Engine(*model_, tok_, metrics_, {4, 0, 3 * page}), Error);  // not one page each
+  Engine roomy(*model_, tok_, metrics_, {4, 0, 0});                         // 90 % of what the machine has
+  EXPECT_EQ(roomy.ctx_size(), model_->context_limit());
+}
+
+// Request bodies are parsed within budgets: depth, values, messages.
+TEST(OpenAiApi, BodiesOverTheBudgetsAreRefused) {
+  const auto status_of = [](const std::string& body) {
+    try {
+      parse_request(body, true, "m");
+    } catch (const ApiError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string deep = R"({"messages":[{"role":"user","content":"hi","x":)";
+  for (int i = 0; i < 20000; ++i) deep += '[';
+  for (int i = 0; i < 20000; ++i) deep += ']';
+  deep += "}]}";
+  EXPECT_NE(status_of(deep).find("nested deeper than 64"), std::string::npos) << status_of(deep);
+  std::string many = R"({"messages":[)";
+  for (std::size_t i = 0; i < kMaxJsonValues; ++i) many += "{},";
+  many += "{}]}";
+  EXPECT_NE(status_of(many).find("too many JSON values"), std::string::npos);
+  std::string messages = R"({"messages":[)";
+  for (std::size_t i = 0; i <= kMaxMessages; ++i) messages += std::string(i ? "," : "") + R"({"role":"user","content":"a"})";
+  messages += "]}";
+  EXPECT_NE(status_of(messages).find("at most 4096"), std::string::npos) << status_of(messages);
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi","x":[[[[1]]]]}]})"), "accepted");
+}
+
 TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
   auto error_of = [](const std::string& body, bool chat) {
     try {

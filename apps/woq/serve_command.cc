@@ -32,6 +32,8 @@ struct ServeArgs {
   std::int64_t ctx_size = 0;
   std::string served_model_name;
   std::string api_key;
+  double shutdown_timeout = 5;
+  std::int64_t max_connections = 4096;
 };
 
 // SIGINT/SIGTERM write their number to a pipe (async-signal-safe) that a
@@ -59,11 +61,16 @@ int run_serve(const ServeArgs& a) {
   ThreadPool pool(a.model.threads);
   auto model = load_model(a.model_dir, options, pool);
   server::Metrics metrics;
-  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size});
+  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size, 0});
+  if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
+    fmt::print(stderr, "woq: context lowered from the model's {} to {} tokens: {} such KV caches fit in the memory available\n",
+               model->context_limit(), engine.ctx_size(), engine.parallel());
   server::HttpOptions http;
   http.host = a.host;
   http.port = a.port;
   http.api_key = a.api_key;
+  http.shutdown_timeout_s = a.shutdown_timeout;
+  http.max_connections = a.max_connections;
   http.served_model_name =
       a.served_model_name.empty() ? std::filesystem::path(a.model_dir).lexically_normal().filename().string() : a.served_model_name;
   if (http.served_model_name.empty()) http.served_model_name = "woq";
@@ -110,6 +117,13 @@ Run add_serve(CLI::App& app) {
       ->check(kNonNegative);
   cmd->add_option("--served-model-name", args->served_model_name, "Model name for clients (default: the directory's name)");
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--shutdown-timeout", args->shutdown_timeout,
+                  "Seconds in-flight requests get to finish after SIGTERM/SIGINT before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--max-connections", args->max_connections, "Open connections at most; more get a 503")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   return [args] { return run_serve(*args); };
 }
 

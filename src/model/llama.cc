@@ -223,6 +223,7 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
   if (t_count < 1 || t_count > context_limit())
     fail("forward_block: {} tokens is outside [1, {}]", t_count, context_limit());
   KVCache cache(1, t_count, config_.kv_dim());
+  cache.grow(t_count);
   Scratch s(config_, t_count);
   const Segment whole{&cache, 0, t_count};
   block(layer, x, std::span(&whole, 1), 0, s, observe ? &observe : nullptr);
@@ -243,6 +244,7 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
   const std::int64_t pos0 = cache.size();
   if (pos0 + t_count > cache.capacity)
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
+  cache.grow(pos0 + t_count);
   const Segment whole{&cache, pos0, t_count};
   run(tokens, std::span(&whole, 1), all_logits ? 0 : t_count - 1, logits);
 }
@@ -255,6 +257,7 @@ void LlamaModel::decode_batch(std::span<const std::int32_t> tokens, std::span<KV
   for (KVCache* cache : caches) {
     if (cache->size() + 1 > cache->capacity)
       fail("context full: {} cached + 1 new token exceed the cache of {}", cache->size(), cache->capacity);
+    cache->grow(cache->size() + 1);
     for (const Segment& seg : segments)
       if (seg.cache == cache) fail("decode_batch: a cache appears twice");
     segments.push_back({cache, cache->size(), 1});

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "generate/generate.h"
 #include "generate/stop_strings.h"
 
@@ -57,9 +58,25 @@ struct Engine::Slot {
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
-  if (options_.ctx_size == 0) options_.ctx_size = model.context_limit();
+  const bool defaulted = options_.ctx_size == 0;
+  if (defaulted) options_.ctx_size = model.context_limit();
   if (options_.ctx_size < 1 || options_.ctx_size > model.context_limit())
     fail("--ctx-size {} is outside [1, {}] (the model's context)", options_.ctx_size, model.context_limit());
+  // Caches grow as sequences do, but all `parallel` of them may reach ctx_size at once.
+  std::int64_t budget = options_.memory_bytes;
+  if (budget == 0) budget = static_cast<std::int64_t>(0.9 * static_cast<double>(available_memory_bytes().value_or(INT64_MAX / 2)));
+  const ModelConfig& c = model.config();
+  const std::int64_t per_token = KVCache::bytes_for(c.num_hidden_layers, KVCache::kPageTokens, c.kv_dim()) / KVCache::kPageTokens;
+  const auto gib = [](std::int64_t b) { return static_cast<double>(b) / (1 << 30); };
+  if (KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim()) > budget / options_.parallel) {
+    const std::int64_t fits = budget / options_.parallel / per_token / KVCache::kPageTokens * KVCache::kPageTokens;
+    if (!defaulted || fits < 1)
+      fail("--parallel {} x --ctx-size {} needs {:.2f} GiB of KV cache, but {:.2f} GiB of memory is available for it; "
+           "lower --ctx-size or --parallel",
+           options_.parallel, options_.ctx_size, gib(options_.parallel * KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim())),
+           gib(budget));
+    options_.ctx_size = fits;
+  }
   eos_ = end_of_generation_ids(model.config(), tokenizer);
   thread_ = std::thread([this] { loop(); });
 }

@@ -70,14 +70,19 @@ struct EngineRequest {
 
 struct EngineOptions {
   std::int64_t parallel = 4;  ///< sequences decoded together
-  std::int64_t ctx_size = 0;  ///< tokens per sequence (prompt + generated); 0 = the model's context
+  /// Tokens per sequence (prompt + generated); 0 = the model's context, lowered (to whole KV
+  /// pages) when `parallel` full caches would not fit in memory.
+  std::int64_t ctx_size = 0;
+  /// Memory the KV caches may take at most, in bytes; 0 = 90 % of available_memory_bytes().
+  std::int64_t memory_bytes = 0;
 };
 
 class Engine {
  public:
   /// Starts the scheduling thread. The model, tokenizer and metrics must
-  /// outlive the engine. Throws woq::Error for parallel < 1 or a ctx_size
-  /// outside [1, context_limit()].
+  /// outlive the engine. Throws woq::Error for parallel < 1, a ctx_size
+  /// outside [1, context_limit()], or a given ctx_size whose `parallel` full KV
+  /// caches exceed the memory budget (so that no request can run out of memory later).
   Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options);
   /// Cancels what is running and queued (their on_finish says "cancelled") and joins the thread.
   ~Engine();

@@ -1,15 +1,23 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <ctime>
-#include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -17,30 +25,29 @@
 
 namespace woq::server {
 
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Events of one request, from the engine's thread to the HTTP thread.
-struct Channel {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<TokenEvent> tokens;
-  std::optional<FinishEvent> finish;
-};
-
-void send_json(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
-}
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 std::string next_id(const char* prefix) {
   static std::atomic<std::uint64_t> counter{0};
   return fmt::format("{}-{:x}{:06x}", prefix, static_cast<std::uint64_t>(std::time(nullptr)), ++counter);
 }
 
-std::string sse(const Json& j) {
-  return "data: " + j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// One piece of a chunked (Transfer-Encoding: chunked) body.
+std::string http_chunk(const std::string& data) { return data.empty() ? std::string() : fmt::format("{:x}\r\n{}\r\n", data.size(), data); }
+
+std::chrono::steady_clock::duration after(double seconds) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 void log_request(const std::string& id, const FinishEvent& f) {
@@ -51,247 +58,649 @@ void log_request(const std::string& id, const FinishEvent& f) {
              f.error.empty() ? "" : " (" + f.error + ")");
 }
 
+// %XX escapes of a URL path.
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// Engine callbacks reach connections through this; it is closed (under its mutex)
+// before the io_context goes away, after which callbacks do nothing.
+struct Gate {
+  std::mutex mu;
+  bool open = true;
+};
+
 }  // namespace
 
-HttpServer::HttpServer(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate& chat, Metrics& metrics,
-                       HttpOptions options)
-    : engine_(engine), tokenizer_(tokenizer), chat_(chat), metrics_(metrics), options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
-  routes();
+class Session;
+
+struct HttpServer::Impl {
+  Impl(Engine& e, const Tokenizer& t, const ChatTemplate& c, Metrics& m, HttpOptions o)
+      : engine(e), tokenizer(t), chat(c), metrics(m), options(std::move(o)) {
+    ioc.emplace(std::max(1, options.io_threads));
+    strand.emplace(net::make_strand(*ioc));
+    acceptor.emplace(*strand);
+    retry_timer.emplace(*strand);
+    deadline_timer.emplace(*strand);
+    hard_timer.emplace(*strand);
+    workers.emplace(static_cast<std::size_t>(std::max(1, options.io_threads)));
+  }
+  ~Impl();
+
+  void accept();
+  void begin_shutdown();
+  /// Runs f(session) on each open session's strand.
+  template <class F>
+  void each_session(F f);
+  std::vector<std::shared_ptr<Session>> open_sessions();
+  void opened(Session* s, const std::shared_ptr<Session>& sp);
+  void closed(Session* s);
+  /// Takes `bytes` of the pending-body budget; false when it is spent.
+  bool reserve(std::size_t bytes);
+
+  Engine& engine;
+  const Tokenizer& tokenizer;
+  const ChatTemplate& chat;
+  Metrics& metrics;
+  HttpOptions options;
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+  std::atomic<std::int64_t> connections{0};
+  std::atomic<std::size_t> pending_body{0};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> destroying{false};
+  std::mutex sessions_mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  // Destroyed explicitly in ~Impl, while the members above still exist.
+  std::optional<net::io_context> ioc;
+  std::optional<net::strand<net::io_context::executor_type>> strand;  ///< acceptor, timers, shutdown
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> retry_timer, deadline_timer, hard_timer;
+  std::optional<net::thread_pool> workers;  ///< parsing, chat templates, tokenizing
+};
+
+// One connection: reads requests one after another (pipelined ones wait in the
+// buffer) and answers each before reading the next. Everything runs on the
+// connection's strand; engine callbacks are posted to it.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(HttpServer::Impl& s, tcp::socket socket) : s_(s), stream_(std::move(socket)) { ++s_.connections; }
+  ~Session() {
+    if (er_) er_->cancelled = true;
+    release();
+    s_.closed(this);
+  }
+
+  void start() { read_header(); }
+  auto executor() { return stream_.get_executor(); }
+
+  /// Over the connection limit: a 503, then close.
+  void refuse() {
+    keep_alive_ = false;
+    respond_error(ApiError(503, "The server has too many open connections; retry later", "server_error"));
+  }
+
+  /// Shutdown began: an idle connection (or one still sending its request) closes now.
+  void on_shutdown() {
+    if (reading_) close();
+  }
+
+  /// The server is going away without running more handlers: drop the self-reference.
+  void abandon() {
+    if (er_) er_->cancelled = true;
+    self_.reset();
+  }
+
+  /// The shutdown deadline passed: cancel the running generation.
+  void on_deadline() {
+    if (!er_) return;
+    shutdown_cancelled_ = true;
+    er_->cancelled = true;
+  }
+
+ private:
+  using Request = http::request<http::string_body>;
+
+  struct Generation {
+    ApiRequest r;
+    std::string id;
+    std::int64_t created = 0;
+    Generated g;  // non-streaming: what is answered at the end
+  };
+
+  void read_header() {
+    if (s_.draining) return close();
+    reading_ = true;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(s_.options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(s_.options.max_body_bytes);
+    stream_.expires_after(after(s_.options.header_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    const auto& h = parser_->get();
+    method_ = std::string(h.method_string());
+    target_ = std::string(h.target());
+    keep_alive_ = h.keep_alive();
+    const boost::optional<std::uint64_t> length = parser_->content_length();
+    if (length && *length > s_.options.max_body_bytes) return too_large();
+    const std::size_t need = length ? static_cast<std::size_t>(*length) : parser_->chunked() ? s_.options.max_body_bytes : 0;
+    if (!s_.reserve(need)) {
+      keep_alive_ = false;
+      return respond_error(ApiError(503, "The server is receiving too many request bodies at once; retry later", "server_error"));
+    }
+    reserved_ = need;
+    stream_.expires_after(after(s_.options.body_timeout_s));
+    if (beast::iequals(h[http::field::expect], "100-continue") && need > 0) {
+      auto reply = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      net::async_write(stream_, net::buffer(*reply), [self = shared_from_this(), reply](beast::error_code e, std::size_t) {
+        if (e) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->read_failed(ec);
+      self->reading_ = false;
+      Request req = self->parser_->release();
+      self->parser_.reset();
+      self->handle(req);
+      self->release();  // the body is gone with `req`
+    });
+  }
+
+  void read_failed(beast::error_code ec) {
+    reading_ = false;
+    if (ec == http::error::body_limit) return too_large();
+    if (ec == http::error::header_limit) {
+      keep_alive_ = false;
+      return respond_error(ApiError(431, "The request's headers are too large", "invalid_request_error"));
+    }
+    // Gone, timed out (a slow client), cancelled by shutdown, or cut short: nothing to answer.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == beast::error::timeout ||
+        &ec.category() != &http::make_error_code(http::error::bad_target).category())
+      return close();
+    keep_alive_ = false;
+    method_.clear();
+    respond_error(ApiError(400, "Malformed HTTP request (" + ec.message() + ")", "invalid_request_error"));
+  }
+
+  void too_large() {
+    keep_alive_ = false;
+    respond_error(ApiError(413, fmt::format("The request body is too large (at most {} bytes)", s_.options.max_body_bytes),
+                           "invalid_request_error"));
+  }
+
+  void release() {
+    s_.pending_body -= reserved_;
+    reserved_ = 0;
+  }
+
+  void handle(Request& req) {
+    const std::string path = percent_decode(std::string_view(target_).substr(0, target_.find('?')));
+    try {
+      if (path.rfind("/v1/", 0) == 0 && !s_.options.api_key.empty()) {
+        const std::string auth(req[http::field::authorization]);
+        const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
+        if (!bearer || auth.substr(7) != s_.options.api_key)
+          throw ApiError(401, req.count(http::field::authorization) ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)",
+                         "invalid_request_error", "", "invalid_api_key");
+      }
+      const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+      const std::string& name = s_.options.served_model_name;
+      const Json model = {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "woq"}};
+      if (get && path == "/health") return respond(200, dump({{"status", "ok"}}));
+      if (get && path == "/metrics") return respond(200, s_.metrics.text(), "text/plain; version=0.0.4");
+      if (get && path == "/v1/models") {
+        s_.metrics.request(true);
+        return respond(200, dump({{"object", "list"}, {"data", Json::array({model})}}));
+      }
+      if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
+        if (path.substr(11) != name)
+          throw ApiError(404, fmt::format("The model '{}' does not exist", path.substr(11)), "invalid_request_error", "model",
+                         "model_not_found");
+        s_.metrics.request(true);
+        return respond(200, dump(model));
+      }
+      if (post && (path == "/v1/completions" || path == "/v1/chat/completions")) return prepare(std::move(req.body()), path == "/v1/chat/completions");
+      // Not an API request: not counted in /metrics.
+      return respond_error(ApiError(404, fmt::format("Unknown endpoint {} {}", method_, path), "invalid_request_error"));
+    } catch (const ApiError& e) {
+      s_.metrics.request(false);
+      respond_error(e);
+    } catch (const std::exception& e) {
+      s_.metrics.request(false);
+      respond_error(ApiError(500, e.what(), "server_error"));
+    }
+  }
+
+  // POST /v1/completions and /v1/chat/completions: parsing, the chat template and
+  // tokenizing (up to seconds for a long prompt) run on the worker threads, so that
+  // the I/O threads keep serving; then submit() on this connection's strand.
+  void prepare(std::string body, bool chat) {
+    net::post(*s_.workers, [self = shared_from_this(), body = std::move(body), chat]() mutable {
+      auto gen = std::make_shared<Generation>();
+      auto er = std::make_shared<EngineRequest>();
+      std::optional<ApiError> error;
+      try {
+        self->prepare_request(body, chat, *gen, *er);
+      } catch (const ApiError& e) {
+        error = e;
+      } catch (const std::exception& e) {
+        error = ApiError(500, e.what(), "server_error");
+      }
+      body = std::string();
+      auto ex = self->executor();
+      net::post(ex, [self = std::move(self), gen, er, error] {
+        if (error) {
+          self->s_.metrics.request(false);
+          return self->respond_error(*error);
+        }
+        try {
+          self->submit(std::move(*gen), er);
+        } catch (const ApiError& e) {
+          self->s_.metrics.request(false);
+          self->respond_error(e);
+        }
+      });
+    });
+  }
+
+  // What prepare() does on a worker thread. Throws ApiError.
+  void prepare_request(const std::string& body, bool chat, Generation& gen, EngineRequest& out) const {
+    gen.r = parse_request(body, chat, s_.options.served_model_name);
+    const ApiRequest& r = gen.r;
+    std::string text;
+    if (chat) {
+      try {
+        text = s_.chat.render(r.messages, true, r.template_kwargs);
+      } catch (const jinja::RaisedException& e) {
+        throw ApiError(400, e.what(), "invalid_request_error", "messages");
+      } catch (const jinja::TemplateError& e) {
+        throw ApiError(500, fmt::format("the model's chat template failed: {}", e.what()), "server_error");
+      }
+    }
+    const std::string& prompt = chat ? text : r.prompt;
+    const std::int64_t ctx = s_.engine.ctx_size();
+    auto too_long = [&](const std::string& tokens) {
+      return ApiError(400,
+                      fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
+                                  "(at least one token must be left to generate).",
+                                  ctx, tokens),
+                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+    };
+    // A text this long cannot fit: refuse before tokenizing (which takes ~400 bytes of memory per byte).
+    const auto lower_bound = static_cast<std::int64_t>(prompt.size()) / s_.tokenizer.max_piece_bytes();
+    if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
+    const std::vector<std::int32_t> ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
+    const auto n = static_cast<std::int64_t>(ids.size());
+    if (n >= ctx) throw too_long(std::to_string(n));
+    if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
+
+    out.prompt = ids;
+    out.max_tokens = r.max_tokens < 0 ? ctx - n : r.max_tokens;
+    out.sampling = r.sampling;
+    out.stop = r.stop;
+    out.presence_penalty = r.presence_penalty;
+    out.frequency_penalty = r.frequency_penalty;
+    out.logprobs = r.logprobs;
+    out.top_logprobs = r.top_logprobs;
+    gen.id = next_id(chat ? "chatcmpl" : "cmpl");
+    gen.created = static_cast<std::int64_t>(std::time(nullptr));
+  }
+
+  // Hands a prepared request to the engine and starts the answer. Throws ApiError.
+  void submit(Generation gen, const std::shared_ptr<EngineRequest>& er) {
+    // The engine's thread posts each event to this connection's strand, holding the
+    // connection only while the handler is queued.
+    auto post = [gate = s_.gate, weak = weak_from_this()](auto handler) {
+      std::lock_guard lock(gate->mu);
+      if (!gate->open) return;
+      if (std::shared_ptr<Session> self = weak.lock()) {
+        auto ex = self->stream_.get_executor();
+        net::post(ex, [self = std::move(self), handler = std::move(handler)]() mutable { handler(*self); });
+      }
+    };
+    er->on_token = [post](const TokenEvent& ev) { post([ev](Session& s) { s.on_token(ev); }); };
+    er->on_finish = [post, id = gen.id](const FinishEvent& f) {
+      log_request(id, f);  // every request, cancelled ones included
+      post([f](Session& s) { s.on_finish(f); });
+    };
+    try {
+      s_.engine.submit(er);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "invalid_request_error");
+    }
+    er_ = er;
+    gen_ = std::move(gen);
+    self_ = shared_from_this();  // until on_finish: the engine holds the connection only weakly
+    s_.metrics.request(true);
+    watch_disconnect();
+    if (!gen_->r.stream) return;
+    out_ = fmt::format("HTTP/1.1 200 OK\r\nServer: woq\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                       "Transfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
+                       keep_alive_ ? "keep-alive" : "close");
+    if (gen_->r.chat) out_ += http_chunk(sse(chunk_body(gen_->r, gen_->id, gen_->created, s_.options.served_model_name, "", {}, "", true, s_.tokenizer)));
+    flush();
+  }
+
+  // A client that hangs up cancels its generation (a streaming one is also noticed
+  // when a write fails). Pipelined bytes end the watch.
+  void watch_disconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->er_) return;
+      char c = 0;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->er_->cancelled = true;
+      else if (n < 0) self->watch_disconnect();
+    });
+  }
+
+  void on_token(const TokenEvent& ev) {
+    if (!gen_) return;
+    const ApiRequest& r = gen_->r;
+    if (!r.stream) {
+      gen_->g.text += ev.text;
+      if (r.logprobs) gen_->g.tokens.push_back(ev);
+      return;
+    }
+    if (ev.text.empty() && !r.logprobs) return;
+    out_ += http_chunk(sse(chunk_body(r, gen_->id, gen_->created, s_.options.served_model_name, ev.text, {ev}, "", false, s_.tokenizer)));
+    flush();
+  }
+
+  void on_finish(const FinishEvent& f) {
+    er_.reset();
+    const std::shared_ptr<Session> keep = std::move(self_);
+    if (!gen_) return;
+    const ApiRequest& r = gen_->r;
+    const std::string& name = s_.options.served_model_name;
+    const bool shutdown = f.reason == "cancelled" && shutdown_cancelled_;
+    if (f.reason == "cancelled" && !shutdown) return close();  // the client went away
+    if (!r.stream) {
+      Generation gen = std::move(*gen_);
+      gen_.reset();
+      if (shutdown) return respond_error(ApiError(503, "The server is shutting down", "server_error"));
+      if (f.reason == "error") return respond_error(ApiError(500, f.error, "server_error"));
+      gen.g.text += f.text;
+      gen.g.finish_reason = f.reason;
+      gen.g.prompt_tokens = f.prompt_tokens;
+      gen.g.completion_tokens = f.completion_tokens;
+      return respond(200, dump(response_body(r, gen.id, gen.created, name, gen.g, s_.tokenizer)));
+    }
+    std::string out;
+    if (shutdown) {
+      out += sse(ApiError(503, "The server is shutting down", "server_error").body());
+    } else if (f.reason == "error") {
+      out += sse(ApiError(500, f.error, "server_error").body());
+    } else {
+      out += sse(chunk_body(r, gen_->id, gen_->created, name, f.text, {}, f.reason, false, s_.tokenizer));
+      if (r.include_usage) {
+        Generated g;
+        g.prompt_tokens = f.prompt_tokens;
+        g.completion_tokens = f.completion_tokens;
+        out += sse(usage_chunk(r, gen_->id, gen_->created, name, g));
+      }
+    }
+    out += "data: [DONE]\n\n";
+    out_ += http_chunk(out) + "0\r\n\r\n";
+    stream_done_ = true;
+    flush();
+  }
+
+  // Writes what the stream has queued; after the last chunk, reads the next request.
+  void flush() {
+    if (writing_ || out_.empty()) return;
+    writing_ = true;
+    auto data = std::make_shared<std::string>(std::move(out_));
+    out_.clear();
+    stream_.expires_after(after(s_.options.write_timeout_s));
+    net::async_write(stream_, net::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) return self->close();  // the destructor cancels the generation
+      if (!self->out_.empty()) return self->flush();
+      if (self->stream_done_) {
+        self->stream_done_ = false;
+        self->gen_.reset();
+        self->next();
+      }
+    });
+  }
+
+  void respond_error(const ApiError& e) {
+    fmt::print(stderr, "woq: {} {} -> {}: {}\n", method_.empty() ? "-" : method_, target_.substr(0, 200), e.status,
+               std::string(e.what()).substr(0, 200));
+    respond(e.status, dump(e.body()));
+  }
+
+  void respond(int status, std::string body, const char* content_type = "application/json") {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    res->set(http::field::server, "woq");
+    res->set(http::field::content_type, content_type);
+    res->keep_alive(keep_alive_ && !s_.draining);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    stream_.expires_after(after(s_.options.write_timeout_s));
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      if (!res->keep_alive()) return self->linger_close();
+      self->next();
+    });
+  }
+
+  void next() {
+    if (keep_alive_ && !s_.draining) return read_header();
+    linger_close();
+  }
+
+  // Half-closes and reads what the client still sends (up to a second), so that
+  // unread input does not turn the close into a reset that loses the answer.
+  void linger_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    stream_.expires_after(std::chrono::seconds(1));
+    drain();
+  }
+
+  void drain() {
+    auto scratch = std::make_shared<std::array<char, 4096>>();
+    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
+  }
+
+  void close() {
+    reading_ = false;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  HttpServer::Impl& s_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::size_t reserved_ = 0;  ///< bytes of the pending-body budget held
+  bool reading_ = false;      ///< waiting for (or receiving) a request
+  bool keep_alive_ = false;
+  std::string method_, target_;  ///< of the current request, for the log
+  std::shared_ptr<EngineRequest> er_;  ///< the generation running for this connection
+  std::shared_ptr<Session> self_;      ///< set while er_ runs
+  std::optional<Generation> gen_;
+  bool shutdown_cancelled_ = false;
+  std::string out_;  ///< stream bytes not yet written
+  bool writing_ = false, stream_done_ = false;
+};
+
+HttpServer::Impl::~Impl() {
+  {
+    std::lock_guard lock(gate->mu);
+    gate->open = false;
+  }
+  // The threads have stopped: no handler runs concurrently with this.
+  destroying = true;  // sessions destroyed from here on post nothing
+  workers->stop();    // queued requests are dropped; one being tokenized finishes
+  workers->join();
+  workers.reset();
+  for (const auto& sp : open_sessions()) sp->abandon();
+  acceptor.reset();
+  retry_timer.reset();
+  deadline_timer.reset();
+  hard_timer.reset();
+  strand.reset();
+  ioc.reset();  // destroys the queued handlers, and with them the sessions
+}
+
+std::vector<std::shared_ptr<Session>> HttpServer::Impl::open_sessions() {
+  std::vector<std::shared_ptr<Session>> open;
+  std::lock_guard lock(sessions_mu);
+  for (auto& [ptr, weak] : sessions)
+    if (auto sp = weak.lock()) open.push_back(std::move(sp));
+  return open;
+}
+
+template <class F>
+void HttpServer::Impl::each_session(F f) {
+  for (auto& sp : open_sessions()) {
+    Session& s = *sp;
+    net::post(s.executor(), [sp, f]() { f(*sp); });
+  }
+}
+
+void HttpServer::Impl::opened(Session* s, const std::shared_ptr<Session>& sp) {
+  std::lock_guard lock(sessions_mu);
+  sessions.emplace(s, sp);
+}
+
+void HttpServer::Impl::closed(Session* s) {
+  {
+    std::lock_guard lock(sessions_mu);
+    sessions.erase(s);
+  }
+  if (--connections == 0 && draining && !destroying)
+    net::post(*strand, [this] {
+      deadline_timer->cancel();
+      hard_timer->cancel();
+    });
+}
+
+bool HttpServer::Impl::reserve(std::size_t bytes) {
+  std::size_t now = pending_body.load();
+  do {
+    if (now + bytes > options.max_pending_body_bytes) return false;
+  } while (!pending_body.compare_exchange_weak(now, now + bytes));
+  return true;
+}
+
+void HttpServer::Impl::accept() {
+  acceptor->async_accept(net::make_strand(*ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || draining) return;
+    if (ec) {
+      // Out of file descriptors (EMFILE) and the like: wait a little rather than spin.
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true)) fmt::print(stderr, "woq: accepting a connection failed: {}\n", ec.message());
+      retry_timer->expires_after(std::chrono::milliseconds(50));
+      retry_timer->async_wait([this](beast::error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    const bool over = connections >= options.max_connections;
+    auto session = std::make_shared<Session>(*this, std::move(socket));
+    opened(session.get(), session);
+    net::dispatch(session->executor(), [session, over] { over ? session->refuse() : session->start(); });
+    accept();
+  });
+}
+
+void HttpServer::Impl::begin_shutdown() {
+  if (draining.exchange(true)) return;
+  beast::error_code ec;
+  acceptor->close(ec);
+  retry_timer->cancel();
+  each_session([](Session& s) { s.on_shutdown(); });
+  deadline_timer->expires_after(after(options.shutdown_timeout_s));
+  deadline_timer->async_wait([this](beast::error_code e) {
+    if (e) return;
+    each_session([](Session& s) { s.on_deadline(); });
+    // Clients that do not read their last bytes do not hold the process.
+    hard_timer->expires_after(std::chrono::seconds(2));
+    hard_timer->async_wait([this](beast::error_code e2) {
+      if (!e2) ioc->stop();
+    });
+  });
+  if (connections == 0) {
+    deadline_timer->cancel();
+    hard_timer->cancel();
+  }
+}
+
+HttpServer::HttpServer(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate& chat, Metrics& metrics, HttpOptions options) {
+  if (options.io_threads < 1 || options.max_connections < 1 || options.max_body_bytes < 1 || options.header_timeout_s <= 0 ||
+      options.body_timeout_s <= 0 || options.write_timeout_s <= 0 || options.shutdown_timeout_s < 0)
+    fail("HTTP server options out of range (threads, connections, sizes and timeouts must be positive)");
+  impl_ = std::make_unique<Impl>(engine, tokenizer, chat, metrics, std::move(options));
 }
 
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
-  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
-                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", options_.host, options_.port);
-  return port;
-}
-
-void HttpServer::serve() { http_->listen_after_bind(); }
-
-void HttpServer::stop() { http_->stop(); }
-
-void HttpServer::routes() {
-  httplib::Server& s = *http_;
-  // Streaming clients hold a thread each, and queued requests wait in theirs.
-  const auto threads = static_cast<std::size_t>(std::max<std::int64_t>(32, engine_.parallel() * 4));
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(32u << 20);
-
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // No answer here is a byte range of a file: cpp-httplib would cut the JSON to a
-    // Range header's bytes, so the parsed ranges are dropped (the request object
-    // is this connection's own; the handler API only exposes it as const).
-    const_cast<httplib::Request&>(req).ranges.clear();
-    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
-    if (bearer && auth.substr(7) == options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    metrics_.request(false);
-    send_json(res, 401,
-              ApiError(401, req.has_header("Authorization") ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)",
-                       "invalid_request_error", "", "invalid_api_key")
-                  .body());
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Generation requests log when they finish (log_request); every error answer gets a line here.
-  s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    if (res.status < 400) return;
-    std::string message;
-    try {
-      message = nlohmann::json::parse(res.body).at("error").at("message").get<std::string>();
-    } catch (const std::exception&) {
+  Impl& s = *impl_;
+  // Every connection is a file descriptor: take the hard limit, and keep the
+  // connection cap under it (with room for the model's files and logs).
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    if (limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &limit);
+      getrlimit(RLIMIT_NOFILE, &limit);
     }
-    fmt::print(stderr, "woq: {} {} -> {}{}{}\n", req.method, req.path.substr(0, 200), res.status, message.empty() ? "" : ": ",
-               message.substr(0, 200));
-  });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message = res.status == 404   ? fmt::format("Unknown endpoint {} {}", req.method, req.path)
-                                : res.status == 413 ? std::string("The request body is too large")
-                                : res.status == 400 ? std::string("Malformed HTTP request")
-                                                    : fmt::format("HTTP error {}", res.status);
-    send_json(res, res.status, ApiError(res.status, message, "invalid_request_error").body());
-  });
-  s.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    metrics_.request(false);
-    send_json(res, 500, ApiError(500, message, "server_error").body());
-  });
-
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.text(), "text/plain; version=0.0.4");
-  });
-  auto model_json = [this] {
-    return Json{{"id", options_.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "woq"}};
-  };
-  s.Get("/v1/models", [this, model_json](const httplib::Request&, httplib::Response& res) {
-    metrics_.request(true);
-    send_json(res, 200, {{"object", "list"}, {"data", Json::array({model_json()})}});
-  });
-  s.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
-    const bool found = req.matches[1] == options_.served_model_name;
-    metrics_.request(found);
-    if (found) send_json(res, 200, model_json());
-    else
-      send_json(res, 404,
-                ApiError(404, fmt::format("The model '{}' does not exist", req.matches[1].str()), "invalid_request_error", "model",
-                         "model_not_found")
-                    .body());
-  });
-  for (const bool chat : {false, true}) {
-    s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](const httplib::Request& req, httplib::Response& res) {
-      try {
-        generate(req, res, chat);
-      } catch (const ApiError& e) {
-        metrics_.request(false);
-        send_json(res, e.status, e.body());
-      }
-    });
+    if (limit.rlim_cur != RLIM_INFINITY)
+      s.options.max_connections = std::max<std::int64_t>(1, std::min<std::int64_t>(s.options.max_connections, static_cast<std::int64_t>(limit.rlim_cur) - 64));
   }
-}
-
-void HttpServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const ApiRequest r = parse_request(req.body, chat, options_.served_model_name);
-  std::string text;
-  if (chat) {
-    try {
-      text = chat_.render(r.messages, true, r.template_kwargs);
-    } catch (const jinja::RaisedException& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "messages");
-    } catch (const jinja::TemplateError& e) {
-      throw ApiError(500, fmt::format("the model's chat template failed: {}", e.what()), "server_error");
-    }
-  }
-  const std::string& prompt = chat ? text : r.prompt;
-  const std::int64_t ctx = engine_.ctx_size();
-  auto too_long = [&](const std::string& tokens) {
-    return ApiError(400,
-                    fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
-                                "(at least one token must be left to generate).",
-                                ctx, tokens),
-                    "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-  };
-  // A text this long cannot fit: refuse before tokenizing (which takes ~400 bytes of memory per byte).
-  const auto lower_bound = static_cast<std::int64_t>(prompt.size()) / tokenizer_.max_piece_bytes();
-  if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
-  const std::vector<std::int32_t> ids = chat ? tokenizer_.encode_with_special(prompt) : tokenizer_.encode(prompt);
-  const auto n = static_cast<std::int64_t>(ids.size());
-  if (n >= ctx) throw too_long(std::to_string(n));
-  if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
-
-  auto channel = std::make_shared<Channel>();
-  auto er = std::make_shared<EngineRequest>();
-  er->prompt = ids;
-  er->max_tokens = r.max_tokens < 0 ? ctx - n : r.max_tokens;
-  er->sampling = r.sampling;
-  er->stop = r.stop;
-  er->presence_penalty = r.presence_penalty;
-  er->frequency_penalty = r.frequency_penalty;
-  er->logprobs = r.logprobs;
-  er->top_logprobs = r.top_logprobs;
-  er->on_token = [channel](const TokenEvent& ev) {
-    {
-      std::lock_guard lock(channel->mu);
-      channel->tokens.push_back(ev);
-    }
-    channel->cv.notify_all();
-  };
-  const std::string id = next_id(chat ? "chatcmpl" : "cmpl");
-  er->on_finish = [channel, id](const FinishEvent& f) {
-    log_request(id, f);  // every request, cancelled ones included
-    {
-      std::lock_guard lock(channel->mu);
-      channel->finish = f;
-    }
-    channel->cv.notify_all();
-  };
   try {
-    engine_.submit(er);
-  } catch (const Error& e) {
-    throw ApiError(400, e.what(), "invalid_request_error");
+    const net::ip::address address = net::ip::make_address(s.options.host == "localhost" ? "127.0.0.1" : s.options.host);
+    const tcp::endpoint endpoint(address, static_cast<unsigned short>(s.options.port));
+    s.acceptor->open(endpoint.protocol());
+    s.acceptor->set_option(net::socket_base::reuse_address(true));
+    s.acceptor->bind(endpoint);
+    s.acceptor->listen(net::socket_base::max_listen_connections);
+    return s.acceptor->local_endpoint().port();
+  } catch (const std::exception& e) {
+    fail("cannot listen on {}:{} ({})", s.options.host, s.options.port, e.what());
   }
-  const auto created = static_cast<std::int64_t>(std::time(nullptr));
-  const std::string& model = options_.served_model_name;
+}
 
-  if (!r.stream) {
-    std::unique_lock lock(channel->mu);
-    channel->cv.wait(lock, [&] { return channel->finish.has_value(); });
-    const FinishEvent f = *channel->finish;
-    Generated g;
-    for (const TokenEvent& ev : channel->tokens) g.text += ev.text;
-    g.text += f.text;
-    if (r.logprobs) g.tokens.assign(channel->tokens.begin(), channel->tokens.end());
-    lock.unlock();
-    if (f.reason == "error") throw ApiError(500, f.error, "server_error");
-    g.finish_reason = f.reason;
-    g.prompt_tokens = f.prompt_tokens;
-    g.completion_tokens = f.completion_tokens;
-    metrics_.request(true);
-    send_json(res, 200, response_body(r, id, created, model, g, tokenizer_));
-    return;
-  }
+void HttpServer::serve() {
+  Impl& s = *impl_;
+  net::post(*s.strand, [&s] { s.accept(); });
+  std::vector<std::thread> threads;
+  for (int i = 1; i < s.options.io_threads; ++i) threads.emplace_back([&s] { s.ioc->run(); });
+  s.ioc->run();
+  for (std::thread& t : threads) t.join();
+}
 
-  metrics_.request(true);
-  res.set_header("Cache-Control", "no-cache");
-  auto first = std::make_shared<bool>(true);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, channel, er, r, id, created, first](std::size_t, httplib::DataSink& sink) {
-        std::vector<TokenEvent> events;
-        std::optional<FinishEvent> finish;
-        {
-          std::unique_lock lock(channel->mu);
-          while (channel->tokens.empty() && !channel->finish) {
-            channel->cv.wait_for(lock, std::chrono::milliseconds(100));
-            if (!sink.is_writable()) {
-              er->cancelled = true;  // the client went away: free its slot
-              return false;
-            }
-          }
-          events.assign(channel->tokens.begin(), channel->tokens.end());
-          channel->tokens.clear();
-          finish = channel->finish;
-        }
-        const std::string& name = options_.served_model_name;
-        std::string out;
-        if (*first && r.chat) out += sse(chunk_body(r, id, created, name, "", {}, "", true, tokenizer_));
-        *first = false;
-        for (const TokenEvent& ev : events)
-          if (!ev.text.empty() || r.logprobs) out += sse(chunk_body(r, id, created, name, ev.text, {ev}, "", false, tokenizer_));
-        if (finish) {
-          if (finish->reason == "error") {
-            out += sse(ApiError(500, finish->error, "server_error").body());
-          } else {
-            out += sse(chunk_body(r, id, created, name, finish->text, {}, finish->reason, false, tokenizer_));
-            if (r.include_usage) {
-              Generated g;
-              g.prompt_tokens = finish->prompt_tokens;
-              g.completion_tokens = finish->completion_tokens;
-              out += sse(usage_chunk(r, id, created, name, g));
-            }
-          }
-          out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          er->cancelled = true;
-          return false;
-        }
-        if (finish) sink.done();
-        return true;
-      },
-      [er](bool success) {
-        if (!success) er->cancelled = true;
-      });
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  net::post(*s.strand, [&s] { s.begin_shutdown(); });
 }
 
 }  // namespace woq::server

@@ -1,8 +1,20 @@
-// woq serve's HTTP side: an OpenAI-compatible API over cpp-httplib.
+// woq serve's HTTP side: an OpenAI-compatible API over Boost.Beast (Debian's
+// libboost-dev), event-driven: a few I/O threads serve every connection, so an
+// idle, slow or hostile client costs a socket and a buffer, never a thread.
 //   GET  /health, /v1/models, /v1/models/{id}, /metrics (Prometheus text)
 //   POST /v1/completions, /v1/chat/completions (JSON, or server-sent events with "stream": true)
+//
+// What a client cannot do: hold a connection by sending slowly (the request
+// line and headers must arrive within header_timeout_s, a body within
+// body_timeout_s), send more than max_body_bytes (chunked bodies included, as
+// they arrive), open more than max_connections (the rest get a 503 and are
+// closed), or stall shutdown (stop() finishes or cancels in-flight work within
+// shutdown_timeout_s; open streams get an error event and [DONE]). Pipelined
+// requests are answered in order.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -11,12 +23,6 @@
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace woq::server {
 
 struct HttpOptions {
@@ -24,31 +30,41 @@ struct HttpOptions {
   int port = 8000;                 ///< 0 picks a free port
   std::string served_model_name;   ///< the "model" clients send and /v1/models lists
   std::string api_key;             ///< when set, /v1/* needs "Authorization: Bearer KEY"
+  std::size_t max_header_bytes = 64 << 10;  ///< request line + headers; more is a 431
+  std::size_t max_body_bytes = 32 << 20;    ///< more is a 413
+  /// Bodies being received at once, in bytes (a chunked body counts max_body_bytes); a request
+  /// over the budget is a 503.
+  std::size_t max_pending_body_bytes = std::size_t{1} << 30;
+  std::int64_t max_connections = 4096;  ///< open at once (capped by the file descriptor limit)
+  double header_timeout_s = 10;         ///< a request's line and headers, and a keep-alive connection's idle time
+  double body_timeout_s = 60;           ///< a request's whole body
+  double write_timeout_s = 60;          ///< any one write to a client that does not read
+  double shutdown_timeout_s = 5;        ///< stop(): in-flight requests finish within this, or are cancelled
+  int io_threads = 2;                   ///< threads parsing, tokenizing and writing (generation runs in the Engine)
 };
 
 class HttpServer {
  public:
-  /// Everything passed in must outlive the server.
+  /// Everything passed in must outlive the server. Throws woq::Error for options out of range.
   HttpServer(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate& chat, Metrics& metrics, HttpOptions options);
+  /// Cancels the requests it submitted that are still running.
   ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
 
-  /// Binds the address; returns the port. Throws woq::Error when it cannot.
+  /// Binds the address and listens; returns the port. Throws woq::Error when it cannot.
   int bind();
-  /// Serves until stop() (from another thread).
+  /// Serves until stop() has finished shutting down.
   void serve();
+  /// Starts a graceful shutdown (thread-safe; later calls do nothing): stops accepting, closes idle
+  /// connections, lets in-flight requests finish for shutdown_timeout_s, then cancels the rest
+  /// (streams get an error event and [DONE], others a 503) and makes serve() return.
   void stop();
 
  private:
-  void routes();
-  /// POST /v1/completions (chat = false) and /v1/chat/completions. Throws ApiError.
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
-
-  Engine& engine_;
-  const Tokenizer& tokenizer_;
-  const ChatTemplate& chat_;
-  Metrics& metrics_;
-  HttpOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  friend class Session;  // a connection (http_server.cc)
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace woq::server

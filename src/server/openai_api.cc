@@ -120,9 +120,49 @@ nlohmann::ordered_json ApiError::body() const {
             {"code", code.empty() ? Json(nullptr) : Json(code)}}}};
 }
 
+namespace {
+
+// Checks a JSON text against kMaxJsonDepth and kMaxJsonValues (nlohmann's SAX interface).
+struct JsonBudget : nlohmann::json_sax<Json> {
+  const char* exceeded = nullptr;
+  int depth = 0;
+  std::size_t values = 0;
+
+  bool value() {
+    if (++values <= kMaxJsonValues) return true;
+    exceeded = "the request body has too many JSON values (at most 262144)";
+    return false;
+  }
+  bool open() {
+    if (++depth <= kMaxJsonDepth) return value();
+    exceeded = "the request body is nested deeper than 64 levels";
+    return false;
+  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+static_assert(kMaxJsonValues == 262144 && kMaxJsonDepth == 64, "the messages of JsonBudget");
+
+}  // namespace
+
 ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model) {
   Json j;
   try {
+    // Budgets first, in a SAX pass that builds nothing: nesting depth, and values counted so
+    // that a body of many tiny values ("[{},{},...]") cannot cost ~40x its size.
+    JsonBudget budget;
+    if (!Json::sax_parse(body, &budget) && budget.exceeded) bad("", budget.exceeded);
     j = Json::parse(body);
   } catch (const nlohmann::json::exception& e) {
     const std::string what = e.what();  // without nlohmann's "[json.exception.parse_error.101] " prefix
@@ -142,6 +182,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
     const Json* messages = field(j, "messages");
     if (messages == nullptr) bad("messages", "'messages' is required");
     if (!messages->is_array() || messages->empty()) bad("messages", "'messages' must be a non-empty list");
+    if (messages->size() > kMaxMessages) bad("messages", fmt::format("'messages' has {} entries; at most {} are accepted", messages->size(), kMaxMessages));
     r.messages = Json::array();
     for (std::size_t i = 0; i < messages->size(); ++i) {
       const Json& m = (*messages)[i];

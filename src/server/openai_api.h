@@ -46,9 +46,15 @@ struct ApiRequest {
   bool include_usage = false;            ///< stream_options.include_usage
 };
 
+/// Budgets of parse_request: nesting depth of the body's JSON, JSON values in it (its parsed
+/// size is then at most ~100 bytes per value plus the body's strings) and chat messages.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr std::size_t kMaxJsonValues = std::size_t{1} << 18;
+inline constexpr std::size_t kMaxMessages = 4096;
+
 /// Parses a request body. `served_model` is the name /v1/models lists; a
 /// different "model" is a 404. Throws ApiError (400) naming the field for
-/// malformed JSON, wrong types, values out of range and n != 1.
+/// malformed JSON, wrong types, values out of range, n != 1 and bodies over the budgets above.
 ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model);
 
 /// What a finished (or streaming) generation produced, for the response.

@@ -1,0 +1,33 @@
+#include "core/memory.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+namespace woq {
+
+namespace {
+
+std::optional<std::int64_t> read_number(const char* path) {
+  std::ifstream in(path);
+  std::int64_t v = 0;
+  if (in >> v) return v;
+  return std::nullopt;  // also "max" (no limit)
+}
+
+}  // namespace
+
+std::optional<std::int64_t> available_memory_bytes() {
+  std::optional<std::int64_t> available;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      available = std::stoll(line.substr(13)) * 1024;  // "MemAvailable:   123456 kB"
+      break;
+    }
+  const auto limit = read_number("/sys/fs/cgroup/memory.max"), used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit && used) available = std::min(available.value_or(*limit - *used), *limit - *used);
+  return available;
+}
+
+}  // namespace woq

@@ -1,0 +1,15 @@
+// How much memory this process may still take.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace woq {
+
+/// Bytes the system can give this process without swapping: MemAvailable of
+/// /proc/meminfo, lowered to the room left under the cgroup v2 limit
+/// (/sys/fs/cgroup/memory.max minus memory.current) when there is one.
+/// nullopt when neither can be read (not Linux).
+std::optional<std::int64_t> available_memory_bytes();
+
+}  // namespace woq
