@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "io/hf_config.h"
 #include "model/llama.h"
 #include "test_files.h"
 #include "tokenizer/tokenizer.h"
@@ -259,14 +260,130 @@ TEST_F(BadInputTest, FusedQkvProjection) {
   EXPECT_MENTIONS(load_error(), "model.layers.0.self_attn.qkv_proj.weight", "fused projection");
 }
 
-TEST_F(BadInputTest, GenerationConfigBosList) {
-  test::write_file(file("generation_config.json"), R"({"bos_token_id": [], "eos_token_id": 2})");
-  EXPECT_MENTIONS(load_error(), "generation_config.json", "'bos_token_id' must be one token id");
+// Token ids of the wrong type or outside the vocabulary, in generation_config.json or config.json,
+// are refused naming the file and the field (an empty bos_token_id list once crashed every command).
+TEST_F(BadInputTest, MistypedTokenIds) {
+  struct Case {
+    const char* generation_config;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"({"bos_token_id": [], "eos_token_id": 2})", "field 'bos_token_id' must be an integer token id, got []"},
+      {R"({"bos_token_id": [1]})", "field 'bos_token_id' must be an integer token id, got an array of 1 elements"},
+      {R"({"bos_token_id": {}})", "field 'bos_token_id' must be an integer token id, got {}"},
+      {R"({"bos_token_id": "1"})", "field 'bos_token_id' must be an integer token id, got \"1\""},
+      {R"({"bos_token_id": 1.0})", "field 'bos_token_id' must be an integer token id, got 1.0"},
+      {R"({"bos_token_id": true})", "field 'bos_token_id' must be an integer token id, got true"},
+      {R"({"bos_token_id": 512})", "field 'bos_token_id' is 512, outside the vocabulary [0, 512)"},
+      {R"({"bos_token_id": -1})", "field 'bos_token_id' is -1, outside the vocabulary [0, 512)"},
+      {R"({"eos_token_id": []})", "field 'eos_token_id' must be an integer token id or a non-empty list of them, got []"},
+      {R"({"eos_token_id": "2"})", "field 'eos_token_id' must be an integer token id or a non-empty list of them, got \"2\""},
+      {R"({"eos_token_id": [2, "x"]})", "field 'eos_token_id' [1] must be an integer token id, got \"x\""},
+      {R"({"eos_token_id": [2, []]})", "field 'eos_token_id' [1] must be an integer token id, got []"},
+      {R"({"eos_token_id": [2, -1]})", "field 'eos_token_id' [1] is -1, outside the vocabulary [0, 512)"},
+      {R"({"eos_token_id": 18446744073709551615})", "field 'eos_token_id' is 18446744073709551615, outside the vocabulary"},
+      {R"([])", "expected a JSON object at the top level, got array"},
+  };
+  for (const Case& c : cases) {
+    test::write_file(file("generation_config.json"), c.generation_config);
+    EXPECT_MENTIONS(load_error(), "generation_config.json: ", c.want);
+  }
+  test::write_file(file("generation_config.json"), R"({"bos_token_id": null, "eos_token_id": 2})");
+  edit_config("\"bos_token_id\": 1", "\"bos_token_id\": []");
+  EXPECT_MENTIONS(load_error(), "config.json: ", "field 'bos_token_id' must be an integer token id, got []");
+  edit_config("\"bos_token_id\": []", "\"bos_token_id\": 1");
+  edit_config("\"eos_token_id\": 2", "\"eos_token_id\": [2, 600]");
+  EXPECT_MENTIONS(load_error(), "config.json: ", "field 'eos_token_id' [1] is 600, outside the vocabulary [0, 512)");
+}
+
+// What transformers accepts loads: eos_token_id a number or a list, null for none.
+TEST_F(BadInputTest, TokenIdsOfEveryAcceptedForm) {
+  test::write_file(file("generation_config.json"), R"({"bos_token_id": 0, "eos_token_id": 2})");
+  EXPECT_EQ(read_model_config(dir_.path()).bos_token_id, 0);
+  EXPECT_EQ(read_model_config(dir_.path()).eos_token_ids, std::vector<std::int64_t>{2});
+  test::write_file(file("generation_config.json"), R"({"bos_token_id": null, "eos_token_id": [2, 511]})");
+  EXPECT_EQ(read_model_config(dir_.path()).bos_token_id, 1);  // config.json's
+  EXPECT_EQ(read_model_config(dir_.path()).eos_token_ids, (std::vector<std::int64_t>{2, 511}));
+  EXPECT_EQ(load_error(), "");
 }
 
 TEST_F(BadInputTest, KvHeadsDoNotDivideHeads) {
   edit_config("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3");
   EXPECT_MENTIONS(load_error(), "config.json", "'num_key_value_heads' (3) does not divide num_attention_heads (8)");
+  edit_config("\"num_key_value_heads\": 3", "\"num_key_value_heads\": 16");
+  EXPECT_MENTIONS(load_error(), "config.json", "'num_key_value_heads' (16) does not divide num_attention_heads (8)");
+}
+
+// Head splits whose tensors could still have the right shapes: without head_dim, heads * (hidden / heads)
+// must be hidden; with it (Qwen3), heads * head_dim need not be.
+TEST_F(BadInputTest, HeadSplitWithoutHeadDim) {
+  edit_config("\"head_dim\": 8,", "");
+  EXPECT_EQ(load_error(), "");
+  edit_config("\"num_attention_heads\": 8", "\"num_attention_heads\": 6");  // 6 * 10 = 60 != 64
+  EXPECT_MENTIONS(load_error(), "config.json: ", "'num_attention_heads' (6) does not divide hidden_size (64) and there is no head_dim");
+  edit_config("\"num_attention_heads\": 6", "\"num_attention_heads\": 128");  // head_dim 0
+  EXPECT_MENTIONS(load_error(), "config.json: ", "'num_attention_heads' (128) does not divide hidden_size (64)");
+  edit_config("\"num_attention_heads\": 128", "\"num_attention_heads\": 64");  // head_dim 1: odd
+  edit_config("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 8");
+  EXPECT_MENTIONS(load_error(), "config.json: ", "'head_dim' (1) must be even for RoPE");
+}
+
+TEST_F(BadInputTest, ExplicitHeadDimNeedNotMatchHidden) {
+  edit_config("\"num_attention_heads\": 8", "\"num_attention_heads\": 4");
+  edit_config("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 2");
+  edit_config("\"head_dim\": 8,", "\"head_dim\": 32,");
+  const ModelConfig c = read_model_config(dir_.path());
+  EXPECT_EQ(c.q_dim(), 128);
+  EXPECT_EQ(c.kv_dim(), 64);
+  EXPECT_MENTIONS(load_error(), "self_attn.q_proj.weight", "has shape [64, 64], expected [128, 64]");  // the tensors disagree
+}
+
+// Sizes that are not positive or beyond any real model, and non-physical rope_theta / rms_norm_eps.
+TEST_F(BadInputTest, AbsurdConfigValues) {
+  struct Case {
+    const char* from;
+    const char* to;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"\"hidden_size\": 64", "\"hidden_size\": 0", "field 'hidden_size' must be positive, got 0"},
+      {"\"hidden_size\": 64", "\"hidden_size\": -64", "field 'hidden_size' must be positive, got -64"},
+      {"\"intermediate_size\": 172", "\"intermediate_size\": 0", "field 'intermediate_size' must be positive, got 0"},
+      {"\"num_hidden_layers\": 5", "\"num_hidden_layers\": 0", "field 'num_hidden_layers' must be positive, got 0"},
+      {"\"num_hidden_layers\": 5", "\"num_hidden_layers\": 5000", "field 'num_hidden_layers' is 5000, more than the 4096 woq accepts"},
+      {"\"num_attention_heads\": 8", "\"num_attention_heads\": -8", "field 'num_attention_heads' must be positive, got -8"},
+      {"\"num_key_value_heads\": 4", "\"num_key_value_heads\": 0", "field 'num_key_value_heads' must be positive, got 0"},
+      {"\"head_dim\": 8", "\"head_dim\": 0", "field 'head_dim' must be positive, got 0"},
+      {"\"vocab_size\": 512", "\"vocab_size\": 0", "field 'vocab_size' must be positive, got 0"},
+      {"\"vocab_size\": 512", "\"vocab_size\": 16777217", "field 'vocab_size' is 16777217, more than the 16777216 woq accepts"},
+      {"\"vocab_size\": 512", "\"vocab_size\": 1e3", "field 'vocab_size' must be an integer, got 1000.0"},
+      {"\"max_position_embeddings\": 512", "\"max_position_embeddings\": 0", "field 'max_position_embeddings' must be positive, got 0"},
+      {"\"max_position_embeddings\": 512", "\"max_position_embeddings\": 16777217",
+       "field 'max_position_embeddings' is 16777217, more than the 16777216 woq accepts"},
+      {"\"max_position_embeddings\": 512", "\"max_position_embeddings\": 18446744073709551615",
+       "field 'max_position_embeddings' is too large: 18446744073709551615"},
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": 0", "field 'rope_theta' must be in (1, 1e12), got 0"},
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": -10000.0", "field 'rope_theta' must be in (1, 1e12), got -10000"},
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": 1e300", "field 'rope_theta' must be in (1, 1e12), got 1e+300"},
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": \"10000\"", "field 'rope_theta' must be a number, got \"10000\""},
+      {"\"rope_theta\": 10000.0", "\"rope_theta\": NaN", "malformed JSON"},  // JSON has no NaN or Infinity
+      {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 0", "field 'rms_norm_eps' must be in (0, 0.1], got 0"},
+      {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1e-05", "field 'rms_norm_eps' must be in (0, 0.1], got -1e-05"},
+      {"\"rope_scaling\": null",
+       "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"original_max_position_embeddings\": 1099511627776}",
+       "'rope_scaling' needs 0 < low_freq_factor < high_freq_factor <= 1024 and original_max_position_embeddings in [1, 16777216]"},
+      {"\"rope_scaling\": null",
+       "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"high_freq_factor\": 1e300, "
+       "\"original_max_position_embeddings\": 8192}",
+       "'rope_scaling' needs 0 < low_freq_factor < high_freq_factor <= 1024"},
+  };
+  const std::string original = test::read_file(file("config.json"));
+  for (const Case& c : cases) {
+    edit_config(c.from, c.to);
+    EXPECT_MENTIONS(load_error(), "config.json: ", c.want);
+    test::write_file(file("config.json"), original);
+  }
+  EXPECT_EQ(load_error(), "");
 }
 
 TEST_F(BadInputTest, MistypedField) {

@@ -3,6 +3,13 @@
 // compressed-tensors checkpoints; bad quantized checkpoints; safe writing.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <numeric>
 
@@ -472,6 +479,118 @@ TEST(QuantizeWriting, FailureLeavesNoOutputAndNoTemporaryFiles) {
   options.zeros = GptqZeros::kV2;
   quantize_checkpoint(in, tmp.file("out"), options, pool);
   EXPECT_EQ(logits_of(tmp.file("out"), options.spec, pool), logits_of(in, options.spec, pool));
+}
+
+// A quantize killed part way (SIGKILL, power loss) leaves its .OUT.tmp-PID-RANDOM directory behind. The
+// next quantize to OUT removes those whose process is gone and whose lock is free, says so, and leaves
+// alone those of live processes, of other outputs, and names it does not write.
+TEST(QuantizeWriting, RemovesTemporaryDirectoriesOfKilledRuns) {
+  const pid_t dead = fork();  // a PID that no longer runs: a child that exited and was reaped
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  TempDir tmp;
+  ThreadPool pool(1);
+  const auto partial = [&](const std::string& name) {
+    fs::create_directory(tmp.file(name));
+    test::write_file(tmp.file(name + "/model-00001-of-00002.safetensors"), "partial");
+    return tmp.file(name);
+  };
+  const std::string stale = partial(fmt::format(".q.tmp-{}-0123abcd", dead));
+  const std::string live = partial(fmt::format(".q.tmp-{}-0123abcd", getpid()));
+  const std::string locked = partial(fmt::format(".q.tmp-{}-89abcdef", dead));  // as from another PID namespace
+  const std::string old = partial(fmt::format(".q.tmp-{}-0123abcd.old", dead));
+  const std::string other_output = partial(fmt::format(".r.tmp-{}-0123abcd", dead));
+  const std::string not_ours = partial(fmt::format(".q.tmp-{}-0123abcd-notes", dead));
+  const int lock = open(locked.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX | LOCK_NB), 0);
+
+  QuantizeOptions options;
+  options.spec = {LowBit::kSymInt8, -1, Int4Range::kFull};
+  std::vector<std::string> lines;
+  options.progress = [&](const std::string& line) { lines.push_back(line); };
+  const std::string out = tmp.file("q");
+  const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
+  const ModelConfig config = read_model_config(WOQ_MODEL_DIR);
+  const BlockQuantizer rtn = rtn_quantizer(store, config, options.spec, pool);
+  std::vector<std::string> own;  // this run's temporary directory, seen while it runs
+  quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool, [&](std::int64_t layer) {
+    if (layer == 0)
+      for (const auto& e : fs::directory_iterator(tmp.path()))
+        if (const std::string name = e.path().filename().string();
+            name.starts_with(fmt::format(".q.tmp-{}-", getpid())) && e.path().string() != live) {
+          own.push_back(name);
+          const int fd = open(e.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+          EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0) << name << " is not locked while in use";
+          close(fd);
+        }
+    return rtn(layer);
+  });
+  EXPECT_EQ(own.size(), 1u);
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(stale));
+  for (const std::string& kept : {live, locked, old, other_output, not_ours}) EXPECT_TRUE(fs::exists(kept)) << kept;
+  const auto said = [&](const std::string& text) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  EXPECT_EQ(said("removed "), 1);
+  EXPECT_EQ(said(fmt::format("removed {}, left by woq quantize process {}, which is no longer running", stale, dead)), 1);
+  // The .old copy was the only one of the previous output while q was missing; now q exists, it goes.
+  EXPECT_EQ(said(fmt::format("kept {}: it holds the previous {}", old, out)), 1);
+  lines.clear();
+  options.force = true;
+  quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool);
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_EQ(said("removed "), 1);
+  EXPECT_EQ(said(fmt::format("removed {}, left by woq quantize process {}", old, dead)), 1);
+  // Once its lock is released, the directory of the dead PID goes too; the live PID's stays.
+  close(lock);
+  lines.clear();
+  quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool);
+  EXPECT_FALSE(fs::exists(locked));
+  EXPECT_EQ(said("removed "), 1);
+  for (const std::string& kept : {live, other_output, not_ours}) EXPECT_TRUE(fs::exists(kept)) << kept;
+}
+
+// The real thing: a quantize SIGKILLed in its third layer leaves a partial temporary directory, which the
+// next quantize to the same output removes.
+TEST(QuantizeWriting, NextRunRemovesWhatASigkilledRunLeft) {
+  TempDir tmp;
+  const std::string out = tmp.file("q");
+  QuantizeOptions options;
+  options.spec = {LowBit::kSymInt4, 32, Int4Range::kFull};
+  options.max_shard_bytes = 20'000;  // shards are written as layers finish
+  const pid_t child = fork();
+  if (child == 0) {
+    ThreadPool pool(1);
+    const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
+    const BlockQuantizer rtn = rtn_quantizer(store, read_model_config(WOQ_MODEL_DIR), options.spec, pool);
+    quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool, [&](std::int64_t layer) {
+      if (layer == 2) raise(SIGKILL);
+      return rtn(layer);
+    });
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().string());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(fs::path(left[0]).filename().string().rfind(fmt::format(".q.tmp-{}-", child), 0), 0u) << left[0];
+  EXPECT_FALSE(fs::is_empty(left[0]));  // the shards of the first layers
+
+  ThreadPool pool(1);
+  std::vector<std::string> lines;
+  options.progress = [&](const std::string& line) { lines.push_back(line); };
+  quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], fmt::format("removed {}, left by woq quantize process {}, which is no longer running", left[0], child));
+  EXPECT_FALSE(fs::exists(left[0]));
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);  // only q
+  EXPECT_EQ(logits_of(out, options.spec, pool), logits_of(WOQ_MODEL_DIR, options.spec, pool));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ constexpr std::int64_t kMaxDim = 1 << 20;          // hidden, intermediate, head
 constexpr std::int64_t kMaxVocab = 1 << 24;
 constexpr std::int64_t kMaxLayers = 4096;
 constexpr std::int64_t kMaxPositions = 1 << 24;
+constexpr std::size_t kMaxStopIds = 1024;  // eos_token_id list
 
 // Field must be an integer in [1, max].
 std::int64_t positive(const JsonFields& f, const std::string& key, std::int64_t max = kMaxDim) {
@@ -25,24 +26,37 @@ std::int64_t positive(const JsonFields& f, const std::string& key, std::int64_t 
   return v;
 }
 
-// An id or a list of ids, each in [0, vocab).
+// `v`, element `at` ("" or "[i] ") of field `key`, as a token id in [0, vocab).
+std::int64_t vocab_id(const JsonFields& f, const std::string& key, const std::string& at, const nlohmann::json& v,
+                      std::int64_t vocab) {
+  if (!v.is_number_integer())
+    f.field_error(key, fmt::format("{}must be an integer token id, got {}", at, describe_json(v)));
+  const bool inside = v.is_number_unsigned() ? v.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab)
+                                             : v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < vocab;
+  if (!inside)
+    f.field_error(key, fmt::format("{}is {}, outside the vocabulary [0, {}) (config.json vocab_size)", at,
+                                   describe_json(v), vocab));
+  return v.get<std::int64_t>();
+}
+
+// Field `key` (bos_token_id) as one token id; -1 when absent or null.
+std::int64_t token_id(const JsonFields& f, const std::string& key, std::int64_t vocab) {
+  return f.has(key) ? vocab_id(f, key, "", f.json().at(key), vocab) : -1;
+}
+
+// Field `key` (eos_token_id) as a token id or a non-empty list of them, as
+// transformers allows; empty when absent or null.
 std::vector<std::int64_t> token_ids(const JsonFields& f, const std::string& key, std::int64_t vocab) {
   if (!f.has(key)) return {};
   const auto& v = f.json().at(key);
-  std::vector<nlohmann::json> items;
-  if (v.is_array()) {
-    items.assign(v.begin(), v.end());
-  } else {
-    items.push_back(v);
-  }
+  if (v.is_number_integer()) return {vocab_id(f, key, "", v, vocab)};
+  if (!v.is_array() || v.empty())
+    f.field_error(key,
+                  fmt::format("must be an integer token id or a non-empty list of them, got {}", describe_json(v)));
+  if (v.size() > kMaxStopIds)
+    f.field_error(key, fmt::format("lists {} token ids; woq accepts at most {}", v.size(), kMaxStopIds));
   std::vector<std::int64_t> ids;
-  for (const auto& e : items) {
-    if (!e.is_number_integer()) f.field_error(key, "must be an integer or a list of integers");
-    if (e.is_number_unsigned() ? e.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab)
-                               : (e.get<std::int64_t>() < 0 || e.get<std::int64_t>() >= vocab))
-      f.field_error(key, fmt::format("holds {}, outside the vocabulary [0, {})", describe_json(e), vocab));
-    ids.push_back(e.get<std::int64_t>());
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) ids.push_back(vocab_id(f, key, fmt::format("[{}] ", i), v[i], vocab));
   return ids;
 }
 
@@ -62,10 +76,10 @@ RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
     rs.low_freq_factor = s.number("low_freq_factor", 1.0);
     rs.high_freq_factor = s.number("high_freq_factor", 4.0);
     rs.original_max_position_embeddings = s.integer("original_max_position_embeddings");
-    if (!(rs.low_freq_factor > 0) || rs.high_freq_factor <= rs.low_freq_factor ||
-        rs.original_max_position_embeddings <= 0)
-      f.field_error(key, "needs 0 < low_freq_factor < high_freq_factor and a positive "
-                         "original_max_position_embeddings");
+    if (!(rs.low_freq_factor > 0) || rs.high_freq_factor <= rs.low_freq_factor || rs.high_freq_factor > 1024 ||
+        rs.original_max_position_embeddings <= 0 || rs.original_max_position_embeddings > kMaxPositions)
+      f.field_error(key, fmt::format("needs 0 < low_freq_factor < high_freq_factor <= 1024 and "
+                                     "original_max_position_embeddings in [1, {}]", kMaxPositions));
   } else if (type == "default" || type.empty()) {
     rs.type = RopeScaling::Type::kNone;
   } else {
@@ -169,7 +183,8 @@ ModelConfig read_model_config(const std::string& dir) {
   if (c.head_dim % 2 != 0) f.field_error("head_dim", fmt::format("({}) must be even for RoPE", c.head_dim));
 
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
-  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 0.1)) f.field_error("rms_norm_eps", "must be in (0, 0.1]");
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 0.1))
+    f.field_error("rms_norm_eps", fmt::format("must be in (0, 0.1], got {}", c.rms_norm_eps));
   // transformers >= 4.56 may write "rope_parameters" (rope_theta and the scaling together).
   const std::string rope_key = f.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (rope_key == "rope_parameters" && f.json().at(rope_key).is_object() && f.json().at(rope_key).contains("rope_theta")) {
@@ -178,7 +193,8 @@ ModelConfig read_model_config(const std::string& dir) {
   } else {
     c.rope_theta = f.number("rope_theta", 10000.0);
   }
-  if (!(c.rope_theta > 1 && c.rope_theta < 1e12)) f.field_error("rope_theta", "must be in (1, 1e12)");
+  if (!(c.rope_theta > 1 && c.rope_theta < 1e12))
+    f.field_error("rope_theta", fmt::format("must be in (1, 1e12), got {}", c.rope_theta));
   c.rope_scaling = rope_scaling(f, rope_key);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   if (spec->qkv_bias) {
@@ -189,20 +205,14 @@ ModelConfig read_model_config(const std::string& dir) {
   c.qk_norm = spec->qk_norm;
   if (f.boolean("mlp_bias", false)) f.field_error("mlp_bias", "is true; MLP biases are not supported");
 
-  const auto bos = token_ids(f, "bos_token_id", c.vocab_size);
-  if (bos.size() > 1) f.field_error("bos_token_id", "must be one token id");
-  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  c.bos_token_id = token_id(f, "bos_token_id", c.vocab_size);
   c.eos_token_ids = token_ids(f, "eos_token_id", c.vocab_size);
 
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
   std::error_code ec;
   if (fs::exists(gen_path, ec)) {
     const JsonFields g(read_json_file(gen_path), gen_path);
-    if (g.has("bos_token_id")) {
-      const auto ids = token_ids(g, "bos_token_id", c.vocab_size);
-      if (ids.size() != 1) g.field_error("bos_token_id", "must be one token id");
-      c.bos_token_id = ids[0];
-    }
+    if (g.has("bos_token_id")) c.bos_token_id = token_id(g, "bos_token_id", c.vocab_size);
     if (g.has("eos_token_id")) c.eos_token_ids = token_ids(g, "eos_token_id", c.vocab_size);
   }
   return c;

@@ -58,13 +58,18 @@ struct ModelConfig {
 };
 
 /// Reads DIR/config.json and, if present, DIR/generation_config.json (whose
-/// bos/eos ids take precedence; eos_token_id may be a number or a list).
+/// bos/eos ids take precedence; bos_token_id is one id, eos_token_id one or
+/// a non-empty list, each in [0, vocab_size)).
 /// Throws woq::Error naming the file and field for malformed JSON, missing or
-/// mistyped fields, an unsupported architecture (or mixture-of-experts
+/// mistyped fields, sizes that are not positive or beyond woq's limits (2^20
+/// for dimensions and heads, 2^24 for vocab_size and positions, 4096 layers),
+/// rms_norm_eps outside (0, 0.1] or rope_theta outside (1, 1e12), token ids
+/// outside the vocabulary, an unsupported architecture (or mixture-of-experts
 /// fields), an unsupported rope_scaling type (yarn, dynamic, longrope, ...),
 /// and inconsistent shapes (num_attention_heads not dividing hidden_size when
 /// head_dim is absent, num_key_value_heads not dividing num_attention_heads,
-/// odd head_dim).
+/// odd head_dim). An explicit head_dim need not be hidden_size /
+/// num_attention_heads (Qwen3).
 ModelConfig read_model_config(const std::string& dir);
 
 }  // namespace woq

@@ -40,8 +40,8 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 std::string describe_json(const nlohmann::json& value) {
-  if (value.is_array()) return fmt::format("an array of {} elements", value.size());
-  if (value.is_object()) return fmt::format("an object with {} keys", value.size());
+  if (value.is_array()) return value.empty() ? "[]" : fmt::format("an array of {} elements", value.size());
+  if (value.is_object()) return value.empty() ? "{}" : fmt::format("an object with {} keys", value.size());
   if (value.is_string()) {
     const auto& s = value.get_ref<const std::string&>();
     if (s.size() > 64) return fmt::format("a string of {} bytes", s.size());

@@ -18,8 +18,9 @@ inline constexpr std::uintmax_t kMaxJsonFileBytes = 64ull << 20;
 nlohmann::json read_json_file(const std::string& path);
 
 /// A short, printable description of a JSON value for error messages: the
-/// value itself when it is short and flat, else its type and size (never
-/// recursing, so arbitrarily deep input cannot overflow the stack).
+/// value itself when it is short and flat ("[]" for an empty list), else its
+/// type and size (never recursing, so arbitrarily deep input cannot overflow
+/// the stack).
 std::string describe_json(const nlohmann::json& value);
 
 /// Throws woq::Error "PATH: not found" / "not a regular file" / "larger than

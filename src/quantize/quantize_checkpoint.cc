@@ -1,12 +1,21 @@
 #include "quantize/quantize_checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
+#include <string_view>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -88,17 +97,113 @@ bool is_weight_file(const fs::path& p) {
          p.filename() == "config.json";
 }
 
-// A fresh directory beside `out` for writing into.
-fs::path make_temp_dir(const fs::path& out) {
-  std::random_device rd;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const fs::path p = out.parent_path() / fmt::format(".{}.tmp-{:08x}", out.filename().string(), rd());
-    std::error_code ec;
-    if (fs::create_directory(p, ec)) return p;
-    if (ec) fail("{}: cannot create: {}", p.string(), ec.message());
-  }
-  fail("{}: cannot create a temporary directory beside it", out.string());
+// The name prefix of quantize's temporary directories beside `out`: each is
+// PREFIX + "PID-RANDOM" (+ ".old" while publish replaces an existing `out`).
+std::string temp_prefix(const fs::path& out) { return fmt::format(".{}.tmp-", out.filename().string()); }
+
+// The PID in `name` when it is one of the temporary directories of `out`
+// (its ".old" suffix reported in `old`); nullopt for anything else.
+std::optional<pid_t> temp_dir_owner(const fs::path& out, const std::string& name, bool& old) {
+  const std::string prefix = temp_prefix(out);
+  if (!name.starts_with(prefix)) return std::nullopt;
+  std::string_view rest = std::string_view(name).substr(prefix.size());
+  old = rest.ends_with(".old");
+  if (old) rest.remove_suffix(4);
+  std::int64_t pid = 0;
+  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+  const std::string_view random = rest.substr(static_cast<std::size_t>(end - rest.data()));
+  if (ec != std::errc() || pid <= 0 || pid > std::numeric_limits<pid_t>::max() || random.size() != 9 ||
+      random[0] != '-' || random.find_first_not_of("0123456789abcdef", 1) != std::string_view::npos)
+    return std::nullopt;
+  return static_cast<pid_t>(pid);
 }
+
+// False only when no process `pid` exists (kill(2) refused with EPERM means it does).
+bool process_alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+// An open directory with an exclusive flock(2), or -1 when another process
+// holds one (a live quantize writing into it). Other failures (a file system
+// without locks) give a descriptor that locks nothing, or -2.
+int lock_directory(const fs::path& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -2;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Removes the temporary directories beside `out` that a woq quantize killed
+// before it finished left behind: those whose PID no longer runs and whose
+// lock nobody holds. A live process's directory is never touched, nor one
+// that is or holds `keep` (the input), nor an ".old" copy of the previous
+// `out` when `out` itself is missing (the process died between its two
+// renames: that copy is the only one). Reports each directory removed or
+// kept to `log`.
+void remove_stale_temp_dirs(const fs::path& out, const fs::path& keep,
+                            const std::function<void(const std::string&)>& log) {
+  std::error_code ec;
+  std::vector<std::pair<fs::path, pid_t>> stale;
+  for (fs::directory_iterator it(out.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    bool old = false;
+    const auto pid = temp_dir_owner(out, it->path().filename().string(), old);
+    std::error_code type_ec;
+    if (!pid || !it->is_directory(type_ec) || it->is_symlink(type_ec) || process_alive(*pid)) continue;
+    const std::string dir = fs::weakly_canonical(it->path(), type_ec).string(), input = keep.string();
+    if (input == dir || input.starts_with(dir + "/")) continue;
+    if (old && !fs::exists(fs::symlink_status(out, type_ec))) {
+      if (log)
+        log(fmt::format("kept {}: it holds the previous {}, which woq quantize process {} was replacing when it "
+                        "stopped; move it back or remove it",
+                        it->path().string(), out.string(), *pid));
+      continue;
+    }
+    stale.emplace_back(it->path(), *pid);
+  }
+  for (const auto& [dir, pid] : stale) {
+    const int fd = lock_directory(dir);
+    if (fd == -1) continue;  // in use after all (a process of another PID namespace)
+    fs::remove_all(dir, ec);
+    if (fd >= 0) close(fd);
+    if (log)
+      log(ec ? fmt::format("could not remove {}, left by woq quantize process {} (no longer running): {}",
+                           dir.string(), pid, ec.message())
+             : fmt::format("removed {}, left by woq quantize process {}, which is no longer running", dir.string(),
+                           pid));
+  }
+}
+
+// A fresh directory beside `out` for writing into, named with this
+// process's PID and locked (flock) while the object lives, so that
+// remove_stale_temp_dirs of another woq quantize leaves it alone.
+class WorkDir {
+ public:
+  explicit WorkDir(const fs::path& out) {
+    std::random_device rd;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const fs::path p = out.parent_path() / fmt::format("{}{}-{:08x}", temp_prefix(out), getpid(), rd());
+      std::error_code ec;
+      if (fs::create_directory(p, ec)) {
+        path_ = p;
+        fd_ = lock_directory(p);
+        return;
+      }
+      if (ec) fail("{}: cannot create: {}", p.string(), ec.message());
+    }
+    fail("{}: cannot create a temporary directory beside it", out.string());
+  }
+  ~WorkDir() {
+    if (fd_ >= 0) close(fd_);
+  }
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
 
 // Moves `tmp` to `out`, replacing an existing `out` only when `force`.
 void publish(const fs::path& tmp, const fs::path& out, bool force) {
@@ -167,6 +272,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (within(out_real, in_real)) fail("{}: the output directory is inside the input directory {}", out_dir, in_dir);
   if (!fs::exists(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
   if (!fs::is_directory(out.parent_path())) fail("{}: parent {} is not a directory", out_dir, out.parent_path().string());
+  remove_stale_temp_dirs(out, in_real, options.progress);
 
   const ModelConfig config = read_model_config(in_dir);
   if (const auto q = read_quantization_config(in_dir))
@@ -273,7 +379,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     std::memcpy(dst.data(), src, dst.size());
   };
 
-  const fs::path tmp = make_temp_dir(out);
+  const WorkDir work(out);
+  const fs::path& tmp = work.path();
   try {
     write_checkpoint_tensors(tmp.string(), specs, fill, options.max_shard_bytes);
     nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);

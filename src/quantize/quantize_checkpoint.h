@@ -34,7 +34,8 @@ struct QuantizeOptions {
   bool desc_act = false;               ///< recorded in quantization_config (GPTQ)
   bool static_groups = false;          ///< recorded in quantization_config (GPTQ)
   bool true_sequential = false;        ///< recorded in quantization_config (GPTQ)
-  /// Receives one line per finished layer.
+  /// Receives progress lines: one per stale temporary directory removed
+  /// (see quantize_checkpoint), then one per finished layer.
   std::function<void(const std::string&)> progress;
 };
 
@@ -60,7 +61,13 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
 /// of in_dir (tokenizer, generation_config, chat template) except weights.
 /// Everything is written into a temporary directory beside out_dir and
 /// renamed into place at the end, so a failure leaves no partial out_dir;
-/// in_dir is never modified. Throws woq::Error when out_dir exists (unless
+/// in_dir is never modified. That directory, .NAME.tmp-PID-RANDOM for
+/// out_dir NAME, carries this process's PID and an flock(2) while in use;
+/// before writing, the ones a killed quantize to the same out_dir left
+/// behind (PID no longer running, lock free) are removed and each removal
+/// reported to options.progress. An ".old" one, the previous out_dir of a
+/// --force run killed between its renames, is kept (and reported) while
+/// out_dir is missing. Throws woq::Error when out_dir exists (unless
 /// options.force), in_dir is already quantized or its tensors are invalid
 /// (see LlamaModel::load), the spec is not an integer format, or when v1
 /// cannot store a zero point (see pack_gptq).
