@@ -162,6 +162,25 @@ TEST_F(ServerTest, KvCacheBudgetIsCheckedAtStartup) {
   EXPECT_EQ(roomy.ctx_size(), model_->context_limit());
 }
 
+// At most max_queued requests wait for a slot; more are refused with EngineBusy.
+TEST_F(ServerTest, QueueIsBounded) {
+  Engine engine(*model_, tok_, metrics_, {1, 0, 0, 2});
+  std::vector<std::future<Result>> accepted;
+  int busy = 0;
+  std::shared_ptr<EngineRequest> first;
+  accepted.push_back(submit(engine, tok_, "Once upon a time", 400, 0.9f, 1, &first));
+  for (int i = 0; i < 4; ++i) {
+    try {
+      accepted.push_back(submit(engine, tok_, "Once upon a time", 4, 0.0f, 0));
+    } catch (const EngineBusy&) {
+      ++busy;
+    }
+  }
+  EXPECT_GE(busy, 2);  // one running + two waiting of five
+  first->cancelled = true;
+  for (auto& f : accepted) f.get();
+}
+
 // Request bodies are parsed within budgets: depth, values, messages.
 TEST(OpenAiApi, BodiesOverTheBudgetsAreRefused) {
   const auto status_of = [](const std::string& body) {

@@ -191,6 +191,33 @@ def pipelined(server):
     return "3 pipelined requests answered in order"
 
 
+def declared_bodies(server):
+    # Declared sizes cost nothing until the bytes arrive: 40 connections "sending" 32 MiB each.
+    socks = []
+    for i in range(40):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        head = b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n" if i % 2 else b"Content-Length: 33554432\r\n\r\n{"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head)
+        socks.append(s)
+    time.sleep(0.3)
+    try:
+        honest(server)
+    finally:
+        for s in socks:
+            s.close()
+    return "40 connections declaring 32 MiB bodies; honest POST answered"
+
+
+def log_injection(server):
+    status, _ = request(server.port, "GET", "/v1/models/x%0awoq:%20FORGED%20line")
+    assert status == 404, status
+    time.sleep(0.2)
+    assert "\nwoq: FORGED" not in server.log, "a client forged a log line"
+    status, _ = request(server.port, "POST", "/v1/completions", b"{}", {"Transfer-Encoding": "gzip, chunked"})
+    assert status in (400, 501), status
+    return f"%0a in a path stays on its log line; Transfer-Encoding gzip -> {status}"
+
+
 def slowloris(count):
     def attack(server):
         socks = []
@@ -262,6 +289,7 @@ def burst(count, hold=0):
             t.join()
         for s in held:
             s.close()
+        time.sleep(0.5)  # the server sees the closes
         bad = {k: v for k, v in results.items() if k not in ("200", "503")}
         assert not bad, f"{results}"
         if hold:
@@ -376,6 +404,8 @@ def main():
             ("chunked_flood", 100, chunked_flood),
             ("many_messages", 100, many_messages),
             ("pipelined", 16, pipelined),
+            ("declared_bodies", 64, declared_bodies),
+            ("log_injection", 16, log_injection),
             ("burst", 64, burst(300 if a.quick else 1000)),
             ("slowloris", 64, slowloris(n)),
         ]

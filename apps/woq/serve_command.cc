@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string api_key;
   double shutdown_timeout = 5;
   std::int64_t max_connections = 4096;
+  std::int64_t max_queue = 256;
 };
 
 // SIGINT/SIGTERM write their number to a pipe (async-signal-safe) that a
@@ -61,7 +62,7 @@ int run_serve(const ServeArgs& a) {
   ThreadPool pool(a.model.threads);
   auto model = load_model(a.model_dir, options, pool);
   server::Metrics metrics;
-  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size, 0});
+  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size, 0, a.max_queue});
   if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
     fmt::print(stderr, "woq: context lowered from the model's {} to {} tokens: {} such KV caches fit in the memory available\n",
                model->context_limit(), engine.ctx_size(), engine.parallel());
@@ -121,6 +122,9 @@ Run add_serve(CLI::App& app) {
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT before they are cancelled")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--max-queue", args->max_queue, "Requests waiting for a sequence slot at most; more get a 503")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   cmd->add_option("--max-connections", args->max_connections, "Open connections at most; more get a 503")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));

@@ -24,16 +24,16 @@ template <typename... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
-/// `text` as it may appear in an error message: bytes outside printable ASCII
-/// escaped as \xNN and cut to 60 bytes with "..." (inputs may be binary or
-/// megabytes long).
-inline std::string printable(std::string_view text) {
+/// `text` as it may appear in an error message or a log line: bytes outside
+/// printable ASCII escaped as \xNN and cut to `max_bytes` with "..." (inputs
+/// may be binary or megabytes long, and must not forge log lines).
+inline std::string printable(std::string_view text, std::size_t max_bytes = 60) {
   std::string out;
-  for (const char c : text.substr(0, 60)) {
+  for (const char c : text.substr(0, max_bytes)) {
     const auto u = static_cast<unsigned char>(c);
     out += u < 0x20 || u >= 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
   }
-  return text.size() > 60 ? out + "..." : out;
+  return text.size() > max_bytes ? out + "..." : out;
 }
 
 }  // namespace woq

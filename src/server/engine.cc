@@ -58,6 +58,7 @@ struct Engine::Slot {
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
+  if (options_.max_queued < 0) fail("--max-queue must be >= 0, got {}", options_.max_queued);
   const bool defaulted = options_.ctx_size == 0;
   if (defaulted) options_.ctx_size = model.context_limit();
   if (options_.ctx_size < 1 || options_.ctx_size > model.context_limit())
@@ -99,6 +100,9 @@ void Engine::submit(std::shared_ptr<EngineRequest> request) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) fail("the server is shutting down");
+    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queued)
+      throw EngineBusy(fmt::format("{} requests are already waiting for one of the {} sequence slots; retry later",
+                                   queue_.size(), options_.parallel));
     queue_.push_back(std::move(slot));
     metrics_.set_load(static_cast<std::int64_t>(queue_.size()), metrics_.active());
   }

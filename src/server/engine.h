@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "generate/sampler.h"
 #include "model/llama.h"
 #include "server/metrics.h"
@@ -75,6 +76,13 @@ struct EngineOptions {
   std::int64_t ctx_size = 0;
   /// Memory the KV caches may take at most, in bytes; 0 = 90 % of available_memory_bytes().
   std::int64_t memory_bytes = 0;
+  std::int64_t max_queued = 256;  ///< requests waiting for a slot; submit() refuses more (EngineBusy)
+};
+
+/// submit() when max_queued requests already wait: try again later (an HTTP 503).
+class EngineBusy : public Error {
+ public:
+  using Error::Error;
 };
 
 class Engine {
@@ -89,7 +97,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Queues a request. Throws woq::Error for an empty prompt, one of
+  /// Queues a request. Throws EngineBusy when max_queued requests wait, woq::Error for an empty prompt, one of
   /// ctx_size tokens or more, bad sampling settings or a stop string that is
   /// not UTF-8 (nothing is called back then).
   void submit(std::shared_ptr<EngineRequest> request);

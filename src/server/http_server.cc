@@ -58,6 +58,13 @@ void log_request(const std::string& id, const FinishEvent& f) {
              f.error.empty() ? "" : " (" + f.error + ")");
 }
 
+// Compares without an early exit, so timing does not reveal how much of a key matched.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[b.empty() ? 0 : i % b.size()]);
+  return b.empty() ? a.empty() : diff == 0;
+}
+
 // %XX escapes of a URL path.
 std::string percent_decode(std::string_view s) {
   std::string out;
@@ -143,15 +150,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() { read_header(); }
   auto executor() { return stream_.get_executor(); }
 
-  /// Over the connection limit: a 503, then close.
-  void refuse() {
+  /// Over the connection limit, or shutting down: a 503, then close.
+  void refuse(const char* why) {
     keep_alive_ = false;
-    respond_error(ApiError(503, "The server has too many open connections; retry later", "server_error"));
+    respond_error(ApiError(503, why, "server_error"));
   }
 
-  /// Shutdown began: an idle connection (or one still sending its request) closes now.
+  /// Shutdown began: an idle connection closes now (a request already arriving is still served, with
+  /// Connection: close).
   void on_shutdown() {
-    if (reading_) close();
+    if (reading_ && buffer_.size() == 0 && !parser_->got_some()) linger_close();
   }
 
   /// The server is going away without running more handlers: drop the self-reference.
@@ -160,8 +168,9 @@ class Session : public std::enable_shared_from_this<Session> {
     self_.reset();
   }
 
-  /// The shutdown deadline passed: cancel the running generation.
+  /// The shutdown deadline passed: drop a request still arriving, cancel the running generation.
   void on_deadline() {
+    if (reading_) return close();  // a request still arriving
     if (!er_) return;
     shutdown_cancelled_ = true;
     er_->cancelled = true;
@@ -196,14 +205,13 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = h.keep_alive();
     const boost::optional<std::uint64_t> length = parser_->content_length();
     if (length && *length > s_.options.max_body_bytes) return too_large();
-    const std::size_t need = length ? static_cast<std::size_t>(*length) : parser_->chunked() ? s_.options.max_body_bytes : 0;
-    if (!s_.reserve(need)) {
+    const auto coding = h[http::field::transfer_encoding];
+    if (!coding.empty() && !beast::iequals(coding, "chunked")) {
       keep_alive_ = false;
-      return respond_error(ApiError(503, "The server is receiving too many request bodies at once; retry later", "server_error"));
+      return respond_error(ApiError(501, "Transfer-Encoding other than chunked is not supported", "invalid_request_error"));
     }
-    reserved_ = need;
     stream_.expires_after(after(s_.options.body_timeout_s));
-    if (beast::iequals(h[http::field::expect], "100-continue") && need > 0) {
+    if (beast::iequals(h[http::field::expect], "100-continue") && !parser_->is_done()) {
       auto reply = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       net::async_write(stream_, net::buffer(*reply), [self = shared_from_this(), reply](beast::error_code e, std::size_t) {
         if (e) return self->close();
@@ -214,15 +222,31 @@ class Session : public std::enable_shared_from_this<Session> {
     read_body();
   }
 
+  // Reads the body piece by piece, charging the pending-body budget with the bytes
+  // actually received (a declared Content-Length costs nothing until it arrives).
   void read_body() {
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    if (parser_->is_done()) return body_done();
+    http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->read_failed(ec);
-      self->reading_ = false;
-      Request req = self->parser_->release();
-      self->parser_.reset();
-      self->handle(req);
-      self->release();  // the body is gone with `req`
+      const std::size_t have = self->parser_->get().body().size();
+      if (have > self->reserved_) {
+        if (!self->s_.reserve(have - self->reserved_)) {
+          self->keep_alive_ = false;
+          return self->respond_error(
+              ApiError(503, "The server is receiving too many request bodies at once; retry later", "server_error"));
+        }
+        self->reserved_ = have;
+      }
+      self->read_body();
     });
+  }
+
+  void body_done() {
+    reading_ = false;
+    Request req = parser_->release();
+    parser_.reset();
+    handle(req);
+    release();  // the body is gone with `req`
   }
 
   void read_failed(beast::error_code ec) {
@@ -253,12 +277,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void handle(Request& req) {
-    const std::string path = percent_decode(std::string_view(target_).substr(0, target_.find('?')));
+    std::string_view target = target_;
+    if (target.rfind("http://", 0) == 0 || target.rfind("https://", 0) == 0) {  // absolute-form (RFC 9112 3.2.2)
+      const std::size_t slash = target.find('/', target.find("//") + 2);
+      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+    }
+    const std::string path = percent_decode(target.substr(0, target.find('?')));
     try {
       if (path.rfind("/v1/", 0) == 0 && !s_.options.api_key.empty()) {
         const std::string auth(req[http::field::authorization]);
         const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
-        if (!bearer || auth.substr(7) != s_.options.api_key)
+        if (!bearer || !same_secret(auth.substr(7), s_.options.api_key))
           throw ApiError(401, req.count(http::field::authorization) ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)",
                          "invalid_request_error", "", "invalid_api_key");
       }
@@ -273,14 +302,20 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
         if (path.substr(11) != name)
-          throw ApiError(404, fmt::format("The model '{}' does not exist", path.substr(11)), "invalid_request_error", "model",
-                         "model_not_found");
+          throw ApiError(404, fmt::format("The model '{}' does not exist", printable(path.substr(11), 200)), "invalid_request_error",
+                         "model", "model_not_found");
         s_.metrics.request(true);
         return respond(200, dump(model));
       }
       if (post && (path == "/v1/completions" || path == "/v1/chat/completions")) return prepare(std::move(req.body()), path == "/v1/chat/completions");
+      const bool known = path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 ||
+                         path == "/v1/completions" || path == "/v1/chat/completions";
+      if (known) {
+        s_.metrics.request(false);
+        return respond_error(ApiError(405, fmt::format("Method {} is not allowed on {}", printable(method_), path), "invalid_request_error"));
+      }
       // Not an API request: not counted in /metrics.
-      return respond_error(ApiError(404, fmt::format("Unknown endpoint {} {}", method_, path), "invalid_request_error"));
+      return respond_error(ApiError(404, fmt::format("Unknown endpoint {} {}", printable(method_), printable(path)), "invalid_request_error"));
     } catch (const ApiError& e) {
       s_.metrics.request(false);
       respond_error(e);
@@ -326,8 +361,24 @@ class Session : public std::enable_shared_from_this<Session> {
   void prepare_request(const std::string& body, bool chat, Generation& gen, EngineRequest& out) const {
     gen.r = parse_request(body, chat, s_.options.served_model_name);
     const ApiRequest& r = gen.r;
+    const std::int64_t ctx = s_.engine.ctx_size();
+    auto too_long = [&](const std::string& tokens) {
+      return ApiError(400,
+                      fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
+                                  "(at least one token must be left to generate).",
+                                  ctx, tokens),
+                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+    };
+    // A text this long cannot fit: refuse before rendering and tokenizing (which takes ~30 bytes of memory per byte).
+    const auto refuse_long = [&](std::size_t bytes) {
+      const auto lower_bound = static_cast<std::int64_t>(bytes) / s_.tokenizer.max_piece_bytes();
+      if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
+    };
     std::string text;
     if (chat) {
+      std::size_t content = 0;
+      for (const auto& m : r.messages) content += m["content"].is_string() ? m["content"].get_ref<const std::string&>().size() : 0;
+      refuse_long(content);
       try {
         text = s_.chat.render(r.messages, true, r.template_kwargs);
       } catch (const jinja::RaisedException& e) {
@@ -337,17 +388,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     const std::string& prompt = chat ? text : r.prompt;
-    const std::int64_t ctx = s_.engine.ctx_size();
-    auto too_long = [&](const std::string& tokens) {
-      return ApiError(400,
-                      fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
-                                  "(at least one token must be left to generate).",
-                                  ctx, tokens),
-                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-    };
-    // A text this long cannot fit: refuse before tokenizing (which takes ~400 bytes of memory per byte).
-    const auto lower_bound = static_cast<std::int64_t>(prompt.size()) / s_.tokenizer.max_piece_bytes();
-    if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
+    refuse_long(prompt.size());
     const std::vector<std::int32_t> ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
     const auto n = static_cast<std::int64_t>(ids.size());
     if (n >= ctx) throw too_long(std::to_string(n));
@@ -384,6 +425,9 @@ class Session : public std::enable_shared_from_this<Session> {
     };
     try {
       s_.engine.submit(er);
+    } catch (const EngineBusy& e) {
+      keep_alive_ = false;
+      throw ApiError(503, e.what(), "server_error");
     } catch (const Error& e) {
       throw ApiError(400, e.what(), "invalid_request_error");
     }
@@ -484,8 +528,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void respond_error(const ApiError& e) {
-    fmt::print(stderr, "woq: {} {} -> {}: {}\n", method_.empty() ? "-" : method_, target_.substr(0, 200), e.status,
-               std::string(e.what()).substr(0, 200));
+    fmt::print(stderr, "woq: {} {} -> {}: {}\n", method_.empty() ? "-" : printable(method_), printable(target_, 200), e.status,
+               printable(e.what(), 200));
     respond(e.status, dump(e.body()));
   }
 
@@ -626,14 +670,24 @@ void HttpServer::Impl::accept() {
     const bool over = connections >= options.max_connections;
     auto session = std::make_shared<Session>(*this, std::move(socket));
     opened(session.get(), session);
-    net::dispatch(session->executor(), [session, over] { over ? session->refuse() : session->start(); });
+    net::dispatch(session->executor(), [session, over] { over ? session->refuse("The server has too many open connections; retry later") : session->start(); });
     accept();
   });
 }
 
 void HttpServer::Impl::begin_shutdown() {
   if (draining.exchange(true)) return;
+  // Connections the kernel has queued get a 503 rather than a reset.
   beast::error_code ec;
+  acceptor->non_blocking(true, ec);
+  for (int i = 0; i < 4096 && !ec; ++i) {
+    tcp::socket socket(net::make_strand(*ioc));
+    acceptor->accept(socket, ec);
+    if (ec) break;
+    auto session = std::make_shared<Session>(*this, std::move(socket));
+    opened(session.get(), session);
+    net::dispatch(session->executor(), [session] { session->refuse("The server is shutting down"); });
+  }
   acceptor->close(ec);
   retry_timer->cancel();
   each_session([](Session& s) { s.on_shutdown(); });
