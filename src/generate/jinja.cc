@@ -1,12 +1,14 @@
 #include "generate/jinja.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -17,9 +19,37 @@ namespace woq::jinja {
 
 namespace impl {
 
+// The sandbox's limits (jinja.h), each reached in well under a second.
+constexpr int kMaxDepth = 512;                 // nesting of a value: the input's, or one the template builds
+constexpr int kMaxTemplateDepth = 128;         // nesting of blocks, and of an expression's operators and brackets
+constexpr std::size_t kMaxSize = 16u << 20;    // bytes of the output, and of any one string or list (Value::size)
+constexpr std::size_t kMaxLength = 1'000'000;  // elements of any one list (range() included)
+// Steps per render. A step is about one expression node's work (some 50 ns); a loop
+// iteration costs 4, a list element built or copied 2, a string built, copied, compared
+// or scanned one more per 64 bytes, and a dict lookup one more per 16 keys it scans.
+constexpr std::int64_t kMaxSteps = 5'000'000;
+constexpr std::int64_t kIterationSteps = 4, kElementSteps = 2, kBytesPerStep = 64, kKeysPerStep = 16;
+
 [[noreturn]] void error(int line, const std::string& what) {
   throw TemplateError(fmt::format("chat template line {}: {}", line, what));
 }
+
+// The steps one render has taken.
+class Budget {
+ public:
+  /// Takes `n` more steps; false once the render has taken more than kMaxSteps.
+  bool spend(std::int64_t n) { return (steps_ += n) <= kMaxSteps; }
+  /// spend(n), or the error naming `what` (the construct) and the line.
+  void charge(std::int64_t n, int line, std::string_view what) {
+    if (!spend(n)) exhausted(line, what);
+  }
+  [[noreturn]] static void exhausted(int line, std::string_view what) {
+    error(line, fmt::format("{}: the template ran more than {} steps", what, kMaxSteps));
+  }
+
+ private:
+  std::int64_t steps_ = 0;
+};
 
 // ---------------------------------------------------------------- values
 
@@ -27,7 +57,7 @@ struct Value;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, like Python's dict
 
-enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace };
+enum class Kind : std::uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace };
 
 struct Value {
   Value() = default;
@@ -35,9 +65,11 @@ struct Value {
 
   Kind kind = Kind::kUndefined;
   bool b = false;
+  std::int32_t depth = 0;  // kList, kDict: levels of lists and dicts, this one included (kNamespace: at construction)
   std::int64_t i = 0;
   double f = 0;
   std::string s;
+  std::size_t size = 0;        // what kMaxSize counts: a string's bytes; a list's or dict's keys, elements and one per element
   std::shared_ptr<List> list;  // kList (never mutated after construction)
   std::shared_ptr<Dict> dict;  // kDict, kNamespace (a namespace's is mutated by set)
 
@@ -60,16 +92,22 @@ struct Value {
   static Value string(std::string v) {
     Value x{Kind::kString};
     x.s = std::move(v);
+    x.size = x.s.size();
     return x;
   }
   static Value of_list(List v) {
     Value x{Kind::kList};
+    x.depth = 1;
     x.list = std::make_shared<List>(std::move(v));
+    for (const Value& e : *x.list) x.add(e);
     return x;
   }
-  static Value of_dict(Dict v, Kind kind = Kind::kDict) {
+  static Value of_dict(Dict v, Kind kind = Kind::kDict) { return of_dict(std::make_shared<Dict>(std::move(v)), kind); }
+  static Value of_dict(std::shared_ptr<Dict> v, Kind kind = Kind::kDict) {
     Value x{kind};
-    x.dict = std::make_shared<Dict>(std::move(v));
+    x.depth = 1;
+    x.dict = std::move(v);
+    for (const auto& [k, e] : *x.dict) x.add(e), x.size += k.size();
     return x;
   }
   bool undefined() const { return kind == Kind::kUndefined; }
@@ -80,6 +118,13 @@ struct Value {
     for (const auto& [k, v] : *dict)
       if (k == key) return &v;
     return nullptr;
+  }
+
+ private:
+  // Counts element `e` into depth and size.
+  void add(const Value& e) {
+    depth = std::max(depth, e.depth + 1);
+    size += e.size + 1;
   }
 };
 
@@ -98,7 +143,10 @@ const char* kind_name(const Value& v) {
   return "?";
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+// The context variable `name` (JSON value `j`, `depth` levels down) as a Value.
+Value from_json(const nlohmann::ordered_json& j, const std::string& name, int depth = 0) {
+  if (depth >= kMaxDepth && (j.is_array() || j.is_object()))
+    throw TemplateError(fmt::format("chat template input: '{}' is nested deeper than {} levels", name, kMaxDepth));
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -108,12 +156,12 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       List l;
-      for (const auto& e : j) l.push_back(from_json(e));
+      for (const auto& e : j) l.push_back(from_json(e, name, depth + 1));
       return Value::of_list(std::move(l));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
-      for (const auto& [k, v] : j.items()) d.emplace_back(k, from_json(v));
+      for (const auto& [k, v] : j.items()) d.emplace_back(k, from_json(v, name, depth + 1));
       return Value::of_dict(std::move(d));
     }
     default: return Value{};
@@ -147,69 +195,110 @@ std::string float_repr(double d) {
 std::string python_repr_string(const std::string& s) {
   const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
   std::string out(1, q);
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    std::size_t j = i;  // a run of characters that print as themselves, appended at once (s may be long)
+    while (j < s.size() && s[j] != q && s[j] != '\\' && static_cast<unsigned char>(s[j]) >= 0x20 && s[j] != 0x7f) ++j;
+    out.append(s, i, j - i);
+    if (j == s.size()) break;
+    const char c = s[i = j];
     if (c == q || c == '\\') out += '\\', out += c;
     else if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
     else if (c == '\t') out += "\\t";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    else out += c;
+    else out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
   }
   return out + q;
 }
 
-std::string repr(const Value& v);
+// A recursive walk over a value (printing, tojson, comparing) for the construct
+// `what` at `line`: it checks the nesting and charges the render's steps.
+struct Walk {
+  Budget& budget;
+  int line;
+  std::string_view what;
+
+  // Visits `v`, `depth` levels down.
+  void enter(const Value& v, int depth) const {
+    if (depth > kMaxDepth) error(line, fmt::format("{}: the value is nested deeper than {} levels", what, kMaxDepth));
+    budget.charge(1 + static_cast<std::int64_t>(v.s.size()) / kBytesPerStep, line, what);
+  }
+  // Throws if the text built is to be longer than kMaxSize.
+  void fits(std::size_t size) const {
+    if (size > kMaxSize) error(line, fmt::format("{}: the text would be longer than {} MiB", what, kMaxSize >> 20));
+  }
+};
+
+// Python's repr() of `v`, appended to `out`.
+void repr(const Value& v, std::string& out, const Walk& w, int depth = 0) {
+  w.enter(v, depth);
+  switch (v.kind) {
+    case Kind::kUndefined: break;
+    case Kind::kNone: out += "None"; break;
+    case Kind::kBool: out += v.b ? "True" : "False"; break;
+    case Kind::kInt: out += std::to_string(v.i); break;
+    case Kind::kFloat: out += float_repr(v.f); break;
+    case Kind::kString: out += python_repr_string(v.s); break;
+    case Kind::kList:
+      out += '[';
+      for (std::size_t i = 0; i < v.list->size(); ++i) {
+        if (i) out += ", ";
+        repr((*v.list)[i], out, w, depth + 1);
+      }
+      out += ']';
+      break;
+    case Kind::kDict:
+    case Kind::kNamespace:
+      out += v.kind == Kind::kNamespace ? "<Namespace {" : "{";
+      for (std::size_t i = 0; i < v.dict->size(); ++i) {
+        if (i) out += ", ";
+        out += python_repr_string((*v.dict)[i].first) + ": ";
+        repr((*v.dict)[i].second, out, w, depth + 1);
+      }
+      out += v.kind == Kind::kNamespace ? "}>" : "}";
+      break;
+  }
+  w.fits(out.size());
+}
 
 // str(): what {{ }} prints.
-std::string str(const Value& v) {
+std::string str(const Value& v, const Walk& w) {
   switch (v.kind) {
     case Kind::kUndefined: return "";
     case Kind::kString: return v.s;
-    default: return repr(v);
+    default: {
+      std::string out;
+      repr(v, out, w);
+      return out;
+    }
   }
 }
 
-std::string repr(const Value& v) {
-  switch (v.kind) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return v.b ? "True" : "False";
-    case Kind::kInt: return std::to_string(v.i);
-    case Kind::kFloat: return float_repr(v.f);
-    case Kind::kString: return python_repr_string(v.s);
-    case Kind::kList: {
-      std::string out = "[";
-      for (std::size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + repr((*v.list)[i]);
-      return out + "]";
-    }
-    case Kind::kDict:
-    case Kind::kNamespace: {
-      std::string out = v.kind == Kind::kNamespace ? "<Namespace {" : "{";
-      for (std::size_t i = 0; i < v.dict->size(); ++i)
-        out += (i ? ", " : "") + python_repr_string((*v.dict)[i].first) + ": " + repr((*v.dict)[i].second);
-      return out + (v.kind == Kind::kNamespace ? "}>" : "}");
-    }
-  }
-  return "";
-}
-
-// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators.
-void to_json(const Value& v, int indent, int depth, std::string& out, int line) {
+// json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators (indent -1: None, else at most kMaxSize).
+void to_json(const Value& v, std::int64_t indent, int depth, std::string& out, const Walk& w) {
+  w.enter(v, depth);
+  w.fits(out.size());
   auto newline = [&](int d) {
     if (indent < 0) return;
+    const auto spaces = static_cast<std::size_t>(indent) * static_cast<std::size_t>(d);  // indent <= kMaxSize
+    w.fits(out.size() + 1 + spaces);
     out += '\n';
-    out.append(static_cast<std::size_t>(indent * d), ' ');
+    out.append(spaces, ' ');
   };
   const char* item_sep = indent < 0 ? ", " : ",";
   switch (v.kind) {
-    case Kind::kUndefined: error(line, "tojson: the value is undefined");
+    case Kind::kUndefined: error(w.line, "tojson: the value is undefined");
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.b ? "true" : "false"; return;
     case Kind::kInt: out += std::to_string(v.i); return;
     case Kind::kFloat: out += std::isfinite(v.f) ? float_repr(v.f) : std::isnan(v.f) ? "NaN" : v.f > 0 ? "Infinity" : "-Infinity"; return;
     case Kind::kString: {
       out += '"';
-      for (const char c : v.s) {
+      for (std::size_t i = 0; i < v.s.size(); ++i) {
+        std::size_t j = i;  // a run of characters that need no escape, appended at once
+        while (j < v.s.size() && v.s[j] != '"' && v.s[j] != '\\' && static_cast<unsigned char>(v.s[j]) >= 0x20) ++j;
+        out.append(v.s, i, j - i);
+        if (j == v.s.size()) break;
+        const char c = v.s[i = j];
         switch (c) {
           case '"': out += "\\\""; break;
           case '\\': out += "\\\\"; break;
@@ -224,6 +313,7 @@ void to_json(const Value& v, int indent, int depth, std::string& out, int line) 
         }
       }
       out += '"';
+      w.fits(out.size());
       return;
     }
     case Kind::kList:
@@ -235,7 +325,7 @@ void to_json(const Value& v, int indent, int depth, std::string& out, int line) 
       for (std::size_t i = 0; i < v.list->size(); ++i) {
         if (i) out += item_sep;
         newline(depth + 1);
-        to_json((*v.list)[i], indent, depth + 1, out, line);
+        to_json((*v.list)[i], indent, depth + 1, out, w);
       }
       newline(depth);
       out += ']';
@@ -250,9 +340,9 @@ void to_json(const Value& v, int indent, int depth, std::string& out, int line) 
       for (std::size_t i = 0; i < v.dict->size(); ++i) {
         if (i) out += item_sep;
         newline(depth + 1);
-        to_json(Value::string((*v.dict)[i].first), indent, depth + 1, out, line);
+        to_json(Value::string((*v.dict)[i].first), indent, depth + 1, out, w);
         out += ": ";
-        to_json((*v.dict)[i].second, indent, depth + 1, out, line);
+        to_json((*v.dict)[i].second, indent, depth + 1, out, w);
       }
       newline(depth);
       out += '}';
@@ -260,7 +350,9 @@ void to_json(const Value& v, int indent, int depth, std::string& out, int line) 
   }
 }
 
-bool equal(const Value& a, const Value& b) {
+// Python's ==.
+bool equal(const Value& a, const Value& b, const Walk& w, int depth = 0) {
+  w.enter(a, depth);
   if (a.is_number() && b.is_number()) {
     if (a.kind == Kind::kFloat || b.kind == Kind::kFloat) return a.as_double() == b.as_double();
     return (a.kind == Kind::kBool ? a.b : a.i) == (b.kind == Kind::kBool ? b.b : b.i);
@@ -271,13 +363,14 @@ bool equal(const Value& a, const Value& b) {
     case Kind::kNone: return true;
     case Kind::kString: return a.s == b.s;
     case Kind::kList:
-      return a.list->size() == b.list->size() &&
-             std::equal(a.list->begin(), a.list->end(), b.list->begin(), [](const Value& x, const Value& y) { return equal(x, y); });
+      return a.list->size() == b.list->size() && std::equal(a.list->begin(), a.list->end(), b.list->begin(),
+                                                            [&](const Value& x, const Value& y) { return equal(x, y, w, depth + 1); });
     case Kind::kDict: {
       if (a.dict->size() != b.dict->size()) return false;
       for (const auto& [k, v] : *a.dict) {
+        w.budget.charge(static_cast<std::int64_t>(b.dict->size()) / kKeysPerStep, w.line, w.what);  // find() scans the keys
         const Value* o = b.find(k);
-        if (o == nullptr || !equal(v, *o)) return false;
+        if (o == nullptr || !equal(v, *o, w, depth + 1)) return false;
       }
       return true;
     }
@@ -286,12 +379,59 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-// Byte offsets of the code points of a UTF-8 string (Python indexes strings by code point).
-std::vector<std::size_t> code_points(const std::string& s) {
-  std::vector<std::size_t> at;
-  for (std::size_t i = 0; i < s.size(); ++i)
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
-  return at;
+// Whether byte `i` of a UTF-8 string starts a code point (Python indexes strings by code point).
+bool starts_code_point(std::string_view s, std::size_t i) { return i == 0 || (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80; }
+
+std::size_t code_point_count(std::string_view s) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) n += starts_code_point(s, i);
+  return n;
+}
+
+// The code points of `s` in reverse order: its bytes reversed, then each code point's put back in order.
+std::string reverse_code_points(const std::string& s) {
+  std::string out(s.rbegin(), s.rend());
+  auto continuation = [&](std::size_t i) { return (static_cast<unsigned char>(out[i]) & 0xC0) == 0x80; };
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!continuation(i)) continue;
+    std::size_t j = i;  // the lead byte after the continuation bytes (or the end)
+    while (j + 1 < out.size() && continuation(j)) ++j;
+    std::reverse(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+    i = j;
+  }
+  return out;
+}
+
+// Python's s[start:stop:step] by code point, `start` and `stop` clamped as for a
+// list of code_point_count(s) elements; no index is built (s may be long).
+std::string slice_code_points(const std::string& s, std::int64_t start, std::int64_t stop, std::int64_t step) {
+  std::string out;
+  if (step == 1) {  // one substring
+    std::size_t b = 0, from = 0;
+    for (std::int64_t cp = 0; b < s.size() && cp < stop; ++cp) {
+      if (cp == start) from = b;
+      for (++b; b < s.size() && !starts_code_point(s, b);) ++b;
+    }
+    return start < stop ? s.substr(from, b - from) : out;
+  }
+  if (step > 0) {
+    std::int64_t cp = 0;
+    for (std::size_t b = 0; b < s.size() && cp < stop; ++cp) {
+      std::size_t e = b + 1;
+      while (e < s.size() && !starts_code_point(s, e)) ++e;
+      if (cp >= start && (cp - start) % step == 0) out.append(s, b, e - b);
+      b = e;
+    }
+  } else {
+    auto cp = static_cast<std::int64_t>(code_point_count(s)) - 1;
+    for (std::size_t e = s.size(); e > 0 && cp > stop; --cp) {
+      std::size_t b = e - 1;
+      while (!starts_code_point(s, b)) --b;
+      if (cp <= start && (cp - start) % step == 0) out.append(s, b, e - b);
+      e = b;
+    }
+  }
+  return out;
 }
 
 constexpr const char* kWhitespace = " \t\n\r\v\f";
@@ -304,19 +444,21 @@ std::string strip(const std::string& s, const std::string& chars, bool left, boo
   return s.substr(b, e - b);
 }
 
+// s.upper() or s.lower() for ASCII letters (as std::toupper in the "C" locale; UTF-8 stays intact).
+std::string change_case(std::string s, bool upper) {
+  for (char& c : s)
+    if (upper ? c >= 'a' && c <= 'z' : c >= 'A' && c <= 'Z') c = static_cast<char>(c ^ 0x20);
+  return s;
+}
+
+// s.title(), or s.capitalize() if `only_first` (ASCII letters, like change_case).
 std::string title_case(const std::string& s, bool only_first) {
   std::string out = s;
   bool start = true;
   for (char& c : out) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
-    if (alpha) c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-    if (only_first) {
-      if (start && alpha) start = false;
-      else if (!start) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      start = false;
-    } else {
-      start = !alpha;
-    }
+    const bool lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z';
+    if (start ? lower : upper) c = static_cast<char>(c ^ 0x20);
+    start = !only_first && !lower && !upper;
   }
   return out;
 }
@@ -424,6 +566,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // kTest: "is not"
+  int height = 1;        // nodes on the longest path to a leaf (evaluation recurses that deep)
 };
 
 class ExprParser {
@@ -463,19 +606,33 @@ class ExprParser {
     e->line = line_;
     return e;
   }
+  // `e`, complete, with its height: loops such as "a + b + c ..." build trees that
+  // recursive evaluation (and destruction) must not find too deep.
+  ExprPtr done(std::shared_ptr<Expr> e) {
+    int h = 0;
+    for (const ExprPtr* x : {&e->a, &e->b, &e->c})
+      if (*x) h = std::max(h, (*x)->height);
+    for (const ExprPtr& x : e->args)
+      if (x) h = std::max(h, x->height);
+    for (const auto& [k, x] : e->kwargs) h = std::max(h, x->height);
+    e->height = h + 1;
+    if (e->height > kMaxTemplateDepth) error(line_, fmt::format("the expression is nested deeper than {} levels", kMaxTemplateDepth));
+    return e;
+  }
   ExprPtr binary(const std::string& op, ExprPtr l, ExprPtr r, ExprKind k = ExprKind::kBinary) {
     auto e = make(k);
     e->name = op;
     e->a = std::move(l);
     e->b = std::move(r);
-    return e;
+    return done(std::move(e));
   }
 
-  // Nesting guard: deeply nested input must not exhaust the stack.
+  // Nesting guard: deeply nested input ("((((...") must not exhaust the stack.
   struct Depth {
     ExprParser& p;
     explicit Depth(ExprParser& parser) : p(parser) {
-      if (++p.depth_ > 100) error(p.line_, "expression nested too deeply");
+      if (++p.depth_ > kMaxTemplateDepth)
+        error(p.line_, fmt::format("the expression is nested deeper than {} levels", kMaxTemplateDepth));
     }
     ~Depth() { --p.depth_; }
   };
@@ -488,7 +645,7 @@ class ExprParser {
       c->b = or_expr();  // condition
       c->a = e;          // value when true
       if (accept_name("else")) c->c = conditional();
-      e = c;
+      e = done(std::move(c));
     }
     return e;
   }
@@ -508,7 +665,7 @@ class ExprParser {
       ++pos_;
       auto e = make(ExprKind::kNot);
       e->a = not_expr();
-      return e;
+      return done(std::move(e));
     }
     return compare();
   }
@@ -550,7 +707,7 @@ class ExprParser {
     if (accept_op("-")) {
       auto e = make(ExprKind::kNeg);
       e->a = unary();
-      return filters(e);
+      return filters(done(std::move(e)));
     }
     if (accept_op("+")) return unary();
     return filters(postfix(primary()));
@@ -575,7 +732,7 @@ class ExprParser {
         f->name = expect_name();
         f->a = e;
         if (accept_op("(")) call_args(*f);
-        e = f;
+        e = done(std::move(f));
       } else if (accept_name("is")) {
         auto t = make(ExprKind::kTest);
         t->negated = accept_name("not");
@@ -588,7 +745,7 @@ class ExprParser {
                     peek().text != "if" && peek().text != "in" && peek().text != "not" && peek().text != "is")) {
           t->args.push_back(postfix(primary()));  // "is divisibleby 3", "is equalto 'x'"
         }
-        e = t;
+        e = done(std::move(t));
       } else {
         return e;
       }
@@ -601,7 +758,7 @@ class ExprParser {
         if (peek().type == Tok::kInt) a->name = t_[pos_++].text;
         else a->name = expect_name();
         a->a = e;
-        e = a;
+        e = done(std::move(a));
       } else if (accept_op("[")) {
         ExprPtr start, stop, step;
         bool slice = false;
@@ -619,12 +776,12 @@ class ExprParser {
           x->c = stop;
           x->args.push_back(step);
         }
-        e = x;
+        e = done(std::move(x));
       } else if (accept_op("(")) {
         auto call = make(ExprKind::kCall);
         call->a = e;
         call_args(*call);
-        e = call;
+        e = done(std::move(call));
       } else {
         return e;
       }
@@ -644,8 +801,20 @@ class ExprParser {
         while (peek().type == Tok::kString) s += t_[pos_++].text;  // adjacent literals concatenate
         return lit(Value::string(s));
       }
-      case Tok::kInt: return lit(Value::integer(std::stoll(tok.text)));
-      case Tok::kFloat: return lit(Value::number(std::stod(tok.text)));
+      case Tok::kInt: {
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(tok.text.data(), tok.text.data() + tok.text.size(), v);
+        if (ec != std::errc() || end != tok.text.data() + tok.text.size())
+          error(line_, fmt::format("the integer literal {} is out of the 64-bit range", tok.text));
+        return lit(Value::integer(v));
+      }
+      case Tok::kFloat: {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(tok.text.data(), tok.text.data() + tok.text.size(), v);
+        if (ec != std::errc() || end != tok.text.data() + tok.text.size())
+          error(line_, fmt::format("the float literal {} is out of range", tok.text));
+        return lit(Value::number(v));
+      }
       case Tok::kName:
         if (tok.text == "true" || tok.text == "True") return lit(Value::boolean(true));
         if (tok.text == "false" || tok.text == "False") return lit(Value::boolean(false));
@@ -667,7 +836,7 @@ class ExprParser {
             tuple->args.push_back(expression());
           }
           expect_op(")");
-          return tuple;
+          return done(std::move(tuple));
         }
         if (tok.text == "[") {
           auto list = make(ExprKind::kList);
@@ -678,7 +847,7 @@ class ExprParser {
             } while (accept_op(","));
             expect_op("]");
           }
-          return list;
+          return done(std::move(list));
         }
         if (tok.text == "{") {
           auto dict = make(ExprKind::kDict);
@@ -692,7 +861,7 @@ class ExprParser {
             } while (accept_op(","));
             expect_op("}");
           }
-          return dict;
+          return done(std::move(dict));
         }
         break;
       case Tok::kEnd: error(line_, "unexpected end of expression");
@@ -845,6 +1014,7 @@ class Parser {
       if (piece.type == Piece::kText) {
         auto n = std::make_shared<Node>();
         n->kind = NodeKind::kText;
+        n->line = piece.line;
         n->text = piece.text;
         nodes.push_back(n);
         continue;
@@ -873,6 +1043,11 @@ class Parser {
   }
 
   NodePtr statement(const std::string& word, ExprParser& ep, int line) {
+    if (depth_ >= kMaxTemplateDepth) error(line, fmt::format("'{}': blocks are nested deeper than {} levels", word, kMaxTemplateDepth));
+    struct Guard {
+      int& d;
+      ~Guard() { --d; }
+    } guard{++depth_};
     auto n = std::make_shared<Node>();
     n->line = line;
     std::string end;
@@ -940,6 +1115,7 @@ class Parser {
   std::vector<Piece> p_;
   std::size_t pos_ = 0;
   std::unique_ptr<ExprParser> last_;
+  int depth_ = 0;  // blocks open
 };
 
 // ---------------------------------------------------------------- rendering
@@ -948,12 +1124,36 @@ struct LoopControl {
   enum Type { kBreak, kContinue } type;
 };
 
+// The construct expression `e` is, for errors: "'+'", "join", "range()".
+std::string describe(const Expr& e) {
+  switch (e.kind) {
+    case ExprKind::kLiteral: return "a literal";
+    case ExprKind::kName: return fmt::format("'{}'", e.name);
+    case ExprKind::kAttr: return fmt::format("'.{}'", e.name);
+    case ExprKind::kItem: return "'[]'";
+    case ExprKind::kSlice: return "'[:]'";
+    case ExprKind::kCall:
+      return e.a->kind == ExprKind::kName || e.a->kind == ExprKind::kAttr ? fmt::format("{}()", e.a->name) : std::string("a call");
+    case ExprKind::kFilter: return e.name;
+    case ExprKind::kTest: return fmt::format("is {}", e.name);
+    case ExprKind::kNeg: return "unary '-'";
+    case ExprKind::kNot: return "'not'";
+    case ExprKind::kBinary:
+    case ExprKind::kAnd:
+    case ExprKind::kOr: return fmt::format("'{}'", e.name);
+    case ExprKind::kCond: return "'if else'";
+    case ExprKind::kList: return "a list";
+    case ExprKind::kDict: return "a dict";
+  }
+  return "an expression";
+}
+
 class Renderer {
  public:
   explicit Renderer(const nlohmann::ordered_json& context) {
     scopes_.emplace_back();
     if (context.is_object())
-      for (const auto& [k, v] : context.items()) scopes_.back()[k] = from_json(v);
+      for (const auto& [k, v] : context.items()) scopes_.back()[k] = from_json(v, k);
   }
 
   void render(const std::vector<NodePtr>& nodes, std::string& out) {
@@ -961,10 +1161,19 @@ class Renderer {
   }
 
  private:
+  Walk walk(int line, std::string_view what) { return {budget_, line, what}; }
+
+  // Appends `text` to the output (or a {% set %} block's) within kMaxSize.
+  static void emit(std::string& out, const std::string& text, int line, std::string_view what) {
+    if (out.size() + text.size() > kMaxSize)
+      error(line, fmt::format("{}: the output would be longer than {} MiB", what, kMaxSize >> 20));
+    out += text;
+  }
+
   void render(const Node& n, std::string& out) {
     switch (n.kind) {
-      case NodeKind::kText: out += n.text; return;
-      case NodeKind::kOutput: out += str(eval(*n.expr)); return;
+      case NodeKind::kText: emit(out, n.text, n.line, "text"); return;
+      case NodeKind::kOutput: emit(out, str(eval(*n.expr), walk(n.line, "{{ }}")), n.line, "{{ }}"); return;
       case NodeKind::kBody: render(n.body, out); return;
       case NodeKind::kIf:
         for (const auto& [cond, body] : n.branches)
@@ -996,6 +1205,8 @@ class Renderer {
     Value* ns = lookup(n.targets[0]);
     if (ns == nullptr || ns->kind != Kind::kNamespace)
       error(n.line, fmt::format("cannot set '{}.{}': '{}' is not a namespace()", n.targets[0], n.targets[1], n.targets[0]));
+    if (v.kind == Kind::kNamespace)  // no cycles, and no nesting that set could deepen unseen
+      error(n.line, fmt::format("cannot set '{}.{}' to a namespace()", n.targets[0], n.targets[1]));
     for (auto& [k, val] : *ns->dict)
       if (k == n.targets[1]) {
         val = std::move(v);
@@ -1004,21 +1215,65 @@ class Renderer {
     ns->dict->emplace_back(n.targets[1], std::move(v));
   }
 
-  List iterate(const Value& v, int line) {
+  // `v`, a list or dict the template built for `what` at `line`, if within
+  // kMaxLength, kMaxSize and kMaxDepth, holding no namespace(); charges its copy.
+  Value checked(Value v, int line, std::string_view what) {
+    const std::size_t n = v.list ? v.list->size() : v.dict ? v.dict->size() : 0;
+    if (n > kMaxLength) error(line, fmt::format("{}: the list would have more than {} elements", what, kMaxLength));
+    if (v.size > kMaxSize) error(line, fmt::format("{}: the value would be larger than {} MiB", what, kMaxSize >> 20));
+    if (v.depth > kMaxDepth) error(line, fmt::format("{}: the value would be nested deeper than {} levels", what, kMaxDepth));
+    charge_copy(v, line, what);
+    auto is_namespace = [](const Value& x) { return x.kind == Kind::kNamespace; };
+    if ((v.list && std::any_of(v.list->begin(), v.list->end(), is_namespace)) ||
+        (v.dict && std::any_of(v.dict->begin(), v.dict->end(), [&](const auto& kv) { return is_namespace(kv.second); })))
+      error(line, fmt::format("{}: a namespace() cannot be put in a list, dict or namespace", what));
+    return v;
+  }
+  Value list(List l, int line, std::string_view what) { return checked(Value::of_list(std::move(l)), line, what); }
+  Value dict(Dict d, int line, std::string_view what, Kind kind = Kind::kDict) {
+    return checked(Value::of_dict(std::move(d), kind), line, what);
+  }
+  // Throws unless a list of `n` elements (or a string of `n` bytes) fits.
+  static void room(std::size_t n, std::size_t limit, int line, std::string_view what) {
+    if (n > limit)
+      error(line, limit == kMaxSize ? fmt::format("{}: the string would be longer than {} MiB", what, kMaxSize >> 20)
+                                    : fmt::format("{}: the list would have more than {} elements", what, kMaxLength));
+  }
+
+  // Charges copying the elements of list or dict `v`, `element_steps` each, and
+  // their strings' bytes (copied; lists and dicts in it are shared).
+  void charge_copy(const Value& v, int line, std::string_view what, std::int64_t element_steps = kElementSteps) {
+    std::size_t n = 0, bytes = 0;
+    if (v.list)
+      for (const Value& e : *v.list) ++n, bytes += e.s.size();
+    if (v.dict)
+      for (const auto& [k, e] : *v.dict) ++n, bytes += k.size() + e.s.size();
+    budget_.charge(static_cast<std::int64_t>(n) * element_steps + static_cast<std::int64_t>(bytes) / kBytesPerStep, line, what);
+  }
+
+  // The elements of `v` for a loop or a filter (`what`): a copy of at most kMaxLength.
+  List iterate(const Value& v, int line, std::string_view what = "for") {
+    List out;
     switch (v.kind) {
       case Kind::kUndefined: return {};
-      case Kind::kList: return *v.list;
-      case Kind::kDict: {
-        List keys;
-        for (const auto& [k, unused] : *v.dict) keys.push_back(Value::string(k));
-        return keys;
-      }
+      case Kind::kList:
+        room(v.list->size(), kMaxLength, line, what);
+        charge_copy(v, line, what);
+        return *v.list;
+      case Kind::kDict:
+        room(v.dict->size(), kMaxLength, line, what);
+        charge_copy(v, line, what);
+        for (const auto& [k, unused] : *v.dict) out.push_back(Value::string(k));
+        return out;
       case Kind::kString: {
-        List chars;
-        const auto at = code_points(v.s);
-        for (std::size_t i = 0; i < at.size(); ++i)
-          chars.push_back(Value::string(v.s.substr(at[i], (i + 1 < at.size() ? at[i + 1] : v.s.size()) - at[i])));
-        return chars;
+        const std::size_t n = code_point_count(v.s);
+        room(n, kMaxLength, line, what);
+        budget_.charge(static_cast<std::int64_t>(n) * kElementSteps, line, what);
+        for (std::size_t b = 0, e; b < v.s.size(); b = e) {
+          for (e = b + 1; e < v.s.size() && !starts_code_point(v.s, e);) ++e;
+          out.push_back(Value::string(v.s.substr(b, e - b)));
+        }
+        return out;
       }
       default: error(line, fmt::format("'{}' object is not iterable", kind_name(v)));
     }
@@ -1036,54 +1291,71 @@ class Renderer {
   }
 
   void render_for(const Node& n, std::string& out) {
-    const List all = iterate(eval(*n.expr), n.line);
-    List items;
+    const Value seq = eval(*n.expr);
+    List items;  // the elements; a list (never mutated) is iterated in place
+    if (seq.kind != Kind::kList) items = iterate(seq, n.line);
+    else charge_copy(seq, n.line, "for", 0);  // the loop variable's copies
     if (n.filter) {
-      for (const Value& item : all) {
+      List kept;
+      for (const Value& item : seq.kind == Kind::kList ? *seq.list : items) {
         scopes_.emplace_back();
         bind_targets(n, item, scopes_.back());
         const bool keep = truthy(eval(*n.filter));
         scopes_.pop_back();
-        if (keep) items.push_back(item);
+        if (keep) kept.push_back(item);
       }
-    } else {
-      items = all;
+      items = std::move(kept);
     }
-    if (items.empty()) {
+    const List& all = seq.kind == Kind::kList && !n.filter ? *seq.list : items;
+    if (all.empty()) {
       render(n.else_body, out);
       return;
     }
     ++loop_depth_;
-    const auto length = static_cast<std::int64_t>(items.size());
-    for (std::int64_t i = 0; i < length; ++i) {
-      scopes_.emplace_back();
-      auto& scope = scopes_.back();
-      bind_targets(n, items[static_cast<std::size_t>(i)], scope);
-      Dict loop = {{"index", Value::integer(i + 1)},
-                   {"index0", Value::integer(i)},
-                   {"revindex", Value::integer(length - i)},
-                   {"revindex0", Value::integer(length - i - 1)},
-                   {"first", Value::boolean(i == 0)},
-                   {"last", Value::boolean(i == length - 1)},
-                   {"length", Value::integer(length)},
-                   {"depth", Value::integer(1)},
-                   {"depth0", Value::integer(0)}};
-      if (i > 0) loop.emplace_back("previtem", items[static_cast<std::size_t>(i - 1)]);
-      if (i + 1 < length) loop.emplace_back("nextitem", items[static_cast<std::size_t>(i + 1)]);
-      scope["loop"] = Value::of_dict(std::move(loop));
-      bool stop = false;
-      try {
-        render(n.body, out);
-      } catch (const LoopControl& c) {
-        stop = c.type == LoopControl::kBreak;
-      } catch (...) {
-        scopes_.pop_back();
-        --loop_depth_;
-        throw;
+    scopes_.emplace_back();
+    std::shared_ptr<Dict> loop;  // reused while no iteration kept a reference to it
+    const auto length = static_cast<std::int64_t>(all.size());
+    try {
+      for (std::int64_t i = 0; i < length; ++i) {
+        budget_.charge(kIterationSteps, n.line, "for");
+        auto& scope = scopes_.back();
+        if (scope.size() != n.targets.size() + 1) scope.clear();  // what the last iteration set goes
+        bind_targets(n, all[static_cast<std::size_t>(i)], scope);
+        Value& loop_var = scope["loop"];
+        loop_var = Value{};  // the last iteration's reference
+        if (!loop || loop.use_count() > 1)
+          loop = std::make_shared<Dict>(Dict{{"index", Value::integer(0)},
+                                             {"index0", Value::integer(0)},
+                                             {"revindex", Value::integer(0)},
+                                             {"revindex0", Value::integer(0)},
+                                             {"first", Value::boolean(false)},
+                                             {"last", Value::boolean(false)},
+                                             {"length", Value::integer(length)},
+                                             {"depth", Value::integer(1)},
+                                             {"depth0", Value::integer(0)}});
+        Dict& d = *loop;
+        d.resize(9);  // previtem and nextitem go
+        d[0].second.i = i + 1;
+        d[1].second.i = i;
+        d[2].second.i = length - i;
+        d[3].second.i = length - i - 1;
+        d[4].second.b = i == 0;
+        d[5].second.b = i == length - 1;
+        if (i > 0) d.emplace_back("previtem", all[static_cast<std::size_t>(i - 1)]);
+        if (i + 1 < length) d.emplace_back("nextitem", all[static_cast<std::size_t>(i + 1)]);
+        loop_var = Value::of_dict(loop);
+        try {
+          render(n.body, out);
+        } catch (const LoopControl& c) {
+          if (c.type == LoopControl::kBreak) break;
+        }
       }
+    } catch (...) {
       scopes_.pop_back();
-      if (stop) break;
+      --loop_depth_;
+      throw;
     }
+    scopes_.pop_back();
     --loop_depth_;
   }
 
@@ -1113,26 +1385,39 @@ class Renderer {
     return i < args.size() ? args[i] : kwarg(e, key, std::move(fallback));
   }
 
-  static std::int64_t to_int(const Value& v, int line, const char* what) {
+  static std::int64_t to_int(const Value& v, int line, std::string_view what) {
     if (v.kind == Kind::kInt) return v.i;
     if (v.kind == Kind::kBool) return v.b ? 1 : 0;
     error(line, fmt::format("{} must be an integer, not {}", what, kind_name(v)));
   }
 
+  // Charges scanning string `s` (indexing it by code point, say).
+  void scan(const std::string& s, int line, std::string_view what) {
+    budget_.charge(static_cast<std::int64_t>(s.size()) / kBytesPerStep, line, what);
+  }
+
+  // obj.find(key), charging the linear scan.
+  const Value* find(const Value& obj, const std::string& key, int line, std::string_view what) {
+    budget_.charge(static_cast<std::int64_t>(obj.dict->size()) / kKeysPerStep, line, what);
+    return obj.find(key);
+  }
+
   Value item(const Value& obj, const Value& key, int line) {
     if (obj.kind == Kind::kDict || obj.kind == Kind::kNamespace) {
       if (key.kind != Kind::kString) return Value{};
-      const Value* v = obj.find(key.s);
+      const Value* v = find(obj, key.s, line, "'[]'");
       return v ? *v : Value{};
     }
     if (obj.kind == Kind::kList || obj.kind == Kind::kString) {
       if (key.kind != Kind::kInt && key.kind != Kind::kBool) return Value{};
-      const List elems = obj.kind == Kind::kList ? List{} : iterate(obj, line);
-      const List& seq = obj.kind == Kind::kList ? *obj.list : elems;
+      const bool is_string = obj.kind == Kind::kString;
+      if (is_string) scan(obj.s, line, "'[]'");
+      const auto n = static_cast<std::int64_t>(is_string ? code_point_count(obj.s) : obj.list->size());
       std::int64_t i = to_int(key, line, "an index");
-      if (i < 0) i += static_cast<std::int64_t>(seq.size());
-      if (i < 0 || i >= static_cast<std::int64_t>(seq.size())) return Value{};
-      return seq[static_cast<std::size_t>(i)];
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Value{};
+      if (is_string) return Value::string(slice_code_points(obj.s, i, i + 1, 1));
+      return (*obj.list)[static_cast<std::size_t>(i)];
     }
     if (obj.undefined()) error(line, "cannot index an undefined value");
     return Value{};
@@ -1144,8 +1429,8 @@ class Renderer {
       if (obj.undefined()) error(e.line, "cannot slice an undefined value");
       error(e.line, fmt::format("cannot slice a '{}'", kind_name(obj)));
     }
-    const List seq = is_string ? iterate(obj, e.line) : *obj.list;
-    const auto n = static_cast<std::int64_t>(seq.size());
+    if (is_string) scan(obj.s, e.line, "'[:]'");
+    const auto n = static_cast<std::int64_t>(is_string ? code_point_count(obj.s) : obj.list->size());
     const Value step_v = e.args[0] ? eval(*e.args[0]) : Value::none();
     const std::int64_t step = step_v.kind == Kind::kNone ? 1 : to_int(step_v, e.line, "a slice step");
     if (step == 0) error(e.line, "slice step cannot be zero");
@@ -1154,28 +1439,36 @@ class Renderer {
       const Value v = eval(*x);
       if (v.kind == Kind::kNone) return dflt;
       std::int64_t i = to_int(v, e.line, "a slice index");
-      if (i < 0) i += n;
+      if (i < 0) i = i < -n ? -n - 1 : i + n;  // (no overflow)
       if (step > 0) return std::clamp<std::int64_t>(i, 0, n);
       return std::clamp<std::int64_t>(i, -1, n - 1);
     };
     const std::int64_t start = bound(e.b, step > 0 ? 0 : n - 1);
     const std::int64_t stop = bound(e.c, step > 0 ? n : -1);
+    if (is_string) return Value::string(slice_code_points(obj.s, start, stop, step));
+    // The count first: start + k * step stays within [-1, n] (no overflow).
+    std::uint64_t count = 0;
+    if (step > 0 && start < stop) count = (static_cast<std::uint64_t>(stop - start) - 1) / static_cast<std::uint64_t>(step) + 1;
+    if (step < 0 && start > stop) count = (static_cast<std::uint64_t>(start - stop) - 1) / (0 - static_cast<std::uint64_t>(step)) + 1;
     List out;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(seq[static_cast<std::size_t>(i)]);
-    if (!is_string) return Value::of_list(std::move(out));
-    std::string joined;
-    for (const Value& c : out) joined += c.s;
-    return Value::string(joined);
+    out.reserve(count);
+    for (std::uint64_t k = 0; k < count; ++k)
+      out.push_back((*obj.list)[static_cast<std::size_t>(start + static_cast<std::int64_t>(k) * step)]);
+    return list(std::move(out), e.line, "'[:]'");
   }
 
   Value attribute(const Value& obj, const std::string& name, int line) {
     if (obj.kind == Kind::kDict || obj.kind == Kind::kNamespace) {
-      const Value* v = obj.find(name);
+      const Value* v = find(obj, name, line, "'.'");
       return v ? *v : Value{};
     }
     if (obj.undefined()) error(line, fmt::format("cannot read '{}' of an undefined value", name));
-    if ((obj.kind == Kind::kList || obj.kind == Kind::kString) && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-      return item(obj, Value::integer(std::stoll(name)), line);
+    if ((obj.kind == Kind::kList || obj.kind == Kind::kString) && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      std::int64_t i = 0;
+      const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), i);
+      if (ec != std::errc() || end != name.data() + name.size()) return Value{};  // no such index
+      return item(obj, Value::integer(i), line);
+    }
     return Value{};
   }
 
@@ -1184,12 +1477,12 @@ class Renderer {
     std::vector<Value> args = eval_args(e);
     if (callee.kind == ExprKind::kName && lookup(callee.name) == nullptr) {
       if (callee.name == "raise_exception")
-        throw RaisedException(args.empty() ? std::string("raise_exception() called") : str(args[0]));
+        throw RaisedException(args.empty() ? std::string("raise_exception() called") : str(args[0], walk(e.line, "raise_exception()")));
       if (callee.name == "namespace") {
         Dict d;
         if (!args.empty() && args[0].kind == Kind::kDict) d = *args[0].dict;
         for (const auto& [k, v] : e.kwargs) d.emplace_back(k, eval(*v));
-        return Value::of_dict(std::move(d), Kind::kNamespace);
+        return dict(std::move(d), e.line, "namespace()", Kind::kNamespace);
       }
       if (callee.name == "range") {
         std::int64_t start = 0, stop = 0, step = 1;
@@ -1197,27 +1490,29 @@ class Renderer {
         else if (args.size() >= 2) start = to_int(args[0], e.line, "range()"), stop = to_int(args[1], e.line, "range()");
         if (args.size() == 3) step = to_int(args[2], e.line, "range()");
         if (args.empty() || args.size() > 3 || step == 0) error(e.line, "range() takes 1 to 3 integers, step not 0");
-        if ((stop - start) / step > 1000000) error(e.line, "range() is too long");
+        // The length, in unsigned arithmetic (stop - start may not fit an int64).
+        std::uint64_t count = 0;
+        const auto ustart = static_cast<std::uint64_t>(start), ustop = static_cast<std::uint64_t>(stop);
+        if (step > 0 && start < stop) count = (ustop - ustart - 1) / static_cast<std::uint64_t>(step) + 1;
+        if (step < 0 && start > stop) count = (ustart - ustop - 1) / (0 - static_cast<std::uint64_t>(step)) + 1;
+        if (count > kMaxLength) error(e.line, fmt::format("range() is too long: {} elements (at most {})", count, kMaxLength));
         List out;
-        for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
-        return Value::of_list(std::move(out));
+        out.reserve(count);
+        for (std::uint64_t k = 0; k < count; ++k) out.push_back(Value::integer(start + static_cast<std::int64_t>(k) * step));
+        return list(std::move(out), e.line, "range()");
       }
       error(e.line, fmt::format("'{}' is undefined", callee.name));
     }
     if (callee.kind != ExprKind::kAttr) error(e.line, "this value cannot be called");
     const Value obj = eval(*callee.a);
-    const std::string& m = callee.name;
+    const std::string_view m = callee.name;
     if (obj.kind == Kind::kString) {
       const std::string& s = obj.s;
       auto chars = [&](std::size_t i) { return i < args.size() && args[i].kind == Kind::kString ? args[i].s : std::string(kWhitespace); };
       if (m == "strip") return Value::string(strip(s, chars(0), true, true));
       if (m == "lstrip") return Value::string(strip(s, chars(0), true, false));
       if (m == "rstrip") return Value::string(strip(s, chars(0), false, true));
-      if (m == "upper" || m == "lower") {
-        std::string out = s;
-        for (char& c : out) c = static_cast<char>(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-        return Value::string(out);
-      }
+      if (m == "upper" || m == "lower") return Value::string(change_case(s, m == "upper"));
       if (m == "title") return Value::string(title_case(s, false));
       if (m == "capitalize") return Value::string(title_case(s, true));
       if (m == "startswith" || m == "endswith") {
@@ -1231,10 +1526,12 @@ class Renderer {
       if (m == "split") {
         const Value sep = arg(e, args, 0, "sep", Value::none());
         const std::int64_t maxsplit = to_int(arg(e, args, 1, "maxsplit", Value::integer(-1)), e.line, "maxsplit");
+        scan(s, e.line, "split()");
         List out;
         if (sep.kind == Kind::kNone) {
           std::size_t i = s.find_first_not_of(kWhitespace);
           while (i != std::string::npos) {
+            room(out.size() + 1, kMaxLength, e.line, "split()");
             if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) == maxsplit) {
               out.push_back(Value::string(strip(s.substr(i), kWhitespace, false, true)));
               break;
@@ -1243,11 +1540,12 @@ class Renderer {
             out.push_back(Value::string(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
             i = j == std::string::npos ? j : s.find_first_not_of(kWhitespace, j);
           }
-          return Value::of_list(std::move(out));
+          return list(std::move(out), e.line, "split()");
         }
         if (sep.kind != Kind::kString || sep.s.empty()) error(e.line, "split() needs a non-empty string separator");
         std::size_t i = 0;
         for (;;) {
+          room(out.size() + 1, kMaxLength, e.line, "split()");
           const std::size_t j = s.find(sep.s, i);
           if (j == std::string::npos || (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) == maxsplit)) {
             out.push_back(Value::string(s.substr(i)));
@@ -1256,36 +1554,28 @@ class Renderer {
           out.push_back(Value::string(s.substr(i, j - i)));
           i = j + sep.s.size();
         }
-        return Value::of_list(std::move(out));
+        return list(std::move(out), e.line, "split()");
       }
       if (m == "replace") {
         if (args.size() < 2 || args[0].kind != Kind::kString || args[1].kind != Kind::kString)
           error(e.line, "replace() takes two strings");
-        return Value::string(replace_all(s, args[0].s, args[1].s, args.size() > 2 ? to_int(args[2], e.line, "count") : -1));
+        const std::int64_t count = args.size() > 2 ? to_int(args[2], e.line, "count") : -1;
+        return Value::string(replace_all(s, args[0].s, args[1].s, count, e.line, "replace()"));
       }
       if (m == "find") {
         if (args.empty() || args[0].kind != Kind::kString) error(e.line, "find() takes a string");
+        scan(s, e.line, "find()");
         const std::size_t at = s.find(args[0].s);
         if (at == std::string::npos) return Value::integer(-1);
-        const auto cps = code_points(s);
-        return Value::integer(std::lower_bound(cps.begin(), cps.end(), at) - cps.begin());
+        return Value::integer(static_cast<std::int64_t>(code_point_count(std::string_view(s).substr(0, at))));
       }
-      if (m == "join") {
-        std::string out;
-        const List parts = args.empty() ? List{} : iterate(args[0], e.line);
-        for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? s : "") + str(parts[i]);
-        return Value::string(out);
-      }
+      if (m == "join") return Value::string(join(args.empty() ? List{} : iterate(args[0], e.line, "join()"), s, Value{}, e.line, "join()"));
     } else if (obj.kind == Kind::kDict) {
-      if (m == "items") {
-        List out;
-        for (const auto& [k, v] : *obj.dict) out.push_back(Value::of_list({Value::string(k), v}));
-        return Value::of_list(std::move(out));
-      }
+      if (m == "items") return items(obj, e.line, "items()");
       if (m == "keys" || m == "values") {
         List out;
         for (const auto& [k, v] : *obj.dict) out.push_back(m == "keys" ? Value::string(k) : v);
-        return Value::of_list(std::move(out));
+        return list(std::move(out), e.line, m == "keys" ? "keys()" : "values()");
       }
       if (m == "get") {
         if (args.empty()) error(e.line, "get() needs a key");
@@ -1298,23 +1588,47 @@ class Renderer {
     error(e.line, fmt::format("'{}' object has no method '{}'", kind_name(obj), m));
   }
 
-  static std::string replace_all(const std::string& s, const std::string& from, const std::string& to, std::int64_t count) {
+  // dict.items() and |items: [key, value] pairs.
+  Value items(const Value& d, int line, std::string_view what) {
+    List out;
+    for (const auto& [k, val] : *d.dict) out.push_back(Value::of_list({Value::string(k), val}));
+    return list(std::move(out), line, what);
+  }
+
+  // `parts` printed and joined by `sep` (each part's attribute `attr` unless undefined).
+  std::string join(const List& parts, const std::string& sep, const Value& attr, int line, std::string_view what) {
+    const Walk w = walk(line, what);
+    std::string out;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (i) out += sep;
+      out += str(attr.undefined() ? parts[i] : attribute(parts[i], str(attr, w), line), w);
+      w.fits(out.size());
+    }
+    return out;
+  }
+
+  // s.replace(from, to, count): a step per replacement.
+  std::string replace_all(const std::string& s, const std::string& from, const std::string& to, std::int64_t count, int line,
+                          std::string_view what) {
     if (from.empty()) return s;
     std::string out;
     std::size_t i = 0;
     for (std::int64_t n = 0; count < 0 || n < count; ++n) {
       const std::size_t j = s.find(from, i);
       if (j == std::string::npos) break;
-      out += s.substr(i, j - i) + to;
+      room(out.size() + (j - i) + to.size(), kMaxSize, line, what);
+      budget_.charge(1, line, what);
+      out.append(s, i, j - i) += to;
       i = j + from.size();
     }
-    return out + s.substr(i);
+    room(out.size() + (s.size() - i), kMaxSize, line, what);
+    return out.append(s, i);
   }
 
   bool test(const Expr& e) { return test(e.name, eval(*e.a), eval_args(e), e.line); }
 
   // The Jinja test `t` ("defined", "divisibleby", ...) of `v` with arguments `args`.
-  bool test(const std::string& t, const Value& v, const std::vector<Value>& args, int line) {
+  bool test(std::string_view t, const Value& v, const std::vector<Value>& args, int line) {
     auto need = [&] {
       if (args.empty()) error(line, fmt::format("the test '{}' needs an argument", t));
       return args[0];
@@ -1332,15 +1646,15 @@ class Renderer {
     if (t == "mapping") return v.kind == Kind::kDict || v.kind == Kind::kNamespace;
     if (t == "sequence") return v.kind == Kind::kList || v.kind == Kind::kString || v.kind == Kind::kDict;
     if (t == "iterable") return v.kind == Kind::kList || v.kind == Kind::kString || v.kind == Kind::kDict || v.undefined();
-    if (t == "even" || t == "odd") return (to_int(v, line, t.c_str()) % 2 == 0) == (t == "even");
+    if (t == "even" || t == "odd") return (to_int(v, line, t) % 2 == 0) == (t == "even");
     if (t == "divisibleby") {
       const std::int64_t d = to_int(need(), line, "divisibleby");
       if (d == 0) error(line, "divisibleby 0");
-      return to_int(v, line, "divisibleby") % d == 0;
+      return d == -1 || to_int(v, line, "divisibleby") % d == 0;  // (INT64_MIN % -1 traps)
     }
-    if (t == "eq" || t == "equalto" || t == "sameas") return equal(v, need());
-    if (t == "ne") return !equal(v, need());
-    if (t == "in") return contains(need(), v, line);
+    if (t == "eq" || t == "equalto" || t == "sameas") return equal(v, need(), walk(line, "is eq"));
+    if (t == "ne") return !equal(v, need(), walk(line, "is ne"));
+    if (t == "in") return contains(need(), v, line, "is in");
     if (t == "lower" || t == "upper") {
       if (v.kind != Kind::kString) return false;
       for (const char c : v.s)
@@ -1350,15 +1664,17 @@ class Renderer {
     error(line, fmt::format("unknown test '{}'", t));
   }
 
-  bool contains(const Value& container, const Value& v, int line) {
+  bool contains(const Value& container, const Value& v, int line, std::string_view what) {
+    const Walk w = walk(line, what);
     switch (container.kind) {
       case Kind::kString:
         if (v.kind != Kind::kString) error(line, "'in <string>' requires a string on the left");
+        budget_.charge(static_cast<std::int64_t>(container.s.size()) / kBytesPerStep, line, what);
         return container.s.find(v.s) != std::string::npos;
       case Kind::kList:
-        return std::any_of(container.list->begin(), container.list->end(), [&](const Value& x) { return equal(x, v); });
+        return std::any_of(container.list->begin(), container.list->end(), [&](const Value& x) { return equal(x, v, w); });
       case Kind::kDict:
-      case Kind::kNamespace: return v.kind == Kind::kString && container.find(v.s) != nullptr;
+      case Kind::kNamespace: return v.kind == Kind::kString && find(container, v.s, line, what) != nullptr;
       case Kind::kUndefined: error(line, "'in' an undefined value");
       default: error(line, fmt::format("'in' needs a string, list or dict, not {}", kind_name(container)));
     }
@@ -1367,7 +1683,7 @@ class Renderer {
   Value filter(const Expr& e) {
     const Value v = eval(*e.a);
     const std::vector<Value> args = eval_args(e);
-    const std::string& f = e.name;
+    const std::string_view f = e.name;
     if (f == "safe") return v;
     if (f == "trim") {
       if (v.kind != Kind::kString) error(e.line, fmt::format("trim needs a string, not {}", kind_name(v)));
@@ -1376,7 +1692,9 @@ class Renderer {
     }
     if (f == "length" || f == "count") {
       switch (v.kind) {
-        case Kind::kString: return Value::integer(static_cast<std::int64_t>(code_points(v.s).size()));
+        case Kind::kString:
+          scan(v.s, e.line, f);
+          return Value::integer(static_cast<std::int64_t>(code_point_count(v.s)));
         case Kind::kList: return Value::integer(static_cast<std::int64_t>(v.list->size()));
         case Kind::kDict:
         case Kind::kNamespace: return Value::integer(static_cast<std::int64_t>(v.dict->size()));
@@ -1387,16 +1705,15 @@ class Renderer {
     if (f == "tojson") {
       const Value indent = arg(e, args, 0, "indent", Value::none());
       std::string out;
-      to_json(v, indent.kind == Kind::kNone ? -1 : static_cast<int>(to_int(indent, e.line, "indent")), 0, out, e.line);
+      to_json(v, indent.kind == Kind::kNone ? -1 : std::clamp<std::int64_t>(to_int(indent, e.line, "indent"), 0, kMaxSize), 0, out,
+              walk(e.line, "tojson"));
       return Value::string(out);
     }
     if (f == "upper" || f == "lower" || f == "title" || f == "capitalize") {
       if (v.kind != Kind::kString) error(e.line, fmt::format("{} needs a string", f));
       if (f == "title") return Value::string(title_case(v.s, false));
       if (f == "capitalize") return Value::string(title_case(v.s, true));
-      std::string out = v.s;
-      for (char& c : out) c = static_cast<char>(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-      return Value::string(out);
+      return Value::string(change_case(v.s, f == "upper"));
     }
     if (f == "default" || f == "d") {
       const bool boolean = truthy(arg(e, args, 1, "boolean", Value::boolean(false)));
@@ -1404,24 +1721,32 @@ class Renderer {
       return v;
     }
     if (f == "first" || f == "last") {
-      const List seq = iterate(v, e.line);
+      if (v.kind == Kind::kString) {
+        scan(v.s, e.line, f);
+        const auto n = static_cast<std::int64_t>(code_point_count(v.s));
+        if (n == 0) return Value{};
+        return Value::string(f == "first" ? slice_code_points(v.s, 0, 1, 1) : slice_code_points(v.s, n - 1, n, 1));
+      }
+      if (v.kind == Kind::kList) {
+        if (v.list->empty()) return Value{};
+        return f == "first" ? v.list->front() : v.list->back();
+      }
+      const List seq = iterate(v, e.line, f);
       if (seq.empty()) return Value{};
       return f == "first" ? seq.front() : seq.back();
     }
     if (f == "join") {
       const Value sep = arg(e, args, 0, "d", Value::string(""));
-      const Value attr = arg(e, args, 1, "attribute", Value{});
-      std::string out;
-      const List parts = iterate(v, e.line);
-      for (std::size_t i = 0; i < parts.size(); ++i)
-        out += (i ? str(sep) : "") + str(attr.undefined() ? parts[i] : attribute(parts[i], str(attr), e.line));
-      return Value::string(out);
+      return Value::string(join(iterate(v, e.line, f), str(sep, walk(e.line, f)), arg(e, args, 1, "attribute", Value{}), e.line, f));
     }
-    if (f == "list") return Value::of_list(iterate(v, e.line));
-    if (f == "string") return Value::string(str(v));
+    if (f == "list") return list(iterate(v, e.line, f), e.line, f);
+    if (f == "string") return Value::string(str(v, walk(e.line, f)));
     if (f == "int") {
       if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::integer(to_int(v, e.line, "int"));
-      if (v.kind == Kind::kFloat) return Value::integer(static_cast<std::int64_t>(v.f));
+      if (v.kind == Kind::kFloat) {
+        if (!(v.f >= -0x1p63 && v.f < 0x1p63)) error(e.line, fmt::format("int: {} is out of the 64-bit range", float_repr(v.f)));
+        return Value::integer(static_cast<std::int64_t>(v.f));
+      }
       if (v.kind == Kind::kString) {
         try {
           std::size_t used = 0;
@@ -1444,89 +1769,143 @@ class Renderer {
       return arg(e, args, 0, "default", Value::number(0.0));
     }
     if (f == "abs") {
-      if (v.kind == Kind::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+      if (v.kind == Kind::kInt) {
+        if (v.i == INT64_MIN) error(e.line, fmt::format("abs: integer overflow in abs({})", v.i));
+        return Value::integer(v.i < 0 ? -v.i : v.i);
+      }
       if (v.kind == Kind::kFloat) return Value::number(std::fabs(v.f));
       error(e.line, "abs needs a number");
     }
     if (f == "replace") {
       if (v.kind != Kind::kString || args.size() < 2 || args[0].kind != Kind::kString || args[1].kind != Kind::kString)
         error(e.line, "replace needs a string and two string arguments");
-      return Value::string(replace_all(v.s, args[0].s, args[1].s, args.size() > 2 ? to_int(args[2], e.line, "count") : -1));
+      return Value::string(replace_all(v.s, args[0].s, args[1].s, args.size() > 2 ? to_int(args[2], e.line, "count") : -1, e.line, f));
     }
     if (f == "reverse") {
-      List seq = iterate(v, e.line);
+      if (v.kind == Kind::kString) {
+        scan(v.s, e.line, f);
+        return Value::string(reverse_code_points(v.s));
+      }
+      List seq = iterate(v, e.line, f);
       std::reverse(seq.begin(), seq.end());
-      if (v.kind != Kind::kString) return Value::of_list(std::move(seq));
-      std::string out;
-      for (const Value& c : seq) out += c.s;
-      return Value::string(out);
+      return list(std::move(seq), e.line, f);
     }
     if (f == "items") {
       if (v.kind != Kind::kDict) error(e.line, "items needs a dict");
-      List out;
-      for (const auto& [k, val] : *v.dict) out.push_back(Value::of_list({Value::string(k), val}));
-      return Value::of_list(std::move(out));
+      return items(v, e.line, f);
     }
     if (f == "selectattr" || f == "rejectattr") {
       if (args.empty() || args[0].kind != Kind::kString) error(e.line, fmt::format("{} needs an attribute name", f));
       List out;
-      for (const Value& x : iterate(v, e.line)) {
+      for (const Value& x : iterate(v, e.line, f)) {
         const Value a = attribute(x, args[0].s, e.line);
         bool ok;
         if (args.size() < 2) {
           ok = truthy(a);
         } else {
-          ok = test(str(args[1]), a, std::vector<Value>(args.begin() + 2, args.end()), e.line);
+          ok = test(str(args[1], walk(e.line, f)), a, std::vector<Value>(args.begin() + 2, args.end()), e.line);
         }
         if (ok == (f == "selectattr")) out.push_back(x);
       }
-      return Value::of_list(std::move(out));
+      return list(std::move(out), e.line, f);
     }
     if (f == "map") {
       const Value attr = kwarg(e, "attribute");
       if (attr.undefined()) error(e.line, "map is supported with attribute= only");
+      const std::string name = str(attr, walk(e.line, f));
       List out;
-      for (const Value& x : iterate(v, e.line)) {
-        Value a = attribute(x, str(attr), e.line);
+      for (const Value& x : iterate(v, e.line, f)) {
+        Value a = attribute(x, name, e.line);
         if (a.undefined()) a = kwarg(e, "default");
         out.push_back(a);
       }
-      return Value::of_list(std::move(out));
+      return list(std::move(out), e.line, f);
     }
     error(e.line, fmt::format("unknown filter '{}'", f));
   }
 
-  Value arithmetic(const std::string& op, const Value& l, const Value& r, int line) {
-    if (op == "~") return Value::string(str(l) + str(r));
+  // `n` copies of `v` (a string or list; `n` the other operand of '*').
+  Value repeat(const Value& v, std::int64_t n, int line) {
+    if (v.kind == Kind::kString) {
+      if (n <= 0 || v.s.empty()) return Value::string("");
+      if (static_cast<std::uint64_t>(n) > kMaxSize / v.s.size()) room(kMaxSize + 1, kMaxSize, line, "'*'");
+      std::string out;
+      out.reserve(v.s.size() * static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) out += v.s;
+      return Value::string(std::move(out));
+    }
+    if (n <= 0 || v.list->empty()) return list({}, line, "'*'");
+    if (static_cast<std::uint64_t>(n) > kMaxLength / v.list->size()) room(kMaxLength + 1, kMaxLength, line, "'*'");
+    if (static_cast<std::uint64_t>(n) > kMaxSize / std::max<std::size_t>(v.size, 1))
+      error(line, fmt::format("'*': the value would be larger than {} MiB", kMaxSize >> 20));
+    List out;
+    out.reserve(v.list->size() * static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), v.list->begin(), v.list->end());
+    return list(std::move(out), line, "'*'");
+  }
+
+  Value arithmetic(std::string_view op, const Value& l, const Value& r, int line) {
+    if (op == "~") {
+      const Walk w = walk(line, "'~'");
+      std::string a = str(l, w);
+      const std::string b = str(r, w);
+      room(a.size() + b.size(), kMaxSize, line, "'~'");
+      return Value::string(std::move(a += b));
+    }
     if (l.undefined() || r.undefined()) error(line, fmt::format("'{}' with an undefined value", op));
     if (op == "+") {
-      if (l.kind == Kind::kString && r.kind == Kind::kString) return Value::string(l.s + r.s);
+      if (l.kind == Kind::kString && r.kind == Kind::kString) {
+        room(l.s.size() + r.s.size(), kMaxSize, line, "'+'");
+        return Value::string(l.s + r.s);
+      }
       if (l.kind == Kind::kList && r.kind == Kind::kList) {
+        room(l.list->size() + r.list->size(), kMaxLength, line, "'+'");
+        if (l.size + r.size > kMaxSize) error(line, fmt::format("'+': the value would be larger than {} MiB", kMaxSize >> 20));
         List out = *l.list;
         out.insert(out.end(), r.list->begin(), r.list->end());
-        return Value::of_list(std::move(out));
+        return list(std::move(out), line, "'+'");
       }
     }
-    if (op == "*" && l.kind == Kind::kString && (r.kind == Kind::kInt || r.kind == Kind::kBool)) {
-      std::string out;
-      for (std::int64_t i = 0; i < std::min<std::int64_t>(to_int(r, line, "repeat"), 1 << 20); ++i) out += l.s;
-      return Value::string(out);
+    if (op == "*") {
+      const bool li = l.kind == Kind::kInt || l.kind == Kind::kBool, ri = r.kind == Kind::kInt || r.kind == Kind::kBool;
+      if ((l.kind == Kind::kString || l.kind == Kind::kList) && ri) return repeat(l, to_int(r, line, "'*'"), line);
+      if ((r.kind == Kind::kString || r.kind == Kind::kList) && li) return repeat(r, to_int(l, line, "'*'"), line);
     }
     if (!l.is_number() || !r.is_number())
       error(line, fmt::format("unsupported operand types for {}: '{}' and '{}'", op, kind_name(l), kind_name(r)));
     const bool ints = l.kind != Kind::kFloat && r.kind != Kind::kFloat;
-    const std::int64_t a = ints ? to_int(l, line, op.c_str()) : 0, b = ints ? to_int(r, line, op.c_str()) : 0;
+    const std::int64_t a = ints ? to_int(l, line, op) : 0, b = ints ? to_int(r, line, op) : 0;
     const double x = l.as_double(), y = r.as_double();
-    if (op == "+") return ints ? Value::integer(a + b) : Value::number(x + y);
-    if (op == "-") return ints ? Value::integer(a - b) : Value::number(x - y);
-    if (op == "*") return ints ? Value::integer(a * b) : Value::number(x * y);
+    // Python's ints are unbounded: a result outside 64 bits is an error, not a wrap (UB).
+    auto overflow = [&] { error(line, fmt::format("integer overflow in {} {} {}", a, op, b)); };
+    std::int64_t out = 0;
+    if (op == "+") {
+      if (!ints) return Value::number(x + y);
+      if (__builtin_add_overflow(a, b, &out)) overflow();
+      return Value::integer(out);
+    }
+    if (op == "-") {
+      if (!ints) return Value::number(x - y);
+      if (__builtin_sub_overflow(a, b, &out)) overflow();
+      return Value::integer(out);
+    }
+    if (op == "*") {
+      if (!ints) return Value::number(x * y);
+      if (__builtin_mul_overflow(a, b, &out)) overflow();
+      return Value::integer(out);
+    }
     if (op == "/") {
-      if (y == 0) error(line, "division by zero");
+      if (y == 0) error(line, fmt::format("division by zero in {} / {}", repr_number(l), repr_number(r)));
       return Value::number(x / y);
     }
     if (op == "//" || op == "%") {
-      if (y == 0) error(line, "division by zero");
+      if (y == 0) error(line, fmt::format("division by zero in {} {} {}", repr_number(l), op, repr_number(r)));
       if (ints) {
+        if (b == -1) {  // a / -1 traps for INT64_MIN
+          if (op == "%") return Value::integer(0);
+          if (a == INT64_MIN) overflow();
+          return Value::integer(-a);
+        }
         std::int64_t q = a / b, m = a % b;
         if (m != 0 && ((m < 0) != (b < 0))) --q, m += b;
         return Value::integer(op == "//" ? q : m);
@@ -1534,31 +1913,58 @@ class Renderer {
       const double q = std::floor(x / y);
       return Value::number(op == "//" ? q : x - q * y);
     }
-    if (op == "**") return ints && b >= 0 ? Value::integer(static_cast<std::int64_t>(std::pow(x, y))) : Value::number(std::pow(x, y));
+    if (op == "**") {
+      if (x == 0 && y < 0) error(line, fmt::format("division by zero in {} ** {}", repr_number(l), repr_number(r)));
+      if (!ints || b < 0) return Value::number(std::pow(x, y));
+      // Exponentiation by squaring: at most 63 squarings before an overflow.
+      std::int64_t result = 1, base = a;
+      for (std::int64_t e = b; e > 0;) {
+        if ((e & 1) && __builtin_mul_overflow(result, base, &result)) overflow();
+        e >>= 1;
+        if (e > 0 && __builtin_mul_overflow(base, base, &base)) overflow();
+      }
+      return Value::integer(result);
+    }
     error(line, fmt::format("unknown operator {}", op));
   }
 
-  Value compare(const std::string& op, const Value& l, const Value& r, int line) {
-    if (op == "==") return Value::boolean(equal(l, r));
-    if (op == "!=") return Value::boolean(!equal(l, r));
-    if (op == "in") return Value::boolean(contains(r, l, line));
-    if (op == "not in") return Value::boolean(!contains(r, l, line));
+  static std::string repr_number(const Value& v) {
+    return v.kind == Kind::kFloat ? float_repr(v.f) : v.kind == Kind::kBool ? (v.b ? "True" : "False") : std::to_string(v.i);
+  }
+
+  Value compare(std::string_view op, const Value& l, const Value& r, int line) {
+    if (op == "==") return Value::boolean(equal(l, r, walk(line, "'=='")));
+    if (op == "!=") return Value::boolean(!equal(l, r, walk(line, "'!='")));
+    if (op == "in") return Value::boolean(contains(r, l, line, "'in'"));
+    if (op == "not in") return Value::boolean(!contains(r, l, line, "'not in'"));
     int c;
-    if (l.is_number() && r.is_number()) c = l.as_double() < r.as_double() ? -1 : l.as_double() > r.as_double() ? 1 : 0;
-    else if (l.kind == Kind::kString && r.kind == Kind::kString) c = l.s.compare(r.s);
-    else error(line, fmt::format("'{}' not supported between '{}' and '{}'", op, kind_name(l), kind_name(r)));
+    if (l.is_number() && r.is_number()) {
+      c = l.as_double() < r.as_double() ? -1 : l.as_double() > r.as_double() ? 1 : 0;
+    } else if (l.kind == Kind::kString && r.kind == Kind::kString) {
+      budget_.charge(static_cast<std::int64_t>(std::min(l.s.size(), r.s.size())) / kBytesPerStep, line, op);
+      c = l.s.compare(r.s);
+    } else {
+      error(line, fmt::format("'{}' not supported between '{}' and '{}'", op, kind_name(l), kind_name(r)));
+    }
     if (op == "<") return Value::boolean(c < 0);
     if (op == "<=") return Value::boolean(c <= 0);
     if (op == ">") return Value::boolean(c > 0);
     return Value::boolean(c >= 0);
   }
 
+  // Evaluates `e`: one step, and one more per kBytesPerStep of a string result (built or copied).
   Value eval(const Expr& e) {
-    if (++depth_ > 200) error(e.line, "expression nested too deeply");
+    if (++depth_ > kMaxTemplateDepth) error(e.line, "expression nested too deeply");
     struct Guard {
       int& d;
       ~Guard() { --d; }
     } guard{depth_};
+    Value v = eval_node(e);
+    if (!budget_.spend(1 + static_cast<std::int64_t>(v.s.size()) / kBytesPerStep)) Budget::exhausted(e.line, describe(e));
+    return v;
+  }
+
+  Value eval_node(const Expr& e) {
     switch (e.kind) {
       case ExprKind::kLiteral: return e.literal;
       case ExprKind::kName: {
@@ -1573,7 +1979,10 @@ class Renderer {
       case ExprKind::kTest: return Value::boolean(test(e) != e.negated);
       case ExprKind::kNeg: {
         const Value v = eval(*e.a);
-        if (v.kind == Kind::kInt) return Value::integer(-v.i);
+        if (v.kind == Kind::kInt) {
+          if (v.i == INT64_MIN) error(e.line, fmt::format("integer overflow in -({})", v.i));
+          return Value::integer(-v.i);
+        }
         if (v.kind == Kind::kFloat) return Value::number(-v.f);
         error(e.line, fmt::format("bad operand type for unary -: '{}'", kind_name(v)));
       }
@@ -1592,12 +2001,12 @@ class Renderer {
       case ExprKind::kBinary: {
         const Value l = eval(*e.a);
         const Value r = eval(*e.b);
-        if (e.name == "==" || e.name == "!=" || e.name == "<" || e.name == "<=" || e.name == ">" || e.name == ">=" ||
-            e.name == "in" || e.name == "not in")
-          return compare(e.name, l, r, e.line);
-        return arithmetic(e.name, l, r, e.line);
+        const std::string_view op = e.name;
+        if (op == "==" || op == "!=" || op == "<" || op == "<=" || op == ">" || op == ">=" || op == "in" || op == "not in")
+          return compare(op, l, r, e.line);
+        return arithmetic(op, l, r, e.line);
       }
-      case ExprKind::kList: return Value::of_list(eval_args(e));
+      case ExprKind::kList: return list(eval_args(e), e.line, "a list");
       case ExprKind::kDict: {
         Dict d;
         for (std::size_t i = 0; i + 1 < e.args.size(); i += 2) {
@@ -1605,12 +2014,13 @@ class Renderer {
           if (k.kind != Kind::kString) error(e.line, "dict keys must be strings");
           d.emplace_back(k.s, eval(*e.args[i + 1]));
         }
-        return Value::of_dict(std::move(d));
+        return dict(std::move(d), e.line, "a dict");
       }
     }
     return Value{};
   }
 
+  Budget budget_;
   std::vector<std::unordered_map<std::string, Value>> scopes_;
   int loop_depth_ = 0;
   int depth_ = 0;

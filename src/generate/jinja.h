@@ -15,6 +15,23 @@
 //   methods listed in jinja.cc; namespace(), range(), raise_exception().
 // Not supported (clear error): macros, call blocks, includes, extends,
 // filter blocks, custom filters.
+//
+// Sandboxed: the template comes from a downloaded file and the messages from
+// clients, so a render is bounded, and past a bound it throws TemplateError
+// naming the construct and the line (limits in jinja.cc):
+//   - integers are 64-bit: overflow of + - * ** and unary -, division or
+//     modulo by zero, INT64_MIN // -1 and out-of-range literals are errors
+//     (Python would switch to big integers);
+//   - nesting: 512 levels for values (the input's, and those the template
+//     builds or prints, compares, tojson-s), 128 for blocks and for an
+//     expression's operators and brackets;
+//   - 5 million steps per render, a step being about one expression node's
+//     work (a loop iteration is 4, a list element built or copied 2, 64 bytes
+//     of string built, copied or scanned 1): some 0.3 s;
+//   - 16 MiB for the output and for any one string or list (a list's size is
+//     its strings' bytes plus one per element), 1,000,000 elements for any
+//     one list (range() included);
+//   - a namespace() cannot be put into a list, dict or namespace (no cycles).
 #pragma once
 
 #include <memory>
@@ -53,7 +70,8 @@ class Template {
   /// Renders with the top-level variables of `context` (a JSON object;
   /// key order is kept for tojson and iteration). Throws RaisedException
   /// for raise_exception() and TemplateError for other errors (undefined
-  /// attributes of undefined values, type errors, unknown filters).
+  /// attributes of undefined values, type errors, unknown filters, the
+  /// sandbox's limits, a context nested deeper than 512 levels).
   std::string render(const nlohmann::ordered_json& context) const;
 
  private:
