@@ -179,6 +179,9 @@ TEST_F(ServerTest, QueueIsBounded) {
   EXPECT_GE(busy, 2);  // one running + two waiting of five
   first->cancelled = true;
   for (auto& f : accepted) f.get();
+  // max_queued 0: a request that a free slot takes is not waiting.
+  Engine no_queue(*model_, tok_, metrics_, {2, 0, 0, 0});
+  EXPECT_EQ(submit(no_queue, tok_, "Once upon a time", 3, 0.0f, 0).get().finish.completion_tokens, 3);
 }
 
 // Request bodies are parsed within budgets: depth, values, messages.

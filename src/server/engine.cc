@@ -100,7 +100,8 @@ void Engine::submit(std::shared_ptr<EngineRequest> request) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) fail("the server is shutting down");
-    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queued)
+    // Queued requests that a free slot will take at the next step are not waiting.
+    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queued + std::max<std::int64_t>(0, options_.parallel - running_))
       throw EngineBusy(fmt::format("{} requests are already waiting for one of the {} sequence slots; retry later",
                                    queue_.size(), options_.parallel));
     queue_.push_back(std::move(slot));
@@ -204,7 +205,8 @@ void Engine::loop() {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), static_cast<std::int64_t>(active_.size() + admitted.size()));
+      running_ = static_cast<std::int64_t>(active_.size() + admitted.size());
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), running_);
     }
     // New sequences: each prefills alone (as it would if it were the only one).
     for (auto& slot : admitted) {
@@ -227,6 +229,7 @@ void Engine::loop() {
     });
     if (active_.empty()) {
       std::lock_guard lock(mu_);
+      running_ = 0;
       metrics_.set_load(static_cast<std::int64_t>(queue_.size()), 0);
       continue;
     }
@@ -250,7 +253,8 @@ void Engine::loop() {
     active_ = std::move(still);
     {
       std::lock_guard lock(mu_);
-      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), static_cast<std::int64_t>(active_.size()));
+      running_ = static_cast<std::int64_t>(active_.size());
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), running_);
     }
   }
 }

@@ -123,6 +123,7 @@ class Engine {
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Slot>> queue_;
   bool stopping_ = false;
+  std::int64_t running_ = 0;  ///< sequences in slots (guarded by mu_)
   std::vector<std::unique_ptr<Slot>> active_;  ///< engine thread only
   std::thread thread_;
 };

@@ -528,7 +528,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void respond_error(const ApiError& e) {
-    fmt::print(stderr, "woq: {} {} -> {}: {}\n", method_.empty() ? "-" : printable(method_), printable(target_, 200), e.status,
+    fmt::print(stderr, "woq: {} {} -> {}: {}\n", method_.empty() ? "-" : printable(method_), target_.empty() ? "-" : printable(target_, 200), e.status,
                printable(e.what(), 200));
     respond(e.status, dump(e.body()));
   }
