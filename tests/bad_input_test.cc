@@ -107,6 +107,12 @@ TEST_F(BadInputTest, OffsetsPastEnd) {
   EXPECT_MENTIONS(load_error(), "model.norm.weight", "past the end");
 }
 
+// A number JSON cannot hold (nlohmann's out_of_range, not a parse_error) is a clear error too (found by fuzz/).
+TEST_F(BadInputTest, HeaderNumberOutOfRange) {
+  patch_header(R"({"format":"pt"})", R"({"formt":1E400})");
+  EXPECT_MENTIONS(load_error(), "model.safetensors", "malformed JSON header");
+}
+
 TEST_F(BadInputTest, UnknownDtype) {
   edit_tensors([](auto& t) {
     for (auto& x : t)

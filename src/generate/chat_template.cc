@@ -54,7 +54,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
     source = cfg["chat_template"].get<std::string>();
   } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
     for (const auto& t : cfg["chat_template"])
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+      if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string())
         source = t["template"].get<std::string>();
     if (source.empty()) fail("{}: chat_template is a list without a \"default\" template", path);
   } else if (cfg.contains("chat_template") && !cfg["chat_template"].is_null()) {

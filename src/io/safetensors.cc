@@ -64,6 +64,8 @@ TensorView parse_entry(const std::string& path, const std::string& name, const n
   for (const auto& d : *sh) {
     if (!d.is_number_unsigned()) throw bad(fmt::format("shape has a non-integer or negative dimension ({})", describe_json(d)));
     const std::uint64_t v = d.get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      throw bad(fmt::format("shape has a dimension of {}, beyond the 64-bit signed range", v));
     if (v != 0 && numel > std::numeric_limits<std::uint64_t>::max() / 16 / v)
       throw bad("shape is too large");
     numel *= v;
@@ -137,7 +139,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(header.begin(), header.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1E400
     fail("{}: malformed JSON header: {}", path, e.what());
   }
   if (!json.is_object()) fail("{}: header is not a JSON object", path);

@@ -362,17 +362,16 @@ class Session : public std::enable_shared_from_this<Session> {
     gen.r = parse_request(body, chat, s_.options.served_model_name);
     const ApiRequest& r = gen.r;
     const std::int64_t ctx = s_.engine.ctx_size();
-    auto too_long = [&](const std::string& tokens) {
-      return ApiError(400,
-                      fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens "
-                                  "(at least one token must be left to generate).",
-                                  ctx, tokens),
+    auto too_long = [&](const std::string& what) {
+      return ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {}.", ctx, what),
                       "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
     };
-    // A text this long cannot fit: refuse before rendering and tokenizing (which takes ~30 bytes of memory per byte).
+    // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
+    // of ctx longest tokens. A bound, not a count: normalizers may shrink text (NFKC, collapsed spaces).
+    const std::int64_t max_bytes = ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
     const auto refuse_long = [&](std::size_t bytes) {
-      const auto lower_bound = static_cast<std::int64_t>(bytes) / s_.tokenizer.max_piece_bytes();
-      if (lower_bound >= ctx) throw too_long(fmt::format("at least {}", lower_bound));
+      if (static_cast<std::int64_t>(bytes) > max_bytes)
+        throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, max_bytes));
     };
     std::string text;
     if (chat) {
@@ -391,7 +390,7 @@ class Session : public std::enable_shared_from_this<Session> {
     refuse_long(prompt.size());
     const std::vector<std::int32_t> ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
     const auto n = static_cast<std::int64_t>(ids.size());
-    if (n >= ctx) throw too_long(std::to_string(n));
+    if (n >= ctx) throw too_long(fmt::format("{} tokens (at least one token must be left to generate)", n));
     if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
 
     out.prompt = ids;

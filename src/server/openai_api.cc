@@ -57,7 +57,7 @@ std::string text_of_content(const Json& content, std::size_t index) {
   if (!content.is_array()) bad(param, fmt::format("'{}' must be a string or a list of text parts", param));
   std::string text;
   for (const auto& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") || !part["text"].is_string())
       bad(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (no images or audio)", param));
     text += part["text"].get<std::string>();
   }
@@ -268,7 +268,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   unsupported("tools", !is("tools", Json::array()));
   unsupported("functions", !is("functions", Json::array()));
   unsupported("response_format", !(field(j, "response_format") != nullptr && field(j, "response_format")->is_object() &&
-                                   field(j, "response_format")->value("type", "") == "text"));
+                                   field(j, "response_format")->contains("type") && (*field(j, "response_format"))["type"] == "text"));
   return r;
 }
 

@@ -56,8 +56,8 @@ class Tokenizer {
   bool add_bos() const;
   /// The id of a token given by its text (e.g. "<|eot_id|>").
   std::optional<std::int32_t> token_id(std::string_view token) const { return backend_->token_id(token); }
-  /// Upper bound on the input bytes one token covers: a text of B bytes has
-  /// at least B / this many tokens.
+  /// The most bytes one token's text has (its piece, or an added token's text). Not a
+  /// bound on the input bytes a token covers: normalizers may shrink the input.
   std::int64_t max_piece_bytes() const { return backend_->max_token_bytes(); }
   std::int64_t vocab_size() const { return backend_->vocab_size(); }
   /// What was loaded, e.g. "tokenizer.json BPE (128000 tokens, 256 added)".
