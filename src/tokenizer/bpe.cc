@@ -47,7 +47,9 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, std::int32_t>>& voca
   const std::size_t prefix = options_.continuing_subword_prefix.size();
   merges_.reserve(merges.size());
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
+    // Named members, not a structured binding: the lambda below captures them (clang < 16 cannot).
+    const std::string& a = merges[rank].first;
+    const std::string& b = merges[rank].second;
     const auto where = [&] { return fmt::format("{}: merge {} ('{} {}')", source, rank, printable(a), printable(b)); };
     const auto ia = id(a), ib = id(b);
     if (!ia) fail("{}: '{}' is not in the vocabulary", where(), printable(a));
