@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, then builds and runs every test twice: a Release
-# build with -Werror, and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# build with -Werror, and an AddressSanitizer + UndefinedBehaviorSanitizer build;
+# then replays the fuzzers' past findings and fuzzes each target briefly
+# (tools/fuzz.sh, WOQ_FUZZ_SECONDS per target, 15 by default here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -24,3 +26,5 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j "$jobs" --output-on-failure
+
+WOQ_FUZZ_SECONDS=${WOQ_FUZZ_SECONDS:-15} bash tools/fuzz.sh
