@@ -8,6 +8,7 @@ correctly (the same greedy text as before the attack) within 1 s. A line per
 scenario; exit status 1 when any fails. Python standard library only.
 
 Usage: tools/serve_attack.py --woq BUILD/bin/woq --model MODEL_DIR [--quick] [--only NAME,...] [--soak SECONDS]
+                             [--rss-scale F]
   --quick       smaller numbers (CI): 200 slowloris connections instead of 1000, 300-connection bursts
   --soak S      also the honest load: 64 clients for S seconds, 0 errors, 0 mismatches, RSS growth < 10 %
 """
@@ -25,6 +26,7 @@ import threading
 import time
 
 HONEST = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+RSS_SCALE = 1.0
 
 
 class Server:
@@ -121,6 +123,7 @@ class Scenario:
 def run_scenario(server, want, name, bound_mb, attack):
     """Runs attack(server) and the three checks; returns (ok, line)."""
     peak0 = server.peak()
+    bound_mb = int(bound_mb * RSS_SCALE)
     detail = ""
     try:
         detail = attack(server) or ""
@@ -391,7 +394,11 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default="")
     p.add_argument("--soak", type=int, default=0)
+    p.add_argument("--rss-scale", type=float, default=1.0,
+                   help="multiply the memory bounds (4 for an AddressSanitizer build: its quarantine keeps freed memory)")
     a = p.parse_args()
+    global RSS_SCALE
+    RSS_SCALE = a.rss_scale
     only = set(filter(None, a.only.split(",")))
     results = []
     work = tempfile.mkdtemp(prefix="woq-attack-")

@@ -159,7 +159,12 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Shutdown began: an idle connection closes now (a request already arriving is still served, with
   /// Connection: close).
   void on_shutdown() {
-    if (reading_ && buffer_.size() == 0 && !parser_->got_some()) linger_close();
+    if (!reading_ || buffer_.size() != 0 || parser_->got_some()) return;
+    // The header read is pending (a second read would be two at once): half-close, and let it
+    // end with the client's close, or in a second.
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(1));
   }
 
   /// The server is going away without running more handlers: drop the self-reference.
