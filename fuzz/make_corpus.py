@@ -389,6 +389,220 @@ def make_openai():
         put("openai_request", name, dumps(r))
 
 
+# ---------------------------------------------------------------- GGUF
+
+# Small complete GGUF files written from the specification (ggml/docs/gguf.md):
+# magic, version, tensor_count, metadata_kv_count, key/value pairs, tensor
+# infos, padding to general.alignment, tensor data at aligned offsets.
+GGUF_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"), "u32": (4, "<I"),
+              "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "str": (8, None), "u64": (10, "<Q"),
+              "i64": (11, "<q"), "f64": (12, "<d")}
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K = 0, 1, 2, 8, 12, 14
+
+
+def gguf_str(s):
+    b = s.encode("utf-8") if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(t, v):
+    """t: a scalar type name, "str", or ("arr", element type)."""
+    if isinstance(t, tuple):
+        return struct.pack("<IQ", GGUF_TYPES[t[1]][0], len(v)) + b"".join(gguf_value(t[1], x) for x in v)
+    if t == "str":
+        return gguf_str(v)
+    return struct.pack(GGUF_TYPES[t][1], v)
+
+
+def gguf_pad(n, a):
+    return (n + a - 1) // a * a
+
+
+def gguf_file(kvs, tensors, version=3, alignment=32):
+    """kvs: [(key, type, value)]; tensors: [(name, ne innermost first, ggml type, data)]."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += gguf_str(k) + struct.pack("<I", 9 if isinstance(t, tuple) else GGUF_TYPES[t][0]) + gguf_value(t, v)
+    data, offsets = b"", []
+    for _, _, _, raw in tensors:
+        data += b"\0" * (gguf_pad(len(data), alignment) - len(data))
+        offsets.append(len(data))
+        data += raw
+    for (name, ne, gt, _), off in zip(tensors, offsets):
+        out += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", gt, off)
+    if tensors:
+        out += b"\0" * (gguf_pad(len(out), alignment) - len(out)) + data
+    return out
+
+
+def gguf_f32(n, seed):
+    return b"".join(struct.pack("<f", ((i * 7 + seed * 13) % 17 - 8) / 16.0) for i in range(n))
+
+
+def gguf_f16(n, seed):
+    return b"".join(struct.pack("<e", ((i * 5 + seed) % 11 - 5) / 8.0) for i in range(n))
+
+
+def gguf_q4_0(n, seed):  # blocks of 32: half d, 16 bytes of nibbles
+    return b"".join(struct.pack("<e", 0.01 * (b + 1)) + bytes((i * 37 + b + seed) % 256 for i in range(16))
+                    for b in range(n // 32))
+
+
+def gguf_q8_0(n, seed):  # blocks of 32: half d, 32 int8
+    return b"".join(struct.pack("<e", 0.02) + bytes((i * 11 + b + seed) % 256 for i in range(32)) for b in range(n // 32))
+
+
+def gguf_q4_K(n, seed):  # blocks of 256: half d, half dmin, 12 bytes of scales, 128 of nibbles
+    return b"".join(struct.pack("<ee", 0.01, 0.005) + bytes((i * 29 + b + seed) % 64 for i in range(12)) +
+                    bytes((i * 13 + seed) % 256 for i in range(128)) for b in range(n // 256))
+
+
+def gguf_q6_K(n, seed):  # blocks of 256: ql[128], qh[64], int8 scales[16], half d
+    return b"".join(bytes((i * 31 + b + seed) % 256 for i in range(192)) + bytes((i * 3 + 1) % 64 for i in range(16)) +
+                    struct.pack("<e", 0.003) for b in range(n // 256))
+
+
+def gguf_model(arch, hidden=8, ffn=12, heads=2, kv_heads=1, head_dim=None, vocab=6, layers=1, tied=False,
+               qkv_bias=False, qk_norm=False, linear=None, extra_kvs=(), extra_tensors=(), tokenizer="gpt2"):
+    """A tiny complete model in convert_hf_to_gguf.py's layout (F32 unless `linear` gives
+    (ggml type, encoder) for the block matrices; their K must then fit the block size)."""
+    head_dim = head_dim or hidden // heads
+    a = arch + "."
+    kvs = [("general.architecture", "str", arch), ("general.name", "str", "tiny " + arch),
+           ("general.file_type", "u32", 0), (a + "context_length", "u32", 64), (a + "embedding_length", "u32", hidden),
+           (a + "feed_forward_length", "u32", ffn), (a + "block_count", "u32", layers),
+           (a + "attention.head_count", "u32", heads), (a + "attention.head_count_kv", "u32", kv_heads),
+           (a + "rope.freq_base", "f32", 500000.0), (a + "attention.layer_norm_rms_epsilon", "f32", 1e-5),
+           (a + "rope.dimension_count", "u32", head_dim)]
+    if head_dim != hidden // heads:
+        kvs.append((a + "attention.key_length", "u32", head_dim))
+        kvs.append((a + "attention.value_length", "u32", head_dim))
+    tokens = ["<s>", "</s>"] + ["t%d" % i for i in range(vocab - 2)]
+    kvs += [("tokenizer.ggml.model", "str", tokenizer), ("tokenizer.ggml.tokens", ("arr", "str"), tokens),
+            ("tokenizer.ggml.token_type", ("arr", "i32"), [3, 3] + [1] * (vocab - 2)),
+            ("tokenizer.ggml.bos_token_id", "u32", 0), ("tokenizer.ggml.eos_token_id", "u32", 1)]
+    if tokenizer == "llama":
+        kvs.append(("tokenizer.ggml.scores", ("arr", "f32"), [0.0] * 2 + [-float(i) for i in range(vocab - 2)]))
+    else:
+        kvs.append(("tokenizer.ggml.merges", ("arr", "str"), ["t 0", "t 1"]))
+    kvs += list(extra_kvs)
+    seed = [0]
+
+    def f32(*ne):
+        seed[0] += 1
+        n = 1
+        for d in ne:
+            n *= d
+        return gguf_f32(n, seed[0])
+
+    def mat(k, rows):
+        seed[0] += 1
+        if linear is None:
+            return GGML_F32, gguf_f32(k * rows, seed[0])
+        return linear[0], linear[1](k * rows, seed[0])
+    t = [("token_embd.weight", [hidden, vocab], GGML_F32, f32(hidden, vocab)),
+         ("output_norm.weight", [hidden], GGML_F32, f32(hidden))]
+    if not tied:
+        t.append(("output.weight", [hidden, vocab], GGML_F32, f32(hidden, vocab)))
+    for l in range(layers):
+        p = "blk.%d." % l
+        t.append((p + "attn_norm.weight", [hidden], GGML_F32, f32(hidden)))
+        for name, k, rows in [("attn_q", hidden, heads * head_dim), ("attn_k", hidden, kv_heads * head_dim),
+                              ("attn_v", hidden, kv_heads * head_dim), ("attn_output", heads * head_dim, hidden),
+                              ("ffn_gate", hidden, ffn), ("ffn_up", hidden, ffn), ("ffn_down", ffn, hidden)]:
+            gt, raw = mat(k, rows)
+            t.append((p + name + ".weight", [k, rows], gt, raw))
+        if qkv_bias:
+            for name, rows in [("attn_q", heads * head_dim), ("attn_k", kv_heads * head_dim), ("attn_v", kv_heads * head_dim)]:
+                t.append((p + name + ".bias", [rows], GGML_F32, f32(rows)))
+        if qk_norm:
+            t.append((p + "attn_q_norm.weight", [head_dim], GGML_F32, f32(head_dim)))
+            t.append((p + "attn_k_norm.weight", [head_dim], GGML_F32, f32(head_dim)))
+        t.append((p + "ffn_norm.weight", [hidden], GGML_F32, f32(hidden)))
+    return kvs, t + list(extra_tensors)
+
+
+def make_gguf():
+    put("gguf", "llama_f32.gguf", gguf_file(*gguf_model("llama", layers=2)))
+    put("gguf", "llama_v2_bias_tied.gguf", gguf_file(*gguf_model("llama", tied=True, qkv_bias=True,
+                                                                 extra_kvs=[("tokenizer.ggml.eot_token_id", "u32", 5)]),
+                                                     version=2))
+    put("gguf", "qwen2.gguf", gguf_file(*gguf_model("qwen2", qkv_bias=True, heads=4, kv_heads=2,
+                                                    extra_kvs=[("qwen2.rope.scaling.type", "str", "linear"),
+                                                               ("qwen2.rope.scaling.factor", "f32", 4.0)])))
+    put("gguf", "qwen3_key_length.gguf", gguf_file(*gguf_model("qwen3", qk_norm=True, head_dim=8, tied=True)))
+    # Llama 3 style: rope_freqs (llama3 scaling), Q4_0 / Q8_0 block matrices, alignment 64.
+    q4 = gguf_model("llama", hidden=32, ffn=32, heads=4, kv_heads=2, linear=(GGML_Q4_0, gguf_q4_0),
+                    extra_kvs=[("general.alignment", "u32", 64)],
+                    extra_tensors=[("rope_freqs.weight", [4], GGML_F32, struct.pack("<4f", 1.0, 1.5, 4.0, 8.0))])
+    put("gguf", "llama3_q4_0_rope_freqs.gguf", gguf_file(*q4, alignment=64))
+    put("gguf", "llama_q8_0.gguf", gguf_file(*gguf_model("llama", hidden=32, ffn=32, heads=2, kv_heads=2,
+                                                         linear=(GGML_Q8_0, gguf_q8_0), tokenizer="llama")))
+    # K-quants (one 256-block rows), F16, an integer and an IQ type, alignment 1.
+    kvs, tensors = gguf_model("llama", extra_kvs=[("general.alignment", "u32", 1)])
+    tensors = [(n, ne, gt, raw) for n, ne, gt, raw in tensors if not n.startswith("blk.0.ffn_")]
+    tensors += [("blk.0.ffn_gate.weight", [256, 2], GGML_Q4_K, gguf_q4_K(512, 1)),
+                ("blk.1.ffn_gate.weight", [512, 1], GGML_Q6_K, gguf_q6_K(512, 3)),
+                ("blk.0.ffn_up.weight", [256, 1], GGML_F16, gguf_f16(256, 2)),
+                ("blk.0.ffn_down.weight", [256, 1], 26, struct.pack("<256i", *range(256))),  # i32
+                ("blk.1.ffn_down.weight", [256, 1], 20, bytes(range(144)))]  # iq4_nl: 8 blocks of 18
+    put("gguf", "k_quants_align1.gguf", gguf_file(kvs, tensors, alignment=1))
+    # Every metadata type, scalars and arrays (v2), with one tensor.
+    every = [("general.architecture", "str", "llama"), ("a.u8", "u8", 255), ("a.i8", "i8", -128), ("a.u16", "u16", 65535),
+             ("a.i16", "i16", -32768), ("a.u32", "u32", 4294967295), ("a.i32", "i32", -2147483648),
+             ("a.f32", "f32", 0.5), ("a.bool", "bool", True), ("a.str", "str", "h\u00e9llo \U0001f999"),
+             ("a.u64", "u64", 18446744073709551615), ("a.i64", "i64", -9223372036854775808), ("a.f64", "f64", 1e300),
+             ("a.strs", ("arr", "str"), ["", "x", "\u4e2d"]), ("a.u8s", ("arr", "u8"), [0, 1]),
+             ("a.i16s", ("arr", "i16"), [-1, 1]), ("a.u32s", ("arr", "u32"), [7, 8, 9]),
+             ("a.u64s", ("arr", "u64"), [1, 18446744073709551615]), ("a.f32s", ("arr", "f32"), [1.5, -2.0]),
+             ("a.f64s", ("arr", "f64"), [0.25]), ("a.bools", ("arr", "bool"), [True, False]),
+             ("a.empty", ("arr", "i32"), [])]
+    put("gguf", "every_type_v2.gguf", gguf_file(every, [("w", [4, 2], GGML_F16, gguf_f16(8, 0))], version=2))
+    # A split set's first part (the harness writes the matching second part, which holds output.weight).
+    kvs, tensors = gguf_model("llama", tied=True, extra_kvs=[("split.no", "u16", 0), ("split.count", "u16", 2),
+                                                             ("split.tensors.count", "i32", 13)])
+    put("gguf", "split_part1.gguf", gguf_file(kvs, tensors))
+    # Metadata only (as the vocab-only files), and an empty header.
+    put("gguf", "metadata_only.gguf", gguf_file(gguf_model("qwen2")[0], []))
+    put("gguf", "empty.gguf", gguf_file([], []))
+
+    def dict_bytes(b):
+        return '"' + "".join(chr(c) if 0x20 <= c < 0x7f and chr(c) not in '"\\' else "\\x%02X" % c for c in b) + '"'
+    entries = [b"GGUF", struct.pack("<I", 3), struct.pack("<I", 2), struct.pack("<I", 1)]
+    entries += [struct.pack("<I", v) for v in range(13)] + [struct.pack("<I", v) for v in (14, 20, 26, 28, 30, 255)]
+    entries += [struct.pack("<Q", v) for v in (0, 1, 2, 4, 8, 32, 256, 1 << 31, 1 << 32, 1 << 62, 1 << 63, (1 << 64) - 1)]
+    entries += [struct.pack("<e", 1.0), struct.pack("<f", 1.0), struct.pack("<f", float("nan")), struct.pack("<d", 1e300)]
+    keys = ["general.architecture", "general.alignment", "general.name", "general.file_type",
+            "general.quantization_version", "split.no", "split.count", "split.tensors.count",
+            "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+            "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+            "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token",
+            "llama", "qwen2", "qwen3", "gpt2", "linear", "yarn", "none", "token_embd.weight", "output_norm.weight",
+            "output.weight", "rope_freqs.weight", "blk.0.", "blk.1.", "blk.4096."]
+    for arch in ("llama.", "qwen2.", "qwen3."):
+        keys += [arch + k for k in ("context_length", "embedding_length", "feed_forward_length", "block_count",
+                                    "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                                    "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.freq_base",
+                                    "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
+                                    "expert_count", "expert_used_count", "vocab_size")]
+    keys += [s + ".weight" for s in ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                     "attn_q_norm", "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down", "attn_qkv",
+                                     "ffn_gate_up")] + ["attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"]
+    for k in keys:
+        b = k.encode()
+        entries += [b, struct.pack("<Q", len(b)) + b]
+    lines, seen = ["# GGUF magic, versions, value and ggml type numbers, lengths and counts, the keys and",
+                   "# tensor names src/io/gguf_model.cc reads (with their length prefixes). Generated by fuzz/make_corpus.py."], set()
+    for e in entries:
+        if e not in seen:
+            seen.add(e)
+            lines.append(dict_bytes(e))
+    with open(os.path.join(FUZZ, "gguf.dict"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 # ---------------------------------------------------------------- dictionaries
 
 def dict_entry(s):
@@ -502,6 +716,7 @@ def main():
     make_tokenizers()
     make_jinja()
     make_openai()
+    make_gguf()
     make_dicts()
 
 

@@ -1,5 +1,5 @@
 // The safetensors reader on arbitrary bytes: the input is written as
-// DIR/model.safetensors and opened as a checkpoint (TensorStore::open_dir ->
+// DIR/model.safetensors and opened as a checkpoint (TensorStore::open ->
 // SafetensorsFile: 8-byte header length, JSON header, offsets checked
 // against the data). The reader only takes paths, so each run writes the
 // file (on tmpfs). Every tensor it accepts is then read back in full.
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto& dir = woq_fuzz::scratch();
   dir.write("model.safetensors", {reinterpret_cast<const char*>(data), size});
   try {
-    const woq::TensorStore store = woq::TensorStore::open_dir(dir.path());
+    const woq::TensorStore store = woq::TensorStore::open(dir.path());
     std::size_t total = 0;
     for (const std::string& name : store.names()) {
       const woq::TensorView& t = store.get(name);

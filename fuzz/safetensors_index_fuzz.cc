@@ -1,6 +1,6 @@
 // model.safetensors.index.json on arbitrary bytes: the input is the index of
 // a checkpoint directory that also holds two small valid shards (written once
-// at start-up); TensorStore::open_dir checks the weight_map against them.
+// at start-up); TensorStore::open checks the weight_map against them.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto& dir = woq_fuzz::scratch();
   dir.write("model.safetensors.index.json", {reinterpret_cast<const char*>(data), size});
   try {
-    const woq::TensorStore store = woq::TensorStore::open_dir(dir.path());
+    const woq::TensorStore store = woq::TensorStore::open(dir.path());
     for (const std::string& name : store.names()) {
       const woq::TensorView& t = store.get(name);
       // Only the shards written above can be opened.

@@ -230,7 +230,7 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
   QuantizeOptions options;
   options.spec = int4;
   quantize_checkpoint(dir, tmp.file("rtn"), options, pool);
-  const TensorStore saved = TensorStore::open_dir(tmp.file("rtn"));
+  const TensorStore saved = TensorStore::open(tmp.file("rtn"));
   const ModelConfig& c = fp32->config();
   EXPECT_EQ(saved.find("model.layers.0.self_attn.k_proj.bias") != nullptr, c.attention_bias);
   EXPECT_EQ(saved.find("model.layers.1.self_attn.o_proj.bias") != nullptr, c.o_bias);
@@ -247,7 +247,7 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
   // GPTQ calibrated on these very sequences.
   {
     auto calib_model = load_for_calibration(dir, pool);
-    const TensorStore store = TensorStore::open_dir(dir);
+    const TensorStore store = TensorStore::open(dir);
     GptqOptions g;
     g.spec = int4;
     options.method = "gptq";

@@ -49,7 +49,7 @@ TEST(GptqModel, BeatsRtnOnHeldOutStories) {
     options.zeros = c.zeros;
     options.method = "gptq";
     auto model = load_for_calibration(WOQ_MODEL_DIR, pool);
-    const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
+    const TensorStore store = TensorStore::open(WOQ_MODEL_DIR);
     GptqOptions g;
     g.spec = c.spec;
     g.desc_act = c.desc_act;

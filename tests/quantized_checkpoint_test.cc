@@ -70,8 +70,8 @@ std::vector<Case> cases() {
 // Every linear of `out` equals quantize_matrix of the same tensor of `in`.
 void expect_identical_linears(const std::string& in, const std::string& out, const QuantSpec& spec) {
   const ModelConfig config = read_model_config(in);
-  const TensorStore src = TensorStore::open_dir(in);
-  const TensorStore dst = TensorStore::open_dir(out);
+  const TensorStore src = TensorStore::open(in);
+  const TensorStore dst = TensorStore::open(out);
   const auto qc = read_quantization_config(out);
   ASSERT_TRUE(qc.has_value());
   std::vector<std::string> warnings;
@@ -511,7 +511,7 @@ TEST(QuantizeWriting, RemovesTemporaryDirectoriesOfKilledRuns) {
   std::vector<std::string> lines;
   options.progress = [&](const std::string& line) { lines.push_back(line); };
   const std::string out = tmp.file("q");
-  const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
+  const TensorStore store = TensorStore::open(WOQ_MODEL_DIR);
   const ModelConfig config = read_model_config(WOQ_MODEL_DIR);
   const BlockQuantizer rtn = rtn_quantizer(store, config, options.spec, pool);
   std::vector<std::string> own;  // this run's temporary directory, seen while it runs
@@ -564,7 +564,7 @@ TEST(QuantizeWriting, NextRunRemovesWhatASigkilledRunLeft) {
   const pid_t child = fork();
   if (child == 0) {
     ThreadPool pool(1);
-    const TensorStore store = TensorStore::open_dir(WOQ_MODEL_DIR);
+    const TensorStore store = TensorStore::open(WOQ_MODEL_DIR);
     const BlockQuantizer rtn = rtn_quantizer(store, read_model_config(WOQ_MODEL_DIR), options.spec, pool);
     quantize_checkpoint(WOQ_MODEL_DIR, out, options, pool, [&](std::int64_t layer) {
       if (layer == 2) raise(SIGKILL);

@@ -80,6 +80,24 @@ void write_safetensors(const std::string& path, const std::vector<RawTensor>& te
   write_file(path, out);
 }
 
+std::vector<std::pair<std::string, std::vector<std::int32_t>>> llama_cpp_vocab_cases(const std::string& base) {
+  const std::string inp = read_file(base + ".inp");
+  std::istringstream lines(read_file(base + ".out"));
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::pair<std::string, std::vector<std::int32_t>>> cases;
+  for (std::size_t begin = 0;;) {
+    const std::size_t at = inp.find(sep, begin);
+    std::string line;
+    if (!std::getline(lines, line)) line.clear();
+    std::istringstream ids(line);
+    std::vector<std::int32_t> want;
+    for (std::int32_t id; ids >> id;) want.push_back(id);
+    cases.emplace_back(inp.substr(begin, at == std::string::npos ? std::string::npos : at - begin), std::move(want));
+    if (at == std::string::npos) return cases;
+    begin = at + sep.size();
+  }
+}
+
 void copy_model(const std::string& src_dir, const std::string& dir) {
   fs::create_directories(dir);
   for (const auto& entry : fs::directory_iterator(src_dir))

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace woq::test {
@@ -36,6 +37,10 @@ void write_file(const std::string& path, const std::string& content);
 std::vector<RawTensor> read_safetensors(const std::string& path);
 /// Writes a valid safetensors file holding `tensors`.
 void write_safetensors(const std::string& path, const std::vector<RawTensor>& tensors);
+
+/// llama.cpp's tokenizer test data (tests/test-tokenizer-0): `base`.inp holds texts separated
+/// by "\n__ggml_vocab_test__\n", `base`.out one line of expected ids per text.
+std::vector<std::pair<std::string, std::vector<std::int32_t>>> llama_cpp_vocab_cases(const std::string& base);
 
 /// Copies the files of a model directory (e.g. the bundled stories260K) into
 /// `dir`, creating it if needed.

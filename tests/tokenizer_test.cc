@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <random>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -26,31 +25,9 @@ using nlohmann::json;
 
 const std::string kAssets = WOQ_ASSETS_DIR;
 
-// llama.cpp's tests/test-tokenizer-0 data: texts separated by
-// "\n__ggml_vocab_test__\n" and one line of expected ids per text.
+// llama.cpp's tests/test-tokenizer-0 data for the vocabulary `name`.
 std::vector<std::pair<std::string, std::vector<std::int32_t>>> vocab_cases(const std::string& name) {
-  const std::string base = std::string(WOQ_TEST_DATA) + "/llama.cpp-vocab/ggml-vocab-" + name + ".gguf";
-  const std::string inp = test::read_file(base + ".inp");
-  const std::string out = test::read_file(base + ".out");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> texts;
-  for (std::size_t begin = 0;;) {
-    const std::size_t at = inp.find(sep, begin);
-    texts.push_back(inp.substr(begin, at == std::string::npos ? std::string::npos : at - begin));
-    if (at == std::string::npos) break;
-    begin = at + sep.size();
-  }
-  std::vector<std::pair<std::string, std::vector<std::int32_t>>> cases;
-  std::istringstream lines(out);
-  std::string line;
-  for (const std::string& t : texts) {
-    if (!std::getline(lines, line)) line.clear();
-    std::istringstream ids(line);
-    std::vector<std::int32_t> v;
-    for (std::int32_t id; ids >> id;) v.push_back(id);
-    cases.emplace_back(t, v);
-  }
-  return cases;
+  return test::llama_cpp_vocab_cases(std::string(WOQ_TEST_DATA) + "/llama.cpp-vocab/ggml-vocab-" + name + ".gguf");
 }
 
 struct VocabCase {

@@ -36,6 +36,7 @@ jobs=${WOQ_FUZZ_JOBS:-$(nproc)}
 
 all_targets=(safetensors safetensors_index hf_config generation_config tokenizer_json tokenizer_config
              tokenizer_encode jinja jinja_chat openai_request)
+all_targets+=(gguf)
 if (($# > 0)); then
   targets=("$@")
 elif [[ -n ${WOQ_FUZZ_TARGETS:-} ]]; then
@@ -54,6 +55,7 @@ done
 dict_of() {
   case $1 in
     safetensors | safetensors_index) echo fuzz/safetensors.dict ;;
+    gguf) echo fuzz/gguf.dict ;;
     hf_config | generation_config) echo fuzz/hf_config.dict ;;
     tokenizer_json | tokenizer_config | tokenizer_encode) echo fuzz/tokenizer.dict ;;
     jinja) echo fuzz/jinja.dict ;;

@@ -116,7 +116,7 @@ int run_bench_command(const BenchArgs& a) {
 Run add_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) speed, llama-bench style");
-  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory or .gguf file")->required();
   cmd->add_option("-p,--n-prompt", args->n_prompt, "Prompt tokens processed in one batch (pp test); 0 = skip")
       ->capture_default_str()
       ->check(kNonNegative);

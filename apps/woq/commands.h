@@ -40,6 +40,7 @@ struct ModelFlags {
   std::string low_bit = "sym_int4";
   std::int64_t group_size = 32;
   std::string int4_range = "full";
+  std::string rounding = "woq";  ///< woq or ggml (Q4_0 / Q8_0 reference rounding)
   std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
   std::string activations;      ///< int8 or f32; empty: each format's default
   int threads = 0;
@@ -47,7 +48,7 @@ struct ModelFlags {
 
 /// Registers -t/--threads (worker threads, 0 = all cores).
 void add_threads_flag(CLI::App* cmd, int& threads);
-/// Registers --group-size, --int4-range, --lm-head-low-bit, --activations and -t/--threads
+/// Registers --group-size, --int4-range, --rounding, --lm-head-low-bit, --activations and -t/--threads
 /// (commands add --low-bit themselves: one type or a list).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 /// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.

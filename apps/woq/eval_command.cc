@@ -42,7 +42,7 @@ struct EvalArgs {
 };
 
 void add_common(CLI::App* cmd, EvalArgs& a) {
-  cmd->add_option("-m,--model", a.model_dir, "Model directory")->required();
+  cmd->add_option("-m,--model", a.model_dir, "Hugging Face model directory or .gguf file")->required();
   cmd->add_option("--low-bit", a.low_bit, "Format of the linear layers")->capture_default_str();
   add_model_flags(cmd, a.model);
   cmd->add_option("-f,--file", a.file, "Text file to score")->required();
@@ -413,7 +413,7 @@ int run_recovery_command(const TasksArgs& a) {
 }
 
 void add_task_flags(CLI::App* cmd, TasksArgs& a) {
-  cmd->add_option("-m,--model", a.model_dir, "Model directory")->required();
+  cmd->add_option("-m,--model", a.model_dir, "Hugging Face model directory or .gguf file")->required();
   add_model_flags(cmd, a.model);
   cmd->add_option("--tasks", a.tasks,
                   "Comma-separated tasks (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, "
@@ -442,9 +442,9 @@ Run add_eval(CLI::App& app) {
   CLI::App* c = eval->add_subcommand(
       "compare", "KL divergence, same-top-token rate and perplexity ratio of --low-bit against a reference");
   add_common(c, *cmp);
-  c->add_option("--ref-low-bit", cmp->ref_low_bit, "Format of the reference (the same model directory)")
+  c->add_option("--ref-low-bit", cmp->ref_low_bit, "Format of the reference (the same model)")
       ->capture_default_str();
-  c->add_option("--ref", cmp->ref_dir, "Reference model directory (instead of the same model at --ref-low-bit)");
+  c->add_option("--ref", cmp->ref_dir, "Reference model: Hugging Face directory or .gguf file (instead of the same model at --ref-low-bit)");
   c->add_option("--save-ref", cmp->save_ref, "Save the reference's log-probabilities to this file");
   c->add_option("--load-ref", cmp->load_ref, "Use log-probabilities saved by --save-ref instead of running the reference");
   auto tasks = std::make_shared<TasksArgs>();

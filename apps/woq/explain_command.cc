@@ -112,7 +112,7 @@ int run_explain(const ExplainArgs& a) {
 Run add_explain(CLI::App& app) {
   auto a = std::make_shared<ExplainArgs>();
   CLI::App* cmd = app.add_subcommand("explain", "Why does the quantized model's output differ from the original's?");
-  cmd->add_option("-m,--model", a->model_dir, "Model directory")->required();
+  cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
   cmd->add_option("--low-bit", a->low_bit, "Format of the quantized model")->capture_default_str();
   cmd->add_option("--ref-low-bit", a->ref_low_bit, "Format of the original")->capture_default_str();
   add_model_flags(cmd, a->model);

@@ -77,7 +77,7 @@ int run_generate(const GenerateArgs& a) {
 Run add_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
-  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json or tokenizer.model)")
+  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json or tokenizer.model) or .gguf file")
       ->required();
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", args->n, "Number of tokens to generate (not counting the prompt)")

@@ -14,6 +14,7 @@ std::string describe(const QuantSpec& spec) {
   if (is_quantized(spec.type)) {
     s += spec.group_size == -1 ? " (per channel" : fmt::format(" (group_size {}", spec.group_size);
     if (spec.type == LowBit::kSymInt4) s += fmt::format(", {} range", int4_range_name(spec.int4_range));
+    if (spec.rounding == Rounding::kGgml) s += ", ggml rounding";
     s += ")";
   }
   return s;
@@ -34,6 +35,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--int4-range", flags.int4_range,
                   "sym_int4 range: full ([-8, 7], ggml Q4_0) or clip ([-7, 7])")
       ->capture_default_str();
+  cmd->add_option("--rounding", flags.rounding,
+                  "sym_int4 / sym_int8 rounding: woq (fp16-rounded scale, nearest even) or ggml (llama-quantize's "
+                  "Q4_0 / Q8_0 reference rule; group size 32)")
+      ->capture_default_str();
   cmd->add_option("--lm-head-low-bit", flags.lm_head_low_bit,
                   "Also convert lm_head to this format (default: keep it as stored)");
   cmd->add_option("--activations", flags.activations,
@@ -45,10 +50,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   const Int4Range range = parse_int4_range(flags.int4_range);
   LoadOptions options;
-  options.linear = {parse_low_bit(low_bit), flags.group_size, range};
+  const Rounding rounding = parse_rounding(flags.rounding);
+  options.linear = {parse_low_bit(low_bit), flags.group_size, range, rounding};
   validate(options.linear);
   if (!flags.lm_head_low_bit.empty()) {
-    options.lm_head = QuantSpec{parse_low_bit(flags.lm_head_low_bit), flags.group_size, range};
+    options.lm_head = QuantSpec{parse_low_bit(flags.lm_head_low_bit), flags.group_size, range, rounding};
     validate(*options.lm_head);
   }
   if (!flags.activations.empty()) options.activations = parse_activations(flags.activations);

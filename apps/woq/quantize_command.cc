@@ -12,6 +12,8 @@
 #include "core/thread_pool.h"
 #include "bench/bench.h"
 #include "io/json_file.h"
+#include "io/gguf.h"
+#include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
 
@@ -40,6 +42,8 @@ struct QuantizeArgs {
   std::uint64_t seed = 0;
   bool force = false;
   int threads = 0;
+  std::string format;  ///< gptq or gguf; empty: gguf when the output ends in .gguf
+  std::string rounding = "woq";
   CLI::App* cmd = nullptr;
 };
 
@@ -58,7 +62,35 @@ std::pair<std::int64_t, std::int64_t> parse_random_calib(const std::string& spec
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// --format gguf: one GGUF file (quantize/gguf_export.h).
+int run_export_gguf(const QuantizeArgs& a) {
+  for (const char* flag : {"--group-size", "--int4-range", "--gptq-format", "--max-shard-size", "--damp-percent",
+                           "--desc-act", "--static-groups", "--true-sequential", "--block-size", "--calib",
+                           "--calib-file", "--nsamples", "--seqlen", "--seed"})
+    if (a.cmd->count(flag) > 0)
+      fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", flag);
+  if (a.method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", a.method);
+  GgufExportOptions options;
+  options.type = parse_low_bit(a.low_bit);
+  options.rounding = parse_rounding(a.rounding);
+  options.force = a.force;
+  ThreadPool pool(a.threads);
+  const GgufExportReport r = export_gguf(a.in_dir, a.out_dir, options, pool);
+  for (const auto& note : r.notes) fmt::print(stderr, "woq: note: {}\n", note);
+  fmt::print(stderr, "woq: wrote {} (GGUF, {} linear layers as {}, {} rounding): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s\n",
+             a.out_dir, r.matrices, a.low_bit, a.rounding, mib(r.bytes_before), mib(r.bytes_after), r.seconds);
+  fmt::print(stderr, "woq: peak RSS {:.2f} GiB\n", static_cast<double>(peak_rss_bytes()) / (1u << 30));
+  return 0;
+}
+
 int run_quantize(const QuantizeArgs& a) {
+  const std::string format = a.format.empty() ? (is_gguf_path(a.out_dir) ? "gguf" : "gptq") : a.format;
+  if (format == "gguf") return run_export_gguf(a);
+  if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", a.format);
+  if (a.cmd->count("--rounding") > 0) fail("--rounding applies to --format gguf only");
+  if (is_gguf_path(a.in_dir))
+    fail("{}: a GPTQ checkpoint cannot be written from a GGUF file yet (it needs the config.json and tokenizer files "
+         "of a Hugging Face directory); start from the Hugging Face directory, or write GGUF (-o FILE.gguf)", a.in_dir);
   QuantizeOptions options;
   options.spec = {parse_low_bit(a.low_bit), a.group_size, parse_int4_range(a.int4_range)};
   if (a.method != "rtn" && a.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", a.method);
@@ -91,7 +123,7 @@ int run_quantize(const QuantizeArgs& a) {
     options.static_groups = a.static_groups;
     options.true_sequential = a.true_sequential;
     model = load_for_calibration(a.in_dir, pool);
-    store = TensorStore::open_dir(a.in_dir);
+    store = TensorStore::open(a.in_dir);
     std::int64_t count = a.nsamples, length = a.seqlen;
     if (a.calib != "random") std::tie(count, length) = parse_random_calib(a.calib);
     // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
@@ -140,11 +172,19 @@ int run_quantize(const QuantizeArgs& a) {
 Run add_quantize(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "quantize", "Quantize a Hugging Face checkpoint's linear layers and save it in GPTQ format");
-  cmd->add_option("-m,--model", args->in_dir, "Input model directory (Hugging Face format, float weights)")
+      "quantize", "Quantize a model's linear layers and save it in GPTQ format or as GGUF");
+  cmd->add_option("-m,--model", args->in_dir,
+                  "Input model: Hugging Face directory (float weights; for --format gguf also GPTQ) or .gguf file")
       ->required();
-  cmd->add_option("-o,--output", args->out_dir, "Output directory (must not exist unless --force)")->required();
-  cmd->add_option("--low-bit", args->low_bit, "sym_int4, asym_int4 or sym_int8")->capture_default_str();
+  cmd->add_option("-o,--output", args->out_dir,
+                  "Output directory (GPTQ) or .gguf file (must not exist unless --force)")->required();
+  cmd->add_option("--format", args->format, "gptq (a Hugging Face directory) or gguf (one file llama.cpp runs); "
+                  "default: gguf when --output ends in .gguf");
+  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4, asym_int4 or sym_int8; gguf: sym_int4 (Q4_0), "
+                  "sym_int8 (Q8_0), fp16, bf16 or fp32")->capture_default_str();
+  cmd->add_option("--rounding", args->rounding, "gguf: woq (fp16-rounded scale, nearest even: the blocks equal woq's "
+                  "in-memory sym_int4/sym_int8) or ggml (llama-quantize's reference rounding, byte for byte)")
+      ->capture_default_str();
   cmd->add_option("--group-size", args->group_size,
                   "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
       ->capture_default_str();
@@ -176,7 +216,7 @@ Run add_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-shard-size", args->max_shard_gb, "Largest safetensors shard, in GB (1e9 bytes)")
       ->capture_default_str();
-  cmd->add_flag("--force", args->force, "Replace the output directory if it exists");
+  cmd->add_flag("--force", args->force, "Replace the output (directory or .gguf file) if it exists");
   add_threads_flag(cmd, args->threads);
   args->cmd = cmd;
   return [args] { return run_quantize(*args); };

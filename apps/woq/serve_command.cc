@@ -105,7 +105,7 @@ int run_serve(const ServeArgs& a) {
 Run add_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI API (/v1/completions, /v1/chat/completions) with continuous batching");
-  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory or .gguf file")->required();
   cmd->add_option("--low-bit", args->low_bit, "Format of the linear layers")->capture_default_str();
   add_model_flags(cmd, args->model);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
@@ -116,7 +116,7 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--ctx-size", args->ctx_size, "Tokens per sequence, prompt included; 0 = the model's context")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--served-model-name", args->served_model_name, "Model name for clients (default: the directory's name)");
+  cmd->add_option("--served-model-name", args->served_model_name, "Model name for clients (default: the model directory's or .gguf file's name)");
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--shutdown-timeout", args->shutdown_timeout,
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT before they are cancelled")

@@ -71,8 +71,8 @@ Run add_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (one 'id<TAB>piece' per line, or --json)");
   cmd->add_option("-m,--model", args->model_dir,
-                  "Model directory, or a directory with only tokenizer files (tokenizer.json, tokenizer.model, or "
-                  "vocab.json + merges.txt; tokenizer_config.json)")
+                  "Model directory, a directory with only tokenizer files (tokenizer.json, tokenizer.model, or "
+                  "vocab.json + merges.txt; tokenizer_config.json), or a .gguf file (its embedded vocabulary)")
       ->required();
   args->prompt_flag = cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize");
   args->file_flag = cmd->add_option("-f,--file", args->file, "File whose contents to tokenize");

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "formats/asym_int4.h"
+#include "formats/ggml_types.h"
 #include "formats/group_rule.h"
 #include "formats/interleave.h"
 #include "formats/scale.h"
@@ -69,6 +70,20 @@ void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
     case LowBit::kSymInt8:
       sym_int8::quantize_row(x, k, w.group_size, reinterpret_cast<std::int8_t*>(dst), scales);
       break;
+  }
+}
+
+// Row r of w from x by ggml's reference Q4_0 / Q8_0 quantizer, through
+// ggml blocks (`blocks` holds one row of them).
+void encode_row_ggml(QuantMatrix& w, std::int64_t r, const float* x, std::vector<std::uint8_t>& blocks) {
+  std::uint8_t* dst = w.data.data() + r * w.row_bytes;
+  std::uint16_t* scales = w.scales.data() + r * w.groups_per_row;
+  if (w.type == LowBit::kSymInt4) {
+    ggml::quantize_q4_0_ggml(x, w.cols, blocks.data());
+    ggml::sym_int4_from_q4_0(blocks.data(), w.cols, dst, scales);
+  } else {
+    ggml::quantize_q8_0_ggml(x, w.cols, blocks.data());
+    ggml::sym_int8_from_q8_0(blocks.data(), w.cols, reinterpret_cast<std::int8_t*>(dst), scales);
   }
 }
 
@@ -172,11 +187,24 @@ QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t co
   return quantize_matrix(read, rows, cols, spec, pool);
 }
 
+std::string_view rounding_name(Rounding r) { return r == Rounding::kGgml ? "ggml" : "woq"; }
+
+Rounding parse_rounding(std::string_view name) {
+  if (name == "woq") return Rounding::kWoq;
+  if (name == "ggml") return Rounding::kGgml;
+  fail("rounding '{}' is not one of: woq, ggml", name);
+}
+
 void validate(const QuantSpec& spec) {
   const std::int64_t g = spec.group_size;
   if (is_quantized(spec.type) && g != -1 && (g < 1 || (is_int4(spec.type) && g % 2 != 0)))
     fail("group_size {} is invalid for {} (use -1 for per-channel or a positive{} number)", g,
          low_bit_name(spec.type), is_int4(spec.type) ? " even" : "");
+  if (spec.rounding == Rounding::kGgml && is_quantized(spec.type) &&
+      !(g == ggml::kQK && (spec.type == LowBit::kSymInt8 ||
+                           (spec.type == LowBit::kSymInt4 && spec.int4_range == Int4Range::kFull))))
+    fail("ggml rounding is ggml's Q4_0 / Q8_0 rule: sym_int4 (full range) or sym_int8 at group_size 32, not {} "
+         "group_size {}", low_bit_name(spec.type), g);
 }
 
 QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
@@ -202,8 +230,12 @@ QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpe
 QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool) {
   QuantMatrix w = allocate_matrix(rows, cols, spec);
+  const bool ggml_rounding = spec.rounding == Rounding::kGgml && is_quantized(spec.type);
+  if (ggml_rounding && cols % ggml::kQK != 0)
+    fail("ggml rounding needs K a multiple of 32 (Q4_0 / Q8_0 blocks), got K = {}", cols);
 
   auto encode = [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<std::uint8_t> blocks(ggml_rounding ? static_cast<std::size_t>(cols / ggml::kQK * ggml::kQ8_0Bytes) : 0);
     std::vector<float> row(static_cast<std::size_t>(cols));
     const float* x = row.data();
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -211,7 +243,11 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
       for (std::int64_t j = 0; j < cols; ++j)
         if (!std::isfinite(x[j])) fail("non-finite weight {} at row {}, column {}", x[j], r, j);
       try {
-        encode_row(w, r, x);
+        if (ggml_rounding) {
+          encode_row_ggml(w, r, x, blocks);
+        } else {
+          encode_row(w, r, x);
+        }
       } catch (const Error& e) {
         fail("row {}: {}", r, e.what());
       }

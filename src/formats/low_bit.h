@@ -60,6 +60,24 @@ std::string_view int4_range_name(Int4Range range);
 /// Inverse of int4_range_name. Throws woq::Error on anything else.
 Int4Range parse_int4_range(std::string_view name);
 
+/// How sym_int4 / sym_int8 values are rounded.
+enum class Rounding {
+  /// woq's codecs (sym_int4.h, sym_int8.h): the scale rounded to fp16 first,
+  /// values divided by it and rounded to nearest even.
+  kWoq,
+  /// ggml's reference quantizers (quantize_row_q4_0_ref / q8_0_ref; see
+  /// formats/ggml_types.h): scale from the unrounded float, Q4_0 truncation
+  /// of x/d + 8.5, Q8_0 round half away from zero. About 1 weight in 4000
+  /// lands one step away from woq's choice. Needs group 32 (and the full
+  /// int4 range) and K a multiple of 32.
+  kGgml,
+};
+
+/// "woq" or "ggml".
+std::string_view rounding_name(Rounding r);
+/// Inverse of rounding_name. Throws woq::Error on anything else.
+Rounding parse_rounding(std::string_view name);
+
 /// How to store one matrix.
 struct QuantSpec {
   LowBit type = LowBit::kSymInt4;
@@ -68,6 +86,7 @@ struct QuantSpec {
   /// so that groups start on a byte boundary.
   std::int64_t group_size = 32;
   Int4Range int4_range = Int4Range::kFull;
+  Rounding rounding = Rounding::kWoq;  ///< sym_int4 / sym_int8 only
 };
 
 /// A weight matrix W of shape [rows = N output features, cols = K input
@@ -102,8 +121,9 @@ struct QuantMatrix {
 };
 
 /// Throws woq::Error unless spec.group_size is -1 or positive (and even for
-/// the 4-bit types, so that groups start on a byte boundary). Float types
-/// accept any value (it is ignored).
+/// the 4-bit types, so that groups start on a byte boundary), and unless
+/// ggml rounding comes with sym_int4 (full range) or sym_int8 at group 32.
+/// Float types accept any group size (it is ignored).
 void validate(const QuantSpec& spec);
 
 /// Supplies row `row` of a source matrix as fp32 into out[0, cols).

@@ -1,24 +1,9 @@
 #include "generate/chat_template.h"
 
-#include <filesystem>
-
 #include "core/error.h"
-#include "io/json_file.h"
+#include "io/chat_template_file.h"
 
 namespace woq {
-
-namespace {
-
-// A special token in tokenizer_config.json: a string or {"content": "..."}.
-std::string token_string(const nlohmann::json& cfg, const char* key) {
-  if (!cfg.contains(key) || cfg[key].is_null()) return {};
-  const auto& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return {};
-}
-
-}  // namespace
 
 const char* ChatTemplate::default_source() {
   return "{%- for message in messages %}"
@@ -34,37 +19,12 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std
       is_default_(is_default) {}
 
 ChatTemplate ChatTemplate::load(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string path = (fs::path(dir) / "tokenizer_config.json").string();
-  const std::string jinja_path = (fs::path(dir) / "chat_template.jinja").string();
-  std::error_code ec;
-  nlohmann::json cfg = nlohmann::json::object();
-  std::string bos = "<s>", eos = "</s>";
-  if (fs::exists(path, ec)) {
-    cfg = read_json_file(path);
-    if (!cfg.is_object()) fail("{}: expected a JSON object", path);
-    bos = token_string(cfg, "bos_token");
-    eos = token_string(cfg, "eos_token");
-  }
-  std::string source, from = path;
-  if (fs::exists(jinja_path, ec)) {
-    source = read_text_file(jinja_path, 16ull << 20);
-    from = jinja_path;
-  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
-    source = cfg["chat_template"].get<std::string>();
-  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
-    for (const auto& t : cfg["chat_template"])
-      if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string())
-        source = t["template"].get<std::string>();
-    if (source.empty()) fail("{}: chat_template is a list without a \"default\" template", path);
-  } else if (cfg.contains("chat_template") && !cfg["chat_template"].is_null()) {
-    fail("{}: chat_template must be a string or a list of {{\"name\", \"template\"}}", path);
-  }
-  if (source.empty()) return ChatTemplate(default_source(), bos, eos, true);
+  const ChatTemplateFile t = read_chat_template_file(dir);
+  if (t.source.empty()) return ChatTemplate(default_source(), t.bos_token, t.eos_token, true);
   try {
-    return ChatTemplate(source, bos, eos, false);
+    return ChatTemplate(t.source, t.bos_token, t.eos_token, false);
   } catch (const jinja::TemplateError& e) {
-    fail("{}: chat_template: {}", from, e.what());
+    fail("{}: chat_template: {}", t.from, e.what());
   }
 }
 

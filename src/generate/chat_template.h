@@ -13,10 +13,8 @@ namespace woq {
 
 class ChatTemplate {
  public:
-  /// Reads DIR/chat_template.jinja (how transformers >= 4.43 saves it) or
-  /// DIR/tokenizer_config.json: "chat_template" (a string, or a list
-  /// of {"name", "template"} from which "default" is taken) and the
-  /// bos_token / eos_token strings (or {"content": ...} objects). Without a
+  /// Reads the template of DIR (a Hugging Face directory or a .gguf file;
+  /// see read_chat_template_file in io/chat_template_file.h). Without a
   /// template, the ChatML default (as llama.cpp's server falls back to) is
   /// used and is_default() is true. Throws woq::Error naming the file for
   /// malformed JSON or a template that does not parse.

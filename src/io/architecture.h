@@ -28,12 +28,21 @@ struct ArchitectureSpec {
   /// before RoPE (Qwen3: self_attn.q_norm / k_norm, [head_dim]).
   bool qk_norm;
   SlidingWindowRule sliding_window;
+  /// GGUF general.architecture llama.cpp writes for it ("llama", "qwen2", ...).
+  std::string_view gguf_architecture;
+  /// llama.cpp stores q/k projection rows permuted for interleaved RoPE
+  /// (convert_hf_to_gguf's LlamaModel.permute); qwen2/qwen3 keep HF's order.
+  bool gguf_permute_qk;
 };
 
 /// Every supported architecture.
 std::span<const ArchitectureSpec> architectures();
 /// The entry for config.json's "architectures"[0], or nullptr.
 const ArchitectureSpec* find_architecture(std::string_view architecture);
+/// The entry a GGUF general.architecture reads as, or nullptr.
+const ArchitectureSpec* find_gguf_architecture(std::string_view gguf_architecture);
+/// "llama, qwen2, qwen3" for error messages.
+std::string_view supported_gguf_architectures();
 /// "LlamaForCausalLM, MistralForCausalLM, ..." for error messages.
 std::string_view supported_architectures();
 

@@ -1,22 +1,19 @@
 #include "io/hf_config.h"
 
+#include <cmath>
 #include <filesystem>
+#include <numbers>
 
 #include "core/error.h"
 #include "io/architecture.h"
+#include "io/gguf_model.h"
 #include "io/json_file.h"
 
 namespace woq {
 
 namespace {
 
-// Upper bounds far beyond any real model, so that a lying config fails
-// here instead of in a huge allocation.
-constexpr std::int64_t kMaxDim = 1 << 20;          // hidden, intermediate, head_dim, heads
-constexpr std::int64_t kMaxVocab = 1 << 24;
-constexpr std::int64_t kMaxLayers = 4096;
-constexpr std::int64_t kMaxPositions = 1 << 24;
-constexpr std::size_t kMaxStopIds = 1024;  // eos_token_id list
+using namespace config_limits;
 
 // Field must be an integer in [1, max].
 std::int64_t positive(const JsonFields& f, const std::string& key, std::int64_t max = kMaxDim) {
@@ -90,8 +87,30 @@ RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
 
 }  // namespace
 
+std::vector<float> rope_freq_factors(const ModelConfig& c) {
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::kFactors) return rs.freq_factors;
+  std::vector<float> factors;
+  const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
+  const double low_wavelen = old_ctx / rs.low_freq_factor, high_wavelen = old_ctx / rs.high_freq_factor;
+  for (std::int64_t i = 0; i < c.head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double f = 1.0;
+    if (rs.type == RopeScaling::Type::kLinear || (rs.type == RopeScaling::Type::kLlama3 && wavelen > low_wavelen)) {
+      f = rs.factor;
+    } else if (rs.type == RopeScaling::Type::kLlama3 && wavelen >= high_wavelen) {
+      const double smooth = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / rs.factor + smooth);
+    }
+    factors.push_back(static_cast<float>(f));
+  }
+  return factors;
+}
+
 ModelConfig read_model_config(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(dir)) return gguf_model_config(open_gguf(dir));
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code exists_ec;
   if (!fs::exists(path, exists_ec)) fail("{}: not found (is '{}' a Hugging Face model directory?)", path, dir);

@@ -12,12 +12,15 @@ namespace woq {
 
 /// RoPE frequency scaling (config.json "rope_scaling").
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  /// kFactors: inv_freq[i] /= freq_factors[i], llama.cpp's form of llama3
+  /// scaling (a GGUF's rope_freqs.weight tensor).
+  enum class Type { kNone, kLinear, kLlama3, kFactors };
   Type type = Type::kNone;
   double factor = 1.0;
   double low_freq_factor = 1.0;                     ///< llama3 only
   double high_freq_factor = 4.0;                    ///< llama3 only
   std::int64_t original_max_position_embeddings = 8192;  ///< llama3 only
+  std::vector<float> freq_factors;                  ///< kFactors only: (head_dim / 2)
 };
 
 /// Architecture hyper-parameters and special token ids.
@@ -57,6 +60,25 @@ struct ModelConfig {
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
 
+/// The divisor of each RoPE inverse frequency theta^(-2i/d) (i < head_dim / 2)
+/// that c.rope_scaling applies: all 1 for none, the factor for linear,
+/// transformers' llama3 rule (_compute_llama3_parameters: wavelengths beyond
+/// original / low_freq_factor divided by factor, below original /
+/// high_freq_factor kept, a smooth blend between), the GGUF's own factors for
+/// kFactors. In float32, as llama.cpp stores llama3 scaling (rope_freqs), so
+/// that a model and its GGUF file compute the same frequencies.
+std::vector<float> rope_freq_factors(const ModelConfig& c);
+
+/// Upper bounds far beyond any real model, so that a lying config fails
+/// when it is read instead of in a huge allocation.
+namespace config_limits {
+inline constexpr std::int64_t kMaxDim = 1 << 20;  ///< hidden, intermediate, head_dim, heads
+inline constexpr std::int64_t kMaxVocab = 1 << 24;
+inline constexpr std::int64_t kMaxLayers = 4096;
+inline constexpr std::int64_t kMaxPositions = 1 << 24;
+inline constexpr std::size_t kMaxStopIds = 1024;  ///< eos_token_id list
+}  // namespace config_limits
+
 /// Reads DIR/config.json and, if present, DIR/generation_config.json (whose
 /// bos/eos ids take precedence; bos_token_id is one id, eos_token_id one or
 /// a non-empty list, each in [0, vocab_size)).
@@ -70,6 +92,7 @@ struct ModelConfig {
 /// head_dim is absent, num_key_value_heads not dividing num_attention_heads,
 /// odd head_dim). An explicit head_dim need not be hidden_size /
 /// num_attention_heads (Qwen3).
+/// A path ending in .gguf is read by gguf_model_config (io/gguf_model.h).
 ModelConfig read_model_config(const std::string& dir);
 
 }  // namespace woq

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/mmap_file.h"
+#include "io/gguf.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -197,6 +198,7 @@ std::string QuantizationConfig::describe() const {
 }
 
 std::optional<QuantizationConfig> read_quantization_config(const std::string& dir) {
+  if (is_gguf_path(dir)) return std::nullopt;  // a GGUF's quantized types are per tensor (DType::kGgml)
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   const JsonFields config(read_json_file(path), path);
   if (!config.has("quantization_config")) return std::nullopt;

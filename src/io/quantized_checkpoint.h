@@ -30,7 +30,8 @@ struct QuantizationConfig {
   std::string describe() const;
 };
 
-/// Reads DIR/config.json's quantization_config: nullopt when there is none.
+/// Reads DIR/config.json's quantization_config: nullopt when there is none
+/// (and for a .gguf path).
 /// Throws woq::Error naming config.json and the field for an unsupported
 /// quant_method (awq, bitsandbytes, ...), bits other than 4 and 8, a
 /// group_size that is neither -1 nor positive, a compressed-tensors format

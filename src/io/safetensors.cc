@@ -13,6 +13,8 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -95,7 +97,7 @@ TensorView parse_entry(const std::string& path, const std::string& name, const n
 std::string_view dtype_name(DType dtype) {
   for (const auto& [d, n] : kDTypes)
     if (d == dtype) return n;
-  return "?";
+  return dtype == DType::kGgml ? "GGML" : "?";
 }
 
 std::size_t dtype_size(DType dtype) {
@@ -109,7 +111,8 @@ std::size_t dtype_size(DType dtype) {
     case DType::kI16: return 2;
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+    case DType::kGgml: return 1;
   }
   return 1;
 }
@@ -121,6 +124,16 @@ std::int64_t TensorView::numel() const {
 }
 
 std::string TensorView::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::string_view TensorView::type_name() const { return ggml != nullptr ? ggml->name : dtype_name(dtype); }
+
+std::int64_t TensorView::row_length() const { return shape.size() < 2 ? (row_order ? 1 : numel()) : shape.back(); }
+
+std::span<const std::uint8_t> TensorView::stored_row_bytes(std::int64_t stored_row) const {
+  const std::int64_t n = row_length();
+  const std::int64_t size = ggml != nullptr ? ggml_row_bytes(*ggml, n) : n * static_cast<std::int64_t>(dtype_size(dtype));
+  return bytes.subspan(static_cast<std::size_t>(stored_row * size), static_cast<std::size_t>(size));
+}
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   const auto bytes = file_.bytes();
@@ -167,9 +180,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
          data.size());
 }
 
-TensorStore TensorStore::open_dir(const std::string& dir) {
+TensorStore TensorStore::open(const std::string& dir) {
   namespace fs = std::filesystem;
   TensorStore store;
+  if (is_gguf_path(dir)) {
+    store.source_ = dir;
+    store.files_.push_back(open_gguf_tensors(dir));
+    for (const auto& [name, t] : store.files_.back()->tensors()) store.index_[name] = &t;
+    return store;
+  }
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -187,7 +206,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
       wanted[name] = f;
       shards.insert(f);
     }
-    std::map<std::string, const SafetensorsFile*> by_name;
+    std::map<std::string, const TensorSource*> by_name;
     for (const auto& shard : shards) {
       store.files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / shard).string()));
       by_name[shard] = store.files_.back().get();
@@ -233,13 +252,37 @@ void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, 
 }
 
 void require_float_dtype(const TensorView& t) {
-  if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16 && t.dtype != DType::kF64)
+  if (t.dtype == DType::kGgml && t.ggml->to_float == nullptr)
+    fail("{}: tensor '{}' has ggml type {}, which woq cannot decode yet", t.file, t.name, t.ggml->name);
+  if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16 && t.dtype != DType::kF64 &&
+      t.dtype != DType::kGgml)
     fail("{}: tensor '{}' has dtype {}; a floating-point dtype (F32, F16, BF16) is needed here", t.file,
          t.name, dtype_name(t.dtype));
 }
 
 void tensor_to_f32(const TensorView& t, float* out, std::int64_t first, std::int64_t count) {
   const std::int64_t n = count < 0 ? t.numel() - first : count;
+  if (t.row_order || t.dtype == DType::kGgml) {
+    require_float_dtype(t);
+    const std::int64_t len = t.row_length();
+    if (first % len != 0 || n % len != 0)
+      fail("{}: tensor '{}' is read by whole rows of {} (asked for {} elements at {})", t.file, t.name, len, n, first);
+    for (std::int64_t r = first / len; r < (first + n) / len; ++r) {
+      const std::int64_t stored = t.row_order ? (*t.row_order)[static_cast<std::size_t>(r)] : r;
+      const auto row = t.stored_row_bytes(stored);
+      float* dst = out + (r * len - first);
+      if (t.ggml != nullptr) {
+        t.ggml->to_float(row.data(), dst, len);
+      } else {
+        TensorView plain = t;
+        plain.row_order.reset();
+        plain.bytes = row;
+        plain.shape = {len};
+        tensor_to_f32(plain, dst);
+      }
+    }
+    return;
+  }
   const std::uint8_t* p = t.bytes.data() + first * static_cast<std::int64_t>(dtype_size(t.dtype));
   switch (t.dtype) {
     case DType::kF32: std::memcpy(out, p, static_cast<std::size_t>(n) * 4); return;

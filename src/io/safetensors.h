@@ -1,5 +1,7 @@
-// Safetensors reading through mmap: single files and sharded checkpoints
-// (model.safetensors.index.json). Format: an 8-byte little-endian header
+// Tensors read through mmap, behind one interface (TensorSource) that each
+// checkpoint format implements: safetensors here (single files and sharded
+// checkpoints, model.safetensors.index.json), GGUF in io/gguf_model.h.
+// Safetensors format: an 8-byte little-endian header
 // length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}
 // , "__metadata__": {...}}, then the raw little-endian tensor data, offsets
 // relative to its start (https://github.com/huggingface/safetensors).
@@ -14,15 +16,17 @@
 #include <vector>
 
 #include "core/mmap_file.h"
+#include "formats/ggml_types.h"
 
 namespace woq {
 
-/// Element types of the safetensors format.
-enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
+/// Element types of the safetensors format, and kGgml: blocks of a ggml
+/// type (GGUF's Q4_0, Q6_K, ...; TensorView::ggml says which).
+enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool, kGgml };
 
-/// Name as written in safetensors headers ("F32", "BF16", ...).
+/// Name as written in safetensors headers ("F32", "BF16", ...); "GGML" for kGgml.
 std::string_view dtype_name(DType dtype);
-/// Bytes per element.
+/// Bytes per element (not meaningful for kGgml).
 std::size_t dtype_size(DType dtype);
 
 /// One tensor inside a mapped file. `bytes` points into the mapping and is
@@ -33,36 +37,58 @@ struct TensorView {
   std::vector<std::int64_t> shape;
   std::span<const std::uint8_t> bytes;
   std::string file;  ///< path of the file holding it, for error messages
+  /// kGgml only: the block type. Rows (the last dimension) hold whole blocks.
+  const GgmlTypeTraits* ggml = nullptr;
+  /// When set, logical row r (element r of a 1-D tensor) is stored at row
+  /// (*row_order)[r]: GGUF's permuted q/k projections, read in HF order.
+  std::shared_ptr<const std::vector<std::int64_t>> row_order;
 
   std::int64_t numel() const;
+  /// Elements of one row: the last dimension (1 for a 1-D tensor with a row_order).
+  std::int64_t row_length() const;
+  /// Bytes of stored row `stored_row` (row_length() elements).
+  std::span<const std::uint8_t> stored_row_bytes(std::int64_t stored_row) const;
   /// "[4096, 11008]".
   std::string shape_str() const;
+  /// "F16", "q4_0", ...
+  std::string_view type_name() const;
+};
+
+/// A checkpoint file (or set of files) of one format: its tensors by the
+/// Hugging Face names woq's loader uses. Views stay valid while it lives.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const std::map<std::string, TensorView>& tensors() const = 0;
+  /// The file (or first file) the tensors come from, for messages.
+  virtual const std::string& path() const = 0;
 };
 
 /// One mapped .safetensors file with its validated header. Throws
 /// woq::Error naming the file (and the tensor) when the file is shorter than
 /// its header says, the header is malformed JSON, a dtype is unknown, or a
 /// tensor's offsets are out of bounds or disagree with its shape and dtype.
-class SafetensorsFile {
+class SafetensorsFile final : public TensorSource {
  public:
   explicit SafetensorsFile(const std::string& path);
 
-  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
-  const std::string& path() const { return file_.path(); }
+  const std::map<std::string, TensorView>& tensors() const override { return tensors_; }
+  const std::string& path() const override { return file_.path(); }
 
  private:
   MappedFile file_;
   std::map<std::string, TensorView> tensors_;
 };
 
-/// All tensors of a checkpoint directory: `model.safetensors`, or the shards
-/// listed in `model.safetensors.index.json` (its weight_map says which file
-/// holds which tensor, and is checked against the shards' headers).
+/// All tensors of a checkpoint: for a directory `model.safetensors`, or the
+/// shards listed in `model.safetensors.index.json` (its weight_map says which
+/// file holds which tensor, and is checked against the shards' headers); for
+/// a .gguf path the GGUF file or split set (open_gguf_tensors).
 class TensorStore {
  public:
   /// Throws woq::Error when neither file exists, the index is malformed,
-  /// or a shard fails to open (see SafetensorsFile).
-  static TensorStore open_dir(const std::string& dir);
+  /// or a file fails to open (see SafetensorsFile, GgufFile).
+  static TensorStore open(const std::string& path);
 
   /// The tensor called `name`, or nullptr.
   const TensorView* find(const std::string& name) const;
@@ -75,7 +101,7 @@ class TensorStore {
 
  private:
   std::string source_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<TensorSource>> files_;
   std::map<std::string, const TensorView*> index_;
 };
 
@@ -84,12 +110,14 @@ class TensorStore {
 void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, std::string_view why);
 
 /// Throws woq::Error naming the tensor and its file unless its dtype is
-/// F32, F16, BF16 or F64.
+/// F32, F16, BF16 or F64, or a ggml type woq can dequantize.
 void require_float_dtype(const TensorView& t);
 
 /// Converts elements [first, first + count) of a floating-point tensor (F32,
-/// F16, BF16, F64) to fp32 into out[0, count); count < 0 means to the end.
-/// Throws woq::Error naming the tensor and its file for any other dtype.
+/// F16, BF16, F64, dequantizable ggml types) to fp32 into out[0, count);
+/// count < 0 means to the end. With a row_order or a ggml type, first and
+/// count must be whole rows. Throws woq::Error naming the tensor and its
+/// file for any other dtype.
 void tensor_to_f32(const TensorView& t, float* out, std::int64_t first = 0, std::int64_t count = -1);
 
 }  // namespace woq

@@ -11,31 +11,14 @@ namespace woq {
 
 namespace {
 
-// RoPE inverse frequencies theta^(-2i/d), adjusted by rope_scaling as in
-// transformers' modeling_rope_utils (_compute_linear_scaling_rope_parameters,
-// _compute_llama3_parameters).
+// RoPE inverse frequencies theta^(-2i/d), divided by rope_scaling's factors
+// (rope_freq_factors: transformers' modeling_rope_utils rules, or a GGUF's rope_freqs).
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  const std::int64_t half = c.head_dim / 2;
-  std::vector<float> inv(static_cast<std::size_t>(half));
-  const RopeScaling& rs = c.rope_scaling;
-  for (std::int64_t i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
-    if (rs.type == RopeScaling::Type::kLinear) {
-      f /= rs.factor;
-    } else if (rs.type == RopeScaling::Type::kLlama3) {
-      const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
-      const double low_wavelen = old_ctx / rs.low_freq_factor;
-      const double high_wavelen = old_ctx / rs.high_freq_factor;
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen > low_wavelen) {
-        f /= rs.factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_ctx / wavelen - rs.low_freq_factor) /
-                              (rs.high_freq_factor - rs.low_freq_factor);
-        f = (1.0 - smooth) * f / rs.factor + smooth * f;
-      }
-    }
-    inv[static_cast<std::size_t>(i)] = static_cast<float>(f);
+  const std::vector<float> factors = rope_freq_factors(c);
+  std::vector<float> inv(factors.size());
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    const double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+    inv[i] = static_cast<float>(f / factors[i]);
   }
   return inv;
 }

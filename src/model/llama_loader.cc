@@ -1,6 +1,7 @@
 // LlamaModel::load: from a Hugging Face checkpoint directory to weights in
 // woq's formats.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -27,13 +28,53 @@ std::vector<float> to_f32(const TensorView& t) {
   return out;
 }
 
-// The unquantized format matching a checkpoint dtype.
-LowBit float_format(const TensorView& t) {
+// The format a tensor that is not quantized on request keeps: its own
+// float format, or for a ggml block type the closest woq format.
+QuantSpec keep_format(const TensorView& t) {
   switch (t.dtype) {
-    case DType::kF16: return LowBit::kFp16;
-    case DType::kBF16: return LowBit::kBf16;
-    default: return LowBit::kFp32;
+    case DType::kF16: return {LowBit::kFp16, 0, Int4Range::kFull};
+    case DType::kBF16: return {LowBit::kBf16, 0, Int4Range::kFull};
+    case DType::kGgml: return {t.ggml->closest, ggml::kQK, Int4Range::kFull};
+    default: return {LowBit::kFp32, 0, Int4Range::kFull};
   }
+}
+
+// GGUF Q4_0 / Q8_0 blocks hold woq's sym_int4 (group 32, full range) and
+// sym_int8 (group 32) with another byte order: repacked losslessly, rows in
+// Hugging Face order. nullopt for every other type, and for Q8_0 blocks that
+// hold -128 (outside sym_int8's [-127, 127]; ggml's quantizer never writes it).
+std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
+                                       ThreadPool& pool) {
+  if (t.dtype != DType::kGgml || (t.ggml->type != GgmlType::kQ4_0 && t.ggml->type != GgmlType::kQ8_0))
+    return std::nullopt;
+  expect_shape(t, {rows, cols}, from);
+  const bool q4 = t.ggml->type == GgmlType::kQ4_0;
+  QuantMatrix w = allocate_matrix(rows, cols, {q4 ? LowBit::kSymInt4 : LowBit::kSymInt8, ggml::kQK, Int4Range::kFull});
+  std::atomic<bool> representable = true;
+  pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t stored = t.row_order ? (*t.row_order)[static_cast<std::size_t>(r)] : r;
+      const std::uint8_t* src = t.stored_row_bytes(stored).data();
+      std::uint8_t* q = w.data.data() + r * w.row_bytes;
+      std::uint16_t* scales = w.scales.data() + r * w.groups_per_row;
+      if (q4) {
+        ggml::sym_int4_from_q4_0(src, cols, q, scales);
+      } else if (!ggml::sym_int8_from_q8_0(src, cols, reinterpret_cast<std::int8_t*>(q), scales)) {
+        representable = false;
+      }
+    }
+  });
+  release_pages(t.bytes);
+  if (!representable) return std::nullopt;
+  return w;
+}
+
+// One line per ggml type that woq converts instead of using as stored.
+void note_conversion(const TensorView& t, const std::string& what, LoadReport& rep) {
+  const std::string head = fmt::format("{}: {} tensors", t.file, t.ggml->name);
+  for (const std::string& w : rep.warnings)
+    if (w.starts_with(head) && w.ends_with(what)) return;
+  rep.warnings.push_back(fmt::format("{} (e.g. '{}') {}", head, t.name, what));
 }
 
 // Converts a [rows, cols] tensor row by row straight from the mapping, then
@@ -129,7 +170,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
                                              ThreadPool& pool, LoadReport* report) {
   const auto start = std::chrono::steady_clock::now();
   ModelConfig config = read_model_config(dir);
-  const TensorStore store = TensorStore::open_dir(dir);
+  const TensorStore store = TensorStore::open(dir);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
   check_tensor_names(store, config);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
@@ -137,9 +178,18 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   LoadReport rep;
 
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
+  // A tensor kept in the checkpoint's format: as stored for GGUF Q4_0 / Q8_0,
+  // else its float format or the closest woq format to its ggml type.
+  auto keep = [&](const TensorView& t, const char* from) {
+    if (std::optional<QuantMatrix> w = import_ggml(t, c.vocab_size, c.hidden_size, from, pool)) return std::move(*w);
+    const QuantSpec spec = keep_format(t);
+    if (t.dtype == DType::kGgml)
+      note_conversion(t, fmt::format("converted to {} group {} (woq has no {} kernels; adds that format's rounding)",
+                                     low_bit_name(spec.type), spec.group_size, t.ggml->name), rep);
+    return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
+  };
   const TensorView& embed = store.get("model.embed_tokens.weight");
-  const QuantSpec keep{float_format(embed), 0, Int4Range::kFull};
-  m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", keep, pool);
+  m->embed_ = keep(embed, "vocab_size, hidden_size");
   rep.other_bytes += m->embed_.bytes();
   const TensorView* head = store.find("lm_head.weight");
   if (!c.tie_word_embeddings && head == nullptr)
@@ -147,9 +197,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
          store.source());
   const TensorView& head_src = head != nullptr ? *head : embed;
   if (head != nullptr || options.lm_head) {
-    const QuantSpec spec = options.lm_head.value_or(QuantSpec{float_format(head_src), 0, Int4Range::kFull});
     m->lm_head_ = std::make_unique<QuantMatrix>(
-        load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", spec, pool));
+        options.lm_head ? load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", *options.lm_head, pool)
+                        : keep(head_src, "vocab_size, hidden_size"));
     set_activations(*m->lm_head_, options, activations_used, rep, pool);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   }
@@ -173,7 +223,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
              store.source(), prefix, prefix, prefix, name);
     }
     const TensorView& t = store.get(name);
-    if (rep.source_dtype.empty()) rep.source_dtype = std::string(dtype_name(t.dtype));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (std::optional<QuantMatrix> w = import_ggml(t, rows, cols, from, pool)) {
+      rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      set_activations(*w, options, activations_used, rep, pool);
+      rep.linear_imported_bytes += w->bytes();
+      ++rep.linear_imported;
+      const std::string format = fmt::format("GGUF {} (as {} group 32)", t.ggml->name, low_bit_name(w->type));
+      if (rep.imported_format.find(format) == std::string::npos)
+        rep.imported_format += (rep.imported_format.empty() ? "" : ", ") + format;
+      return std::move(*w);
+    }
+    if (t.dtype == DType::kGgml)
+      note_conversion(t, fmt::format("dequantized and re-quantized to {} (woq has no {} kernels; the second rounding "
+                                     "adds error: measure it with woq eval compare)",
+                                     low_bit_name(options.linear.type), t.ggml->name), rep);
+    if (rep.source_dtype.empty()) rep.source_dtype = std::string(t.type_name());
     rep.linear_source_bytes += t.bytes.size();
     QuantMatrix w = load_matrix(t, rows, cols, from, options.linear, pool);
     set_activations(w, options, activations_used, rep, pool);

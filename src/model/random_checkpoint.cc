@@ -128,6 +128,7 @@ nlohmann::ordered_json rope_scaling_json(const RopeScaling& rs) {
               {"low_freq_factor", rs.low_freq_factor},
               {"high_freq_factor", rs.high_freq_factor},
               {"original_max_position_embeddings", rs.original_max_position_embeddings}};
+    case RopeScaling::Type::kFactors: fail("config.json cannot express per-frequency RoPE factors (a GGUF's rope_freqs)");
   }
   return nullptr;
 }
@@ -206,7 +207,7 @@ const std::vector<ModelPreset>& model_presets() {
     // Small models whose every architecture feature is on, for the reference tests.
     v.push_back(preset("tiny-llama3", llama, "llama", "llama3", 64, 160, 2, 4, 2, 128256, 256, 5e5, 1e-5, 128000,
                        {128001, 128009}));
-    v.back().config.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64};
+    v.back().config.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64, {}};
     v.back().config.tie_word_embeddings = true;
     v.back().config.attention_bias = v.back().config.o_bias = true;  // LlamaConfig attention_bias: q/k/v/o
     v.push_back(preset("tiny-mistral", mistral, "mistral", "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
@@ -214,7 +215,7 @@ const std::vector<ModelPreset>& model_presets() {
     v.back().chat_template = "mistral_v0.1_chat_template.jinja";
     v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
                        {151645, 151643}));
-    v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192};
+    v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192, {}};
     v.back().config.sliding_window = 12;
     v.back().config.sliding_layers = {false, true};  // from layer 1 (max_window_layers 1)
     v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,

@@ -55,7 +55,7 @@ void check_calibration_memory(std::int64_t count, std::int64_t length, std::int6
 }
 
 std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool) {
-  const TensorStore store = TensorStore::open_dir(dir);
+  const TensorStore store = TensorStore::open(dir);
   const TensorView& probe = store.get("model.layers.0.self_attn.q_proj.weight");
   LoadOptions options;
   options.linear.type = probe.dtype == DType::kF16 ? LowBit::kFp16 : probe.dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;

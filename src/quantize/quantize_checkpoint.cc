@@ -279,7 +279,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
   const std::string config_path = (in / "config.json").string();
   nlohmann::ordered_json config_json = nlohmann::ordered_json::parse(read_json_file(config_path).dump());
-  const TensorStore store = TensorStore::open_dir(in_dir);
+  const TensorStore store = TensorStore::open(in_dir);
   const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
   const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
 

@@ -13,26 +13,25 @@ namespace {
 
 class SentencePieceBackend final : public TokenizerBackend {
  public:
-  SentencePieceBackend(const std::string& path, const nlohmann::json& config) {
-    require_regular_file(path, 256ull << 20);
-    const auto status = sp_.Load(path);
-    if (!status.ok()) fail("{}: not a SentencePiece model: {}", path, status.ToString());
-    const auto flag = [&](const char* key, bool fallback) {
-      if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
-      if (!config[key].is_boolean())
-        fail("tokenizer_config.json: field '{}' must be true or false, got {}", key, describe_json(config[key]));
-      return config[key].get<bool>();
-    };
-    specials_.bos = sp_.bos_id();
-    specials_.eos = sp_.eos_id();
-    if (flag("add_bos_token", true) && specials_.bos >= 0) specials_.prefix.push_back(specials_.bos);
-    if (flag("add_eos_token", false) && specials_.eos >= 0) specials_.suffix.push_back(specials_.eos);
+  /// `load` fills the processor (from a file or a serialized ModelProto); `source` names it in errors.
+  template <typename Load>
+  SentencePieceBackend(const std::string& source, Load load) {
+    const auto status = load(sp_);
+    if (!status.ok()) fail("{}: not a SentencePiece model: {}", source, status.ToString());
     for (int id = 0; id < sp_.GetPieceSize(); ++id) {
       const std::string piece = sp_.IdToPiece(id);
       max_piece_bytes_ = std::max<std::int64_t>(max_piece_bytes_, static_cast<std::int64_t>(piece.size()));
       if (sp_.IsControl(id) && !piece.empty()) control_pieces_.emplace_back(piece, id);
     }
   }
+
+  /// The tokens around a sequence, BOS/EOS, and what describe() says.
+  void configure(SpecialTokens specials, std::string description) {
+    specials_ = std::move(specials);
+    description_ = std::move(description);
+  }
+  int bos_id() const { return sp_.bos_id(); }
+  int eos_id() const { return sp_.eos_id(); }
 
   std::vector<std::int32_t> encode(std::string_view text) const override {
     std::vector<std::int32_t> ids;
@@ -98,11 +97,12 @@ class SentencePieceBackend final : public TokenizerBackend {
   }
   std::int64_t max_token_bytes() const override { return max_piece_bytes_; }
   const SpecialTokens& special_tokens() const override { return specials_; }
-  std::string describe() const override { return fmt::format("SentencePiece tokenizer.model ({} pieces)", vocab_size()); }
+  std::string describe() const override { return description_; }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
   SpecialTokens specials_;
+  std::string description_;
   std::int64_t max_piece_bytes_ = 1;
   std::vector<std::pair<std::string, std::int32_t>> control_pieces_;  ///< ("<s>", 1), ("</s>", 2), ...
 };
@@ -110,7 +110,29 @@ class SentencePieceBackend final : public TokenizerBackend {
 }  // namespace
 
 std::unique_ptr<TokenizerBackend> load_sentencepiece(const std::string& path, const nlohmann::json& config) {
-  return std::make_unique<SentencePieceBackend>(path, config);
+  require_regular_file(path, 256ull << 20);
+  auto backend = std::make_unique<SentencePieceBackend>(path, [&](auto& sp) { return sp.Load(path); });
+  const auto flag = [&](const char* key, bool fallback) {
+    if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
+    if (!config[key].is_boolean())
+      fail("tokenizer_config.json: field '{}' must be true or false, got {}", key, describe_json(config[key]));
+    return config[key].get<bool>();
+  };
+  SpecialTokens s;
+  s.bos = backend->bos_id();
+  s.eos = backend->eos_id();
+  if (flag("add_bos_token", true) && s.bos >= 0) s.prefix.push_back(s.bos);
+  if (flag("add_eos_token", false) && s.eos >= 0) s.suffix.push_back(s.eos);
+  backend->configure(std::move(s), fmt::format("SentencePiece tokenizer.model ({} pieces)", backend->vocab_size()));
+  return backend;
+}
+
+std::unique_ptr<TokenizerBackend> load_sentencepiece_proto(const std::string& serialized, const std::string& source,
+                                                           SpecialTokens specials, std::string description) {
+  auto backend = std::make_unique<SentencePieceBackend>(
+      source, [&](auto& sp) { return sp.LoadFromSerializedProto(serialized); });
+  backend->configure(std::move(specials), std::move(description));
+  return backend;
 }
 
 }  // namespace woq

@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/json_file.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_backend.h"
 #include "tokenizer/unicode.h"
@@ -17,6 +19,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(dir)) return Tokenizer(load_gguf_vocab(dir));
   const auto file = [&](const char* name) { return (fs::path(dir) / name).string(); };
   const auto exists = [](const std::string& p) {
     std::error_code ec;

@@ -1,8 +1,9 @@
 // Text <-> token ids for a model directory. One facade over the tokenizer
 // kinds checkpoints ship: Hugging Face tokenizer.json (byte-level or
 // SentencePiece-style BPE: Llama 3, Qwen2/3, Mistral), SentencePiece
-// tokenizer.model (Llama 2, Mistral v0.1) and GPT-2's vocab.json +
-// merges.txt. Callers never know which backend runs.
+// tokenizer.model (Llama 2, Mistral v0.1), GPT-2's vocab.json +
+// merges.txt, and the vocabulary a GGUF file embeds. Callers never know which
+// backend runs.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,10 @@ class Tokenizer {
   /// Loads the tokenizer of DIR: tokenizer.json if present (what transformers'
   /// fast tokenizers run), else tokenizer.model, else vocab.json +
   /// merges.txt; DIR/tokenizer_config.json, when present, supplies BOS/EOS
-  /// and add_bos_token / add_eos_token. Throws woq::Error naming the file
-  /// when none is found or a file is malformed.
+  /// and add_bos_token / add_eos_token. A path ending in .gguf loads the
+  /// tokenizer that GGUF file embeds (of a split set, the first part's;
+  /// tokenizer/gguf_vocab.h). Throws woq::Error naming the file when none is
+  /// found or a file is malformed.
   static Tokenizer load(const std::string& dir);
   explicit Tokenizer(std::unique_ptr<TokenizerBackend> backend);
   ~Tokenizer();

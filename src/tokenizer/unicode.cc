@@ -14,25 +14,6 @@ namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
-// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7), or 0.
-std::size_t valid_sequence(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  const std::size_t n = s.size() - i;
-  auto cont = [&](std::size_t k, unsigned char lo = 0x80, unsigned char hi = 0xbf) {
-    return k < n && b(k) >= lo && b(k) <= hi;
-  };
-  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
-  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
-  if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
-  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
 // Bytes of the maximal invalid subpart at s[i] (W3C / Unicode "best practice").
 std::size_t invalid_subpart(std::string_view s, std::size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
@@ -55,21 +36,12 @@ std::int32_t category(char32_t cp) { return utf8proc_category(static_cast<utf8pr
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = valid_sequence(text, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
 std::string to_valid_utf8(std::string_view text) {
   if (is_valid_utf8(text)) return std::string(text);
   std::string out;
   out.reserve(text.size() + 16);
   for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = valid_sequence(text, i);
+    const std::size_t n = utf8_sequence_length(text, i);
     if (n > 0) {
       out.append(text.substr(i, n));
       i += n;

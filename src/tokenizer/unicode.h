@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace woq::unicode {
 
 /// `text` with every ill-formed UTF-8 sequence replaced by U+FFFD (one per
@@ -15,7 +17,7 @@ namespace woq::unicode {
 std::string to_valid_utf8(std::string_view text);
 
 /// True when `text` is well-formed UTF-8.
-bool is_valid_utf8(std::string_view text);
+using woq::is_valid_utf8;
 
 /// Byte length of the UTF-8 sequence led by `lead` (1 for a stray byte).
 inline std::size_t sequence_length(unsigned char lead) {

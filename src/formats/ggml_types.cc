@@ -1,0 +1,455 @@
+#include "formats/ggml_types.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "formats/scale.h"
+
+// The dequantizers repeat ggml's float operations one for one, in ggml's order
+// (e.g. q6_K is (d * scale) * q, q4_K is (d * sc) * q - (dmin * m)). The build
+// compiles this file with -ffp-contract=off: ggml's reference build (plain
+// x86-64) never fuses a * b + c, and Q4_0's x * id + 8.5f fused into one
+// rounding gives other quants (tests/data/ggml block 21 shows it). In the
+// dequantizers a fused form would happen to agree, since an fp16 scale times
+// a small integer is exact in float.
+
+namespace woq {
+namespace {
+
+constexpr std::int64_t kQK_K = 256;  // elements per K-quant super-block
+
+std::uint16_t load_u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+std::uint32_t load_u32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+std::uint64_t load_u64(const std::uint8_t* p) {
+  return static_cast<std::uint64_t>(load_u32(p)) | static_cast<std::uint64_t>(load_u32(p + 4)) << 32;
+}
+void store_u16(std::uint8_t* p, std::uint16_t v) {
+  p[0] = static_cast<std::uint8_t>(v & 0xff);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+}
+float half_at(const std::uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
+float f(int v) { return static_cast<float>(v); }
+
+void check_multiple(std::int64_t n, std::int64_t block, std::string_view what) {
+  if (n < 0 || n % block != 0) fail("{}: {} elements is not a multiple of the block size {}", what, n, block);
+}
+
+// ---- plain types ----------------------------------------------------------
+
+void f32_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = std::bit_cast<float>(load_u32(x + 4 * i));
+}
+// ggml's fp16 table is computed with float arithmetic, which quiets a
+// signaling NaN (sets the top mantissa bit); woq's fp16_to_fp32 keeps it.
+void f16_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = half_at(x + 2 * i);
+    y[i] = std::isnan(v) ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) | 0x00400000u) : v;
+  }
+}
+void bf16_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(load_u16(x + 2 * i));
+}
+void f64_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  // ggml has no f64 to_float; the C conversion (round to nearest even) is what any reader does.
+  for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(std::bit_cast<double>(load_u64(x + 8 * i)));
+}
+
+// ---- 32-element blocks (ggml-common.h block_q4_0 ... block_q8_0) -----------
+
+// block_q4_0: fp16 d; qs[16]: element j in the low nibble of qs[j], j + 16 in its high nibble.
+void q4_0_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "q4_0");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 18, y += 32) {
+    const float d = half_at(x);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = f((x[2 + j] & 0x0f) - 8) * d;
+      y[j + 16] = f((x[2 + j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// block_q4_1: fp16 d, fp16 m; qs[16] as q4_0; value q * d + m.
+void q4_1_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "q4_1");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 20, y += 32) {
+    const float d = half_at(x);
+    const float m = half_at(x + 2);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = f(x[4 + j] & 0x0f) * d + m;
+      y[j + 16] = f(x[4 + j] >> 4) * d + m;
+    }
+  }
+}
+
+// Q5 blocks: qh (32 bits, little endian) holds the 5th bit of element j at bit j.
+int q5_high(std::uint32_t qh, int j) { return static_cast<int>((qh >> j) & 1u) << 4; }
+
+// block_q5_0: fp16 d; qh[4]; qs[16]; value (q - 16) * d.
+void q5_0_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "q5_0");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 22, y += 32) {
+    const float d = half_at(x);
+    const std::uint32_t qh = load_u32(x + 2);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = f(((x[6 + j] & 0x0f) | q5_high(qh, j)) - 16) * d;
+      y[j + 16] = f(((x[6 + j] >> 4) | q5_high(qh, j + 16)) - 16) * d;
+    }
+  }
+}
+
+// block_q5_1: fp16 d, fp16 m; qh[4]; qs[16]; value q * d + m.
+void q5_1_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "q5_1");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 24, y += 32) {
+    const float d = half_at(x);
+    const float m = half_at(x + 2);
+    const std::uint32_t qh = load_u32(x + 4);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = f((x[8 + j] & 0x0f) | q5_high(qh, j)) * d + m;
+      y[j + 16] = f((x[8 + j] >> 4) | q5_high(qh, j + 16)) * d + m;
+    }
+  }
+}
+
+// block_q8_0: fp16 d; int8 qs[32]; value q * d.
+void q8_0_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "q8_0");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 34, y += 32) {
+    const float d = half_at(x);
+    for (int j = 0; j < 32; ++j) y[j] = f(static_cast<std::int8_t>(x[2 + j])) * d;
+  }
+}
+
+// ---- K-quants: super-blocks of 256 ----------------------------------------
+
+// block_q2_K (84 bytes): scales[16] (low nibble: scale, high nibble: min of a
+// 16-element group), qs[64] (2-bit quants), fp16 d, fp16 dmin. Each half of
+// 128 elements uses 32 bytes of qs; its four 32-element runs are the bit pairs
+// 0-1, 2-3, 4-5, 6-7 of those bytes, the run's first 16 from bytes 0..15 and
+// the next 16 from bytes 16..31. Value (d * sc) * q - (dmin * m).
+void q2_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q2_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 84) {
+    const std::uint8_t* scales = x;
+    const std::uint8_t* q = x + 16;
+    const float d = half_at(x + 80);
+    const float dmin = half_at(x + 82);
+    int is = 0;
+    for (int half = 0; half < 2; ++half, q += 32) {
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int part = 0; part < 2; ++part) {
+          const std::uint8_t sc = scales[is++];
+          const float dl = d * f(sc & 0x0f);
+          const float ml = dmin * f(sc >> 4);
+          for (int l = 0; l < 16; ++l) *y++ = dl * f((q[16 * part + l] >> shift) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+// The 16 six-bit scales of q3_K, packed in 12 bytes: scale s has its low four
+// bits in byte s (s < 8, low nibble) or byte s - 8 (s >= 8, high nibble), and
+// its top two bits in bits 2*(s/4), 2*(s/4)+1 of byte 8 + s % 4.
+int q3_K_scale(const std::uint8_t* packed, int s) {
+  const int low = s < 8 ? (packed[s] & 0x0f) : (packed[s - 8] >> 4);
+  const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// block_q3_K (110 bytes): hmask[32] (3rd bit), qs[64] (low 2 bits, laid out
+// as q2_K's), scales[12], fp16 d. Element run r (of 8, 32 each) takes its high
+// bit from bit r of hmask[l]; a clear bit subtracts 4. Value (d * (sc - 32)) * q.
+void q3_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q3_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 110) {
+    const std::uint8_t* hm = x;
+    const std::uint8_t* q = x + 32;
+    const std::uint8_t* scales = x + 96;
+    const float d_all = half_at(x + 108);
+    int is = 0;
+    unsigned m = 1;
+    for (int half = 0; half < 2; ++half, q += 32) {
+      for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+        for (int part = 0; part < 2; ++part) {
+          const float dl = d_all * f(q3_K_scale(scales, is++));
+          for (int l = 0; l < 16; ++l) {
+            const int i = 16 * part + l;
+            *y++ = dl * f(((q[i] >> shift) & 3) - ((hm[i] & m) ? 0 : 4));
+          }
+        }
+      }
+    }
+  }
+}
+
+// The 8 six-bit (scale, min) pairs of q4_K / q5_K in 12 bytes (ggml's get_scale_min_k4).
+void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// block_q4_K (144 bytes): fp16 d, fp16 dmin, scales[12], qs[128]. Each 64
+// elements use 32 bytes: the first 32 the low nibbles, the next 32 the high
+// nibbles. Value (d * sc) * q - (dmin * m).
+void q4_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q4_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 144) {
+    const float d = half_at(x);
+    const float dmin = half_at(x + 2);
+    const std::uint8_t* scales = x + 4;
+    const std::uint8_t* q = x + 16;
+    for (int is = 0; is < 8; is += 2, q += 32) {
+      int sc = 0, m = 0;
+      scale_min_k4(is, scales, sc, m);
+      const float d1 = d * f(sc), m1 = dmin * f(m);
+      scale_min_k4(is + 1, scales, sc, m);
+      const float d2 = d * f(sc), m2 = dmin * f(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * f(q[l] & 0x0f) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * f(q[l] >> 4) - m2;
+    }
+  }
+}
+
+// block_q5_K (176 bytes): fp16 d, fp16 dmin, scales[12], qh[32], qs[128]. As
+// q4_K, plus a 5th bit: bit 2*i (low-nibble run) or 2*i + 1 (high-nibble run)
+// of qh[l] in the i-th 64 elements.
+void q5_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q5_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 176) {
+    const float d = half_at(x);
+    const float dmin = half_at(x + 2);
+    const std::uint8_t* scales = x + 4;
+    const std::uint8_t* qh = x + 16;
+    const std::uint8_t* ql = x + 48;
+    unsigned u1 = 1, u2 = 2;
+    for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+      int sc = 0, m = 0;
+      scale_min_k4(is, scales, sc, m);
+      const float d1 = d * f(sc), m1 = dmin * f(m);
+      scale_min_k4(is + 1, scales, sc, m);
+      const float d2 = d * f(sc), m2 = dmin * f(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * f((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * f((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    }
+  }
+}
+
+// block_q6_K (210 bytes): ql[128] (low 4 bits), qh[64] (high 2 bits),
+// int8 scales[16], fp16 d. Per 128 elements (64 ql, 32 qh, 8 scales): element
+// l + 32 * r (r = 0..3) is ql[l + 32 * (r % 2)] nibble r / 2 with bits 2r, 2r+1
+// of qh[l] on top, minus 32, scaled by scales[l / 16 + 2 * r]. Value (d * sc) * q.
+void q6_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q6_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 210) {
+    const std::uint8_t* ql = x;
+    const std::uint8_t* qh = x + 128;
+    const std::uint8_t* sc = x + 192;
+    const float d = half_at(x + 208);
+    for (int h = 0; h < 2; ++h, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * f(static_cast<std::int8_t>(sc[is])) * f(q1);
+        y[l + 32] = d * f(static_cast<std::int8_t>(sc[is + 2])) * f(q2);
+        y[l + 64] = d * f(static_cast<std::int8_t>(sc[is + 4])) * f(q3);
+        y[l + 96] = d * f(static_cast<std::int8_t>(sc[is + 6])) * f(q4);
+      }
+    }
+  }
+}
+
+// block_q8_K (292 bytes): fp32 d, int8 qs[256], int16 bsums[16] (unused here).
+void q8_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, kQK_K, "q8_K");
+  for (std::int64_t b = 0; b < n / kQK_K; ++b, x += 292) {
+    const float d = std::bit_cast<float>(load_u32(x));
+    for (int j = 0; j < 256; ++j) *y++ = d * f(static_cast<std::int8_t>(x[4 + j]));
+  }
+}
+
+using L = LowBit;
+using T = GgmlType;
+
+// Type-number order; names, block sizes and bytes per block as ggml.c's type_traits[].
+constexpr std::array<GgmlTypeTraits, 31> kTypes{{
+    {T::kF32, "f32", 1, 4, f32_to_float, L::kFp32},
+    {T::kF16, "f16", 1, 2, f16_to_float, L::kFp16},
+    {T::kQ4_0, "q4_0", 32, 18, q4_0_to_float, L::kSymInt4},
+    {T::kQ4_1, "q4_1", 32, 20, q4_1_to_float, L::kSymInt4},
+    {T::kQ5_0, "q5_0", 32, 22, q5_0_to_float, L::kSymInt8},
+    {T::kQ5_1, "q5_1", 32, 24, q5_1_to_float, L::kSymInt8},
+    {T::kQ8_0, "q8_0", 32, 34, q8_0_to_float, L::kSymInt8},
+    {T::kQ8_1, "q8_1", 32, 36, nullptr, L::kSymInt8},
+    {T::kQ2_K, "q2_K", 256, 84, q2_K_to_float, L::kSymInt4},
+    {T::kQ3_K, "q3_K", 256, 110, q3_K_to_float, L::kSymInt4},
+    {T::kQ4_K, "q4_K", 256, 144, q4_K_to_float, L::kSymInt4},
+    {T::kQ5_K, "q5_K", 256, 176, q5_K_to_float, L::kSymInt8},
+    {T::kQ6_K, "q6_K", 256, 210, q6_K_to_float, L::kSymInt8},
+    {T::kQ8_K, "q8_K", 256, 292, q8_K_to_float, L::kSymInt8},
+    {T::kIQ2_XXS, "iq2_xxs", 256, 66, nullptr, L::kSymInt4},
+    {T::kIQ2_XS, "iq2_xs", 256, 74, nullptr, L::kSymInt4},
+    {T::kIQ3_XXS, "iq3_xxs", 256, 98, nullptr, L::kSymInt4},
+    {T::kIQ1_S, "iq1_s", 256, 50, nullptr, L::kSymInt4},
+    {T::kIQ4_NL, "iq4_nl", 32, 18, nullptr, L::kSymInt4},
+    {T::kIQ3_S, "iq3_s", 256, 110, nullptr, L::kSymInt4},
+    {T::kIQ2_S, "iq2_s", 256, 82, nullptr, L::kSymInt4},
+    {T::kIQ4_XS, "iq4_xs", 256, 136, nullptr, L::kSymInt4},
+    {T::kI8, "i8", 1, 1, nullptr, L::kFp32},
+    {T::kI16, "i16", 1, 2, nullptr, L::kFp32},
+    {T::kI32, "i32", 1, 4, nullptr, L::kFp32},
+    {T::kI64, "i64", 1, 8, nullptr, L::kFp32},
+    {T::kF64, "f64", 1, 8, f64_to_float, L::kFp32},
+    {T::kIQ1_M, "iq1_m", 256, 56, nullptr, L::kSymInt4},
+    {T::kBF16, "bf16", 1, 2, bf16_to_float, L::kBf16},
+    {T::kTQ1_0, "tq1_0", 256, 54, nullptr, L::kSymInt4},
+    {T::kTQ2_0, "tq2_0", 256, 66, nullptr, L::kSymInt4},
+}};
+
+constexpr bool sorted_by_number() {
+  for (std::size_t i = 1; i < kTypes.size(); ++i)
+    if (static_cast<std::uint32_t>(kTypes[i - 1].type) >= static_cast<std::uint32_t>(kTypes[i].type)) return false;
+  return true;
+}
+static_assert(sorted_by_number(), "kTypes must be in type-number order");
+
+// ---- ggml's reference quantizers ------------------------------------------
+
+void check_finite(const float* x, std::int64_t k, std::string_view what) {
+  for (std::int64_t i = 0; i < k; ++i)
+    if (!std::isfinite(x[i])) fail("{}: element {} is {}, which cannot be quantized", what, i, x[i]);
+}
+
+// 1 / d as ggml computes it (0 for d == 0). When d is so small (|d| < 2^-128)
+// that 1 / d overflows, ggml goes on to convert inf/NaN to an integer, which is
+// undefined behaviour; d is stored as fp16 zero there, so the block decodes to
+// zeros whatever its quants, and woq uses 0 to write the quants of a zero block.
+float inverse_scale(float d) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  return std::isfinite(id) ? id : 0.0f;
+}
+
+}  // namespace
+
+const GgmlTypeTraits* find_ggml_type(std::uint32_t type) {
+  for (const GgmlTypeTraits& t : kTypes)
+    if (static_cast<std::uint32_t>(t.type) == type) return &t;
+  return nullptr;
+}
+
+const GgmlTypeTraits& ggml_type_traits(GgmlType type) {
+  const GgmlTypeTraits* t = find_ggml_type(static_cast<std::uint32_t>(type));
+  if (t == nullptr) fail("ggml type {} is not a known ggml type", static_cast<std::uint32_t>(type));
+  return *t;
+}
+
+std::span<const GgmlTypeTraits> ggml_types() { return kTypes; }
+
+namespace ggml {
+
+void quantize_q4_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks) {
+  check_multiple(k, kQK, "quantize_q4_0_ggml");
+  check_finite(x, k, "quantize_q4_0_ggml");
+  for (std::int64_t b = 0; b < k / kQK; ++b, x += kQK, blocks += kQ4_0Bytes) {
+    float amax = 0.0f, max = 0.0f;
+    for (std::int64_t j = 0; j < kQK; ++j) {
+      if (amax < std::fabs(x[j])) {  // strict: the first of equal magnitudes wins
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = inverse_scale(d);
+    store_u16(blocks, codec::encode_scale(d));
+    for (int j = 0; j < 16; ++j) {
+      // (int8_t)(v + 8.5f) truncates toward zero; v + 8.5 is in [0.5, 16.5].
+      const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+      const int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+      blocks[2 + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+void quantize_q8_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks) {
+  check_multiple(k, kQK, "quantize_q8_0_ggml");
+  check_finite(x, k, "quantize_q8_0_ggml");
+  for (std::int64_t b = 0; b < k / kQK; ++b, x += kQK, blocks += kQ8_0Bytes) {
+    float amax = 0.0f;
+    for (std::int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = inverse_scale(d);
+    store_u16(blocks, codec::encode_scale(d));
+    for (std::int64_t j = 0; j < kQK; ++j) {
+      // roundf: half away from zero (woq's own sym_int8 rounds half to even).
+      blocks[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x[j] * id)));
+    }
+  }
+}
+
+void q4_0_from_sym_int4(const std::uint8_t* q, const std::uint16_t* scales, std::int64_t k, std::uint8_t* blocks) {
+  check_multiple(k, kQK, "q4_0_from_sym_int4");
+  for (std::int64_t b = 0; b < k / kQK; ++b, q += kQK / 2, blocks += kQ4_0Bytes) {
+    store_u16(blocks, scales[b]);
+    // woq byte t holds elements 2t (low) and 2t + 1 (high); Q4_0 byte i holds i and i + 16.
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (i % 2 == 0) ? (q[i / 2] & 0x0f) : (q[i / 2] >> 4);
+      const int hi = (i % 2 == 0) ? (q[8 + i / 2] & 0x0f) : (q[8 + i / 2] >> 4);
+      blocks[2 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void sym_int4_from_q4_0(const std::uint8_t* blocks, std::int64_t k, std::uint8_t* q, std::uint16_t* scales) {
+  check_multiple(k, kQK, "sym_int4_from_q4_0");
+  for (std::int64_t b = 0; b < k / kQK; ++b, q += kQK / 2, blocks += kQ4_0Bytes) {
+    scales[b] = load_u16(blocks);
+    const std::uint8_t* qs = blocks + 2;
+    for (int t = 0; t < 16; ++t) {
+      // elements 2t and 2t + 1 of the block
+      const auto element = [qs](int e) { return e < 16 ? (qs[e] & 0x0f) : (qs[e - 16] >> 4); };
+      q[t] = static_cast<std::uint8_t>(element(2 * t) | (element(2 * t + 1) << 4));
+    }
+  }
+}
+
+void q8_0_from_sym_int8(const std::int8_t* q, const std::uint16_t* scales, std::int64_t k, std::uint8_t* blocks) {
+  check_multiple(k, kQK, "q8_0_from_sym_int8");
+  for (std::int64_t b = 0; b < k / kQK; ++b, q += kQK, blocks += kQ8_0Bytes) {
+    store_u16(blocks, scales[b]);
+    std::memcpy(blocks + 2, q, kQK);
+  }
+}
+
+bool sym_int8_from_q8_0(const std::uint8_t* blocks, std::int64_t k, std::int8_t* q, std::uint16_t* scales) {
+  check_multiple(k, kQK, "sym_int8_from_q8_0");
+  bool representable = true;
+  for (std::int64_t b = 0; b < k / kQK; ++b, q += kQK, blocks += kQ8_0Bytes) {
+    scales[b] = load_u16(blocks);
+    std::memcpy(q, blocks + 2, kQK);
+    for (std::int64_t j = 0; j < kQK; ++j) representable = representable && q[j] != -128;
+  }
+  return representable;
+}
+
+}  // namespace ggml
+
+}  // namespace woq

@@ -1,0 +1,249 @@
+// Hugging Face checkpoint -> GGUF (quantize/gguf_export.h) -> woq, for every
+// architecture: F32 files give bit-identical logits; Q4_0 / Q8_0 files give
+// the logits of woq's in-memory sym_int4 / sym_int8 group 32 with the same
+// rounding (woq's or ggml's); the tokenizer and chat template survive; an
+// independent NumPy reader (tests/reference/gguf_reader.py) sees llama.cpp's
+// names, types and keys, and dequantizes the blocks to exactly woq's values.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "generate/chat_template.h"
+#include "io/gguf.h"
+#include "io/gguf_model.h"
+#include "model/llama.h"
+#include "model/random_checkpoint.h"
+#include "quantize/gguf_export.h"
+#include "test_files.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq {
+namespace {
+
+constexpr double kWeightStd = 0.3;  // logits with clear margins: a wrong row order changes them grossly
+
+std::string write_model(const test::TempDir& tmp, const std::string& preset, DType dtype) {
+  ThreadPool pool(2);
+  RandomCheckpointOptions o;
+  o.preset = preset;
+  o.dtype = dtype;
+  o.seed = 5;
+  o.weight_std = kWeightStd;
+  const std::string dir = tmp.file(preset);
+  write_random_checkpoint(dir, o, pool);
+  return dir;
+}
+
+std::string export_to(const std::string& in, const std::string& out, LowBit type, Rounding rounding) {
+  ThreadPool pool(2);
+  GgufExportOptions o;
+  o.type = type;
+  o.rounding = rounding;
+  export_gguf(in, out, o, pool);
+  return out;
+}
+
+// Logits of every position of a fixed sequence (shorter than every sliding window: GGUF stores none).
+std::vector<float> logits_of(const std::string& model, const QuantSpec& linear) {
+  ThreadPool pool(2);
+  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, std::nullopt}, pool);
+  std::mt19937 rng(11);
+  std::vector<std::int32_t> ids(10);
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);
+  KVCache cache = m->make_cache(static_cast<std::int64_t>(ids.size()));
+  std::vector<float> logits;
+  m->forward(ids, cache, true, logits);
+  return logits;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const QuantSpec kFp32{LowBit::kFp32, 32, Int4Range::kFull, Rounding::kWoq};
+
+class GgufRoundTrip : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufRoundTrip, Fp32FileGivesBitIdenticalLogits) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, GetParam(), DType::kF32);
+  const std::string gguf = export_to(dir, tmp.file("m.gguf"), LowBit::kFp32, Rounding::kWoq);
+  const std::vector<float> want = logits_of(dir, kFp32);
+  EXPECT_TRUE(bit_identical(logits_of(gguf, kFp32), want));
+  // The file is a different model unless its q/k rows come back in Hugging Face order: the check can fail.
+  const GgufFile file(gguf);
+  const ModelConfig c = read_model_config(gguf);
+  EXPECT_EQ(file.get_string("general.architecture").value(),
+            c.architecture == "Qwen2ForCausalLM" ? "qwen2" : c.architecture == "Qwen3ForCausalLM" ? "qwen3" : "llama");
+}
+
+TEST_P(GgufRoundTrip, Q4_0AndQ8_0FilesGiveTheInMemoryFormatsLogits) {
+  if (std::string(GetParam()) == "tiny") GTEST_SKIP() << "K = 344 is not a multiple of 32 (see KNotAMultipleOf32)";
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, GetParam(), DType::kF16);
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kSymInt8}) {
+    for (const Rounding rounding : {Rounding::kWoq, Rounding::kGgml}) {
+      SCOPED_TRACE(fmt::format("{} {} rounding", low_bit_name(type), rounding_name(rounding)));
+      const std::string gguf = export_to(dir, tmp.file(fmt::format("{}-{}.gguf", low_bit_name(type), rounding_name(rounding))),
+                                         type, rounding);
+      const QuantSpec in_memory{type, 32, Int4Range::kFull, rounding};
+      const std::vector<float> want = logits_of(dir, in_memory);
+      EXPECT_TRUE(bit_identical(logits_of(gguf, kFp32), want));  // the file's blocks are used as stored
+      // The other rounding gives other logits: the comparison sees the rule.
+      const QuantSpec other{type, 32, Int4Range::kFull, rounding == Rounding::kWoq ? Rounding::kGgml : Rounding::kWoq};
+      EXPECT_FALSE(bit_identical(logits_of(dir, other), want));
+    }
+  }
+}
+
+TEST_P(GgufRoundTrip, TokenizerAndChatTemplateSurvive) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, GetParam(), DType::kF16);
+  const std::string gguf = export_to(dir, tmp.file("m.gguf"), LowBit::kSymInt4, Rounding::kWoq);
+  const Tokenizer a = Tokenizer::load(dir), b = Tokenizer::load(gguf);
+  // stories260K's tokenizer.model collapses runs of spaces, which a GGUF vocabulary cannot express (export notes it).
+  const bool collapses = std::string(GetParam()) == "tiny";
+  for (const char* text : {"Hello world", " leading space and  two", "Ünïcödé 日本語 🙂 123456789 don't", "a\n\nb\tc"}) {
+    if (collapses && std::string_view(text).find("  ") != std::string_view::npos) continue;
+    EXPECT_EQ(a.encode(text, true), b.encode(text, true)) << text;
+    EXPECT_EQ(a.decode(a.encode(text, true)), b.decode(b.encode(text, true))) << text;
+  }
+  const char* special = collapses ? "<s>special <|im_start|> text</s>" : "<s> special <|im_start|> text </s>";
+  EXPECT_EQ(a.encode(special, true), b.encode(special, true));
+  EXPECT_EQ(a.add_bos(), b.add_bos());
+  EXPECT_EQ(read_model_config(dir).eos_token_ids.front(), read_model_config(gguf).eos_token_ids.front());
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}])");
+  const ChatTemplate ta = ChatTemplate::load(dir), tb = ChatTemplate::load(gguf);
+  EXPECT_EQ(ta.is_default(), tb.is_default());
+  EXPECT_EQ(ta.render(messages, true), tb.render(messages, true));
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, GgufRoundTrip,
+                         ::testing::Values("tiny", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"));
+
+TEST(GgufExport, KNotAMultipleOf32IsWrittenF16) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, "tiny", DType::kF16);  // intermediate_size 344
+  ThreadPool pool(2);
+  GgufExportOptions o;
+  const GgufExportReport r = export_gguf(dir, tmp.file("m.gguf"), o, pool);
+  const GgufFile f(tmp.file("m.gguf"));
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type->type, GgmlType::kF16);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_up.weight")->type->type, GgmlType::kQ4_0);
+  const auto noted = [&](std::string_view what) {
+    return std::any_of(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return n.find(what) != n.npos; });
+  };
+  EXPECT_TRUE(noted("blk.0.ffn_down.weight: K = 344 is not a multiple of 32"));
+  EXPECT_TRUE(noted("collapses runs of spaces"));  // stories260K's SentencePiece normalizer
+  // Refuses to overwrite, and leaves no temporary file behind.
+  EXPECT_THROW(export_gguf(dir, tmp.file("m.gguf"), o, pool), Error);
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(GgufExport, GgufInputKeepsItsBlocks) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, "tiny-llama3", DType::kF16);
+  const std::string first = export_to(dir, tmp.file("a.gguf"), LowBit::kSymInt4, Rounding::kGgml);
+  const std::string second = export_to(first, tmp.file("b.gguf"), LowBit::kSymInt4, Rounding::kWoq);
+  const GgufFile a(first), b(second);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const GgufTensorInfo& t : a.tensors()) {
+    const GgufTensorInfo* u = b.find_tensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_EQ(u->type, t.type) << t.name;
+    EXPECT_TRUE(std::equal(t.bytes.begin(), t.bytes.end(), u->bytes.begin(), u->bytes.end())) << t.name;
+  }
+  for (const auto& [key, v] : a.metadata()) {
+    if (key.starts_with("tokenizer.")) {
+      EXPECT_NE(b.find(key), nullptr) << key;
+    }
+  }
+}
+
+// woq's dequantization of the in-memory matrix behind GGUF tensor `name`, in the file's row order.
+std::vector<float> woq_rows(LlamaModel& m, const ModelConfig& c, const std::string& name) {
+  const std::string hf = *hf_tensor_name(name);
+  const auto layer = std::stoll(hf.substr(std::string("model.layers.").size()));
+  int index = -1;
+  for (int i = 0; i < 7; ++i)
+    if (hf.find(kBlockLinears[i]) != std::string::npos) index = i;
+  const QuantMatrix& w = m.block_linear(layer, index);
+  std::vector<std::int64_t> hf_row(static_cast<std::size_t>(w.rows));
+  for (std::int64_t r = 0; r < w.rows; ++r) hf_row[static_cast<std::size_t>(r)] = r;
+  if (index <= 1) {  // q, k: llama.cpp's order
+    const std::vector<std::int64_t> order = gguf_qk_row_order(w.rows, index == 0 ? c.num_attention_heads : c.num_key_value_heads);
+    for (std::size_t r = 0; r < order.size(); ++r) hf_row[static_cast<std::size_t>(order[r])] = static_cast<std::int64_t>(r);
+  }
+  std::vector<float> out(static_cast<std::size_t>(w.rows * w.cols));
+  for (std::int64_t g = 0; g < w.rows; ++g) dequantize_row(w, hf_row[static_cast<std::size_t>(g)], out.data() + g * w.cols);
+  return out;
+}
+
+TEST(GgufExport, IndependentReaderSeesLlamaCppsLayoutAndWoqsValues) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, "tiny-llama3", DType::kF16);
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kSymInt8}) {
+    SCOPED_TRACE(low_bit_name(type));
+    const std::string gguf = export_to(dir, tmp.file(fmt::format("{}.gguf", low_bit_name(type))), type, Rounding::kWoq);
+    const std::string out = tmp.file(fmt::format("{}-read", low_bit_name(type)));
+    std::filesystem::create_directory(out);
+    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const int status = std::system(
+        (python + " " WOQ_TEST_SOURCE "/reference/gguf_reader.py " + gguf + " " + out + " 2> " + out + "/err").c_str());
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed";
+    ASSERT_EQ(code, 0) << test::read_file(out + "/err");
+    const auto summary = nlohmann::json::parse(test::read_file(out + "/summary.json"));
+    const auto& md = summary["metadata"];
+    const ModelConfig c = read_model_config(dir);
+    EXPECT_EQ(summary["version"], 3);
+    EXPECT_EQ(md["general.architecture"], "llama");
+    EXPECT_EQ(md["general.file_type"], type == LowBit::kSymInt4 ? 2 : 7);
+    EXPECT_EQ(md["llama.block_count"], c.num_hidden_layers);
+    EXPECT_EQ(md["llama.embedding_length"], c.hidden_size);
+    EXPECT_EQ(md["llama.feed_forward_length"], c.intermediate_size);
+    EXPECT_EQ(md["llama.attention.head_count"], c.num_attention_heads);
+    EXPECT_EQ(md["llama.attention.head_count_kv"], c.num_key_value_heads);
+    EXPECT_EQ(md["llama.context_length"], c.max_position_embeddings);
+    EXPECT_FLOAT_EQ(md["llama.rope.freq_base"].get<float>(), static_cast<float>(c.rope_theta));
+    EXPECT_EQ(md["tokenizer.ggml.model"], "gpt2");
+    EXPECT_EQ(md["tokenizer.ggml.pre"], "llama-bpe");
+    EXPECT_EQ(md["tokenizer.ggml.tokens"]["count"], c.vocab_size);
+    EXPECT_EQ(md["tokenizer.ggml.bos_token_id"], c.bos_token_id);
+    std::map<std::string, nlohmann::json> tensors;
+    for (const auto& t : summary["tensors"]) tensors[t["name"].get<std::string>()] = t;
+    EXPECT_EQ(tensors.count("output.weight"), 0u);  // tied embeddings
+    EXPECT_EQ(tensors["token_embd.weight"]["type"], "F16");
+    EXPECT_EQ(tensors["rope_freqs.weight"]["type"], "F32");  // llama3 rope scaling, as llama.cpp stores it
+    EXPECT_EQ(tensors["blk.1.attn_output.bias"]["type"], "F32");
+    EXPECT_EQ(tensors["blk.0.attn_norm.weight"]["type"], "F32");
+    EXPECT_EQ(tensors["blk.0.ffn_gate.weight"]["ne"], nlohmann::json::array({c.hidden_size, c.intermediate_size}));
+
+    ThreadPool pool(2);
+    auto m = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull, Rounding::kWoq}, std::nullopt, std::nullopt}, pool);
+    int checked = 0;
+    for (const auto& [name, t] : tensors) {
+      if (t["type"] != (type == LowBit::kSymInt4 ? "Q4_0" : "Q8_0")) continue;
+      const std::vector<float> want = woq_rows(*m, c, name);
+      const std::string bytes = test::read_file(out + "/" + name + ".f32");
+      ASSERT_EQ(bytes.size(), want.size() * sizeof(float)) << name;
+      EXPECT_EQ(std::memcmp(bytes.data(), want.data(), bytes.size()), 0) << name;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 7 * c.num_hidden_layers);
+  }
+}
+
+}  // namespace
+}  // namespace woq

@@ -1,0 +1,340 @@
+// The tokenizer GGUF files embed (tokenizer/gguf_vocab.h) against llama.cpp's
+// vocabulary tests: llama.cpp's own vocab-only GGUFs (tests/data/llama.cpp-vocab,
+// more from WOQ_EXTRA_VOCAB_DIR when present) and GGUFs written here from the
+// bundled Llama 3 and Qwen3 tokenizer.json the way convert_hf_to_gguf.py writes
+// them; special tokens, decoding, and malformed vocabularies.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/gguf_writer.h"
+#include "test_files.h"
+#include "tokenizer/gguf_vocab.h"
+#include "tokenizer/text_pipeline.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq {
+namespace {
+
+using nlohmann::json;
+using Ids = std::vector<std::int32_t>;
+
+const std::string kAssets = WOQ_ASSETS_DIR;
+const std::string kVocabDir = std::string(WOQ_TEST_DATA) + "/llama.cpp-vocab";
+
+// ---- llama.cpp's tests on real GGUF vocabularies ----
+
+struct VocabFile {
+  const char* name;      ///< ggml-vocab-NAME.gguf
+  const char* describe;  ///< what describe() starts with
+};
+void PrintTo(const VocabFile& v, std::ostream* os) { *os << v.name; }
+
+// The file in the repository, else in WOQ_EXTRA_VOCAB_DIR (the project's shared data), else "".
+std::string vocab_base(const std::string& name) {
+  for (const std::string& dir : {kVocabDir, std::string(WOQ_EXTRA_VOCAB_DIR)}) {
+    const std::string base = dir + "/ggml-vocab-" + name + ".gguf";
+    if (std::filesystem::exists(base) && std::filesystem::exists(base + ".inp")) return base;
+  }
+  return {};
+}
+
+// Every case encodes to llama.cpp's ids (no BOS), and decodes back to the text.
+void expect_vocab_cases(const Tokenizer& tok, const std::string& base) {
+  const auto cases = test::llama_cpp_vocab_cases(base);
+  ASSERT_GE(cases.size(), 40u);
+  int passed = 0;
+  for (const auto& [text, want] : cases) {
+    const Ids got = tok.encode(text, /*add_special=*/false);
+    EXPECT_EQ(got, want) << "text: '" << printable(text) << "'";
+    passed += got == want;
+    // SentencePiece's decoder drops the space its dummy prefix stands for.
+    EXPECT_EQ(tok.decode(got), text) << "decode of '" << printable(text) << "'";
+  }
+  std::printf("%s: %d/%zu cases\n", tok.describe().c_str(), passed, cases.size());
+}
+
+class RealGguf : public ::testing::TestWithParam<VocabFile> {};
+
+TEST_P(RealGguf, EveryCaseMatchesLlamaCpp) {
+  const std::string base = vocab_base(GetParam().name);
+  if (base.empty()) GTEST_SKIP() << "ggml-vocab-" << GetParam().name << ".gguf is neither in " << kVocabDir << " nor in "
+                                 << WOQ_EXTRA_VOCAB_DIR;
+  const Tokenizer tok = Tokenizer::load(base);
+  EXPECT_TRUE(tok.describe().starts_with(GetParam().describe)) << tok.describe();
+  expect_vocab_cases(tok, base);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Vocab, RealGguf,
+    ::testing::Values(VocabFile{"llama-spm", "GGUF llama (SentencePiece, 32000 tokens)"},
+                      VocabFile{"phi-3", "GGUF llama (SentencePiece, 32064 tokens)"},
+                      VocabFile{"gpt-2", "GGUF gpt2 (byte-level BPE, pre-tokenizer gpt-2, 50257 tokens)"},
+                      VocabFile{"deepseek-coder", "GGUF gpt2 (byte-level BPE, pre-tokenizer deepseek-coder"},
+                      VocabFile{"mpt", "GGUF gpt2 (byte-level BPE, pre-tokenizer mpt"},
+                      // Only where the project's shared data is (WOQ_EXTRA_VOCAB_DIR):
+                      VocabFile{"starcoder", "GGUF gpt2 (byte-level BPE, pre-tokenizer starcoder"},
+                      VocabFile{"deepseek-llm", "GGUF gpt2 (byte-level BPE, pre-tokenizer deepseek-llm"},
+                      VocabFile{"falcon", "GGUF gpt2 (byte-level BPE, pre-tokenizer falcon"},
+                      VocabFile{"refact", "GGUF gpt2 (byte-level BPE, pre-tokenizer refact"}),
+    [](const auto& param_info) {
+      std::string n = param_info.param.name;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
+
+// ---- GGUFs written from tokenizer.json, as convert_hf_to_gguf.py does ----
+
+// tokenizer.json's vocabulary and merges as tokenizer.ggml.* keys: tokens by id, added
+// tokens typed control (special) or user-defined, ids without a token "[PADn]".
+GgufWriter gguf_from_tokenizer_json(const std::string& dir, const std::string& pre) {
+  const json j = json::parse(test::read_file(dir + "/tokenizer.json"));
+  std::vector<std::string> tokens;
+  std::vector<std::int32_t> types;
+  const auto put = [&](const std::string& t, std::size_t id, std::int32_t type) {
+    if (id >= tokens.size()) {
+      for (std::size_t i = tokens.size(); i <= id; ++i) tokens.push_back("[PAD" + std::to_string(i) + "]");
+      types.resize(id + 1, 4);
+    }
+    tokens[id] = t;
+    types[id] = type;
+  };
+  for (const auto& [t, id] : j["model"]["vocab"].items()) put(t, id.get<std::size_t>(), 1);
+  for (const json& a : j["added_tokens"]) put(a["content"], a["id"].get<std::size_t>(), a["special"].get<bool>() ? 3 : 4);
+  std::vector<std::string> merges;
+  for (const json& m : j["model"]["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", pre);
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_strings("tokenizer.ggml.merges", merges);
+  return w;
+}
+
+TEST(GgufVocab, Llama3AndQwen2PreTokenizersMatchLlamaCpp) {
+  const test::TempDir dir;
+  GgufWriter llama3 = gguf_from_tokenizer_json(kAssets + "/tokenizers/llama3", "llama-bpe");
+  llama3.set_u32("tokenizer.ggml.bos_token_id", 128000);
+  llama3.set_u32("tokenizer.ggml.eos_token_id", 128009);
+  llama3.write(dir.file("llama3.gguf"));
+  const Tokenizer l = Tokenizer::load(dir.file("llama3.gguf"));
+  expect_vocab_cases(l, kVocabDir + "/ggml-vocab-llama-bpe.gguf");
+  // llama-bpe adds BOS by default (llama.cpp); special tokens in the text become their ids.
+  EXPECT_EQ(l.encode("Hello<|eot_id|>"), (Ids{128000, 9906, 128009}));
+  EXPECT_EQ(l.decode({128000, 9906, 128009}), "Hello");
+  EXPECT_EQ(l.eos_id(), 128009);
+
+  gguf_from_tokenizer_json(kAssets + "/tokenizers/qwen3", "qwen2").write(dir.file("qwen.gguf"));
+  const Tokenizer q = Tokenizer::load(dir.file("qwen.gguf"));
+  expect_vocab_cases(q, kVocabDir + "/ggml-vocab-qwen2.gguf");
+  EXPECT_FALSE(q.add_bos());
+  EXPECT_EQ(q.encode("<|im_start|>user"), (Ids{151644, 872}));
+  EXPECT_EQ(q.encode("caf" "e\xCC\x81"), q.encode("caf\xC3\xA9"));  // Qwen2 normalizes to NFC
+}
+
+// ---- special tokens and decoding on the real files ----
+
+TEST(GgufVocab, SentencePieceSpecialsAndBytes) {
+  const Tokenizer tok = Tokenizer::load(kVocabDir + "/ggml-vocab-llama-spm.gguf");
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_EQ(tok.vocab_size(), 32000);
+  EXPECT_EQ(tok.encode("Hello"), (Ids{1, 15043}));
+  EXPECT_EQ(tok.encode("Hello</s>", false), (Ids{15043, 2}));  // control tokens in the text
+  // Byte tokens <0xNN> (id 3 + NN): 中 is E4 B8 AD; a lone byte decodes as U+FFFD.
+  EXPECT_EQ(tok.decode({3 + 0xE4, 3 + 0xB8, 3 + 0xAD}), "中");
+  EXPECT_EQ(tok.decode({3 + 0xE4}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok.token_text(3 + 0x41), "A");
+  EXPECT_EQ(tok.token_text(15043), " Hello");
+  EXPECT_EQ(tok.decode({1, 15043, 2}), "Hello");  // BOS/EOS decode to nothing
+  // Phi-3: EOS <|endoftext|>, <|end|> a control token found in the text, padding typed unknown.
+  const Tokenizer phi3 = Tokenizer::load(kVocabDir + "/ggml-vocab-phi-3.gguf");
+  EXPECT_EQ(phi3.eos_id(), 32000);
+  EXPECT_EQ(phi3.encode("Hi<|end|>", false), (Ids{6324, 32007}));
+  EXPECT_EQ(phi3.decode({6324, 32007}), "Hi");
+}
+
+TEST(GgufVocab, ByteLevelSpecials) {
+  const Tokenizer gpt2 = Tokenizer::load(kVocabDir + "/ggml-vocab-gpt-2.gguf");
+  EXPECT_FALSE(gpt2.add_bos());  // gpt2 vocabularies add BOS only when the file says so
+  EXPECT_EQ(gpt2.bos_id(), 50256);
+  EXPECT_EQ(gpt2.eos_id(), 50256);
+  EXPECT_EQ(gpt2.encode("Hello world"), (Ids{15496, 995}));
+  EXPECT_EQ(gpt2.encode("a<|endoftext|>b"), (Ids{64, 50256, 65}));
+  EXPECT_EQ(gpt2.decode({15496, 50256, 995}), "Hello world");
+  EXPECT_EQ(gpt2.token_text(995), " world");
+  // deepseek-coder says add_bos_token true.
+  const Tokenizer coder = Tokenizer::load(kVocabDir + "/ggml-vocab-deepseek-coder.gguf");
+  EXPECT_TRUE(coder.add_bos());
+  EXPECT_EQ(coder.bos_id(), 32013);
+  EXPECT_EQ(coder.encode("x", true).front(), 32013);
+}
+
+// ---- small vocabularies written here; malformed ones ----
+
+// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then ▁ a b ▁a ab.
+GgufWriter tiny_llama() {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<std::int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  for (const char* t : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"}) {
+    tokens.push_back(t);
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (std::size_t i = 259; i < tokens.size(); ++i) scores[i] = -static_cast<float>(i - 259);
+  GgufWriter w;
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_f32s("tokenizer.ggml.scores", scores);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  return w;
+}
+
+// A byte-level BPE vocabulary: the 256 byte characters, then Ġa (merge "Ġ a") and <|end|> (control).
+GgufWriter tiny_gpt2() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(hf::byte_level_char(static_cast<unsigned char>(b)));
+  tokens.push_back("\xC4\xA0" "a");
+  tokens.push_back("<|end|>");
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  types.back() = 3;
+  GgufWriter w;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "gpt-2");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_strings("tokenizer.ggml.merges", {"\xC4\xA0 a"});
+  return w;
+}
+
+// `w` with the keys `edit` sets (replacing those it has).
+GgufWriter with(GgufWriter w, const std::function<void(GgufWriter&)>& edit) {
+  edit(w);
+  return w;
+}
+
+TEST(GgufVocab, SmallVocabularies) {
+  const test::TempDir dir;
+  with(tiny_llama(), [](GgufWriter& w) {
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_bool("tokenizer.ggml.add_eos_token", true);
+  }).write(dir.file("l.gguf"));
+  const Tokenizer l = Tokenizer::load(dir.file("l.gguf"));
+  EXPECT_EQ(l.describe(), "GGUF llama (SentencePiece, 264 tokens)");
+  EXPECT_EQ(l.encode("ab a"), (Ids{1, 262, 261, 262, 2}));  // ▁a b ▁a with BOS and EOS; "ab" loses to "▁a"
+  EXPECT_EQ(l.encode("c", false), (Ids{259, 3 + 'c'}));     // byte fallback
+  EXPECT_EQ(l.decode(l.encode("ab ca")), "ab ca");
+  with(tiny_llama(), [](GgufWriter& w) { w.set_bool("tokenizer.ggml.add_space_prefix", false); }).write(dir.file("np.gguf"));
+  EXPECT_EQ(Tokenizer::load(dir.file("np.gguf")).encode("a", false), (Ids{260}));
+
+  with(tiny_gpt2(), [](GgufWriter& w) {
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    w.set_u32("tokenizer.ggml.bos_token_id", 257);
+  }).write(dir.file("g.gguf"));
+  const Tokenizer g = Tokenizer::load(dir.file("g.gguf"));
+  EXPECT_EQ(g.describe(), "GGUF gpt2 (byte-level BPE, pre-tokenizer gpt-2, 258 tokens)");
+  EXPECT_EQ(g.encode("a a<|end|>"), (Ids{257, 'a', 256, 257}));
+  EXPECT_EQ(g.decode({'a', 256, 257}), "a a");
+  // tokenizer.ggml.pre absent: llama.cpp's "default".
+  GgufWriter nopre;
+  nopre.set_string("tokenizer.ggml.model", "gpt2");
+  nopre.set_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  nopre.set_strings("tokenizer.ggml.merges", {"a b"});
+  nopre.write(dir.file("nopre.gguf"));
+  EXPECT_EQ(Tokenizer::load(dir.file("nopre.gguf")).encode("ab"), (Ids{2}));
+  // A split set: the tokenizer is read from the first part.
+  with(tiny_gpt2(), [](GgufWriter& w) {
+    w.set_u32("split.no", 0);
+    w.set_u32("split.count", 2);
+  }).write(dir.file("m-00001-of-00002.gguf"));
+  GgufWriter second;
+  second.set_u32("split.no", 1);
+  second.set_u32("split.count", 2);
+  second.write(dir.file("m-00002-of-00002.gguf"));
+  EXPECT_EQ(Tokenizer::load(dir.file("m-00002-of-00002.gguf")).encode(" a"), (Ids{256}));
+}
+
+TEST(GgufVocab, MalformedVocabulariesNameTheKey) {
+  const test::TempDir dir;
+  const std::string path = dir.file("bad.gguf");
+  // Loading `w` with `edit` applied fails with a message holding each of `parts`.
+  const auto expect_error = [&](GgufWriter w, const std::function<void(GgufWriter&)>& edit,
+                                std::initializer_list<const char*> parts) {
+    edit(w);
+    w.write(path);
+    try {
+      Tokenizer::load(path);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  using W = GgufWriter&;
+  expect_error({}, [](W w) { w.set_string("general.architecture", "llama"); },
+               {"bad.gguf", "tokenizer.ggml.model", "missing"});
+  expect_error({}, [](W w) { w.set_string("tokenizer.ggml.model", "bert"); },
+               {"tokenizer.ggml.model", "'bert'", "llama", "gpt2"});
+  expect_error({}, [](W w) { w.set_u32("tokenizer.ggml.model", 1); }, {"tokenizer.ggml.model", "string"});
+  expect_error({}, [](W w) { w.set_string("tokenizer.ggml.model", "llama"); }, {"tokenizer.ggml.tokens", "missing"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_string("tokenizer.ggml.pre", "tiktoken-9"); },
+               {"tokenizer.ggml.pre", "'tiktoken-9'", "llama-bpe", "qwen2", "gpt-2", "default"});
+  expect_error(tiny_llama(), [](W w) { w.set_f32s("tokenizer.ggml.scores", {0.0f, 1.0f}); },
+               {"tokenizer.ggml.scores", "2 entries", "264"});
+  expect_error(tiny_llama(), [](W w) { w.set_i32s("tokenizer.ggml.token_type", {1, 1, 1}); },
+               {"tokenizer.ggml.token_type", "3 entries", "264"});
+  expect_error(tiny_llama(), [](W w) { w.set_u32("tokenizer.ggml.bos_token_id", 264); },
+               {"tokenizer.ggml.bos_token_id", "264", "outside"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_u32("tokenizer.ggml.eos_token_id", 1000); },
+               {"tokenizer.ggml.eos_token_id", "1000"});
+  expect_error(tiny_llama(), [](W w) { w.set_u32("tokenizer.ggml.unknown_token_id", 99999); },
+               {"tokenizer.ggml.unknown_token_id"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_u32("tokenizer.ggml.padding_token_id", 258); },
+               {"tokenizer.ggml.padding_token_id"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_string("tokenizer.ggml.add_bos_token", "yes"); },
+               {"tokenizer.ggml.add_bos_token", "bool"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_bool("tokenizer.ggml.add_bos_token", true); },
+               {"BOS", "tokenizer.ggml.bos_token_id"});
+  expect_error(tiny_llama(), [](W w) { w.set_i32s("tokenizer.ggml.scores", std::vector<std::int32_t>(264, 0)); },
+               {"tokenizer.ggml.scores", "float"});
+  expect_error({}, [](W w) {
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_strings("tokenizer.ggml.tokens", {"<unk>", "a"});
+  }, {"tokenizer.ggml.scores", "missing"});
+  expect_error({}, [](W w) {
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
+  }, {"tokenizer.ggml.merges", "missing"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_strings("tokenizer.ggml.merges", {"\xC4\xA0 a", "ab"}); },
+               {"'tokenizer.ggml.merges'[1]", "'ab'"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_strings("tokenizer.ggml.merges", {"a zz"}); },
+               {"tokenizer.ggml.merges", "'zz' is not in the vocabulary"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_strings("tokenizer.ggml.tokens", {"a", "b", "a"}); },
+               {"tokenizer.ggml.tokens", "'a'", "[0]", "[2]"});
+  std::vector<std::int32_t> types(264, 1);
+  types[7] = 9;
+  expect_error(tiny_llama(), [&](W w) { w.set_i32s("tokenizer.ggml.token_type", types); },
+               {"'tokenizer.ggml.token_type'[7] = 9"});
+  // SentencePiece's own checks: byte tokens must cover all 256 bytes.
+  types.assign(264, 1);
+  types[0] = 2;
+  types[3] = 6;
+  expect_error(tiny_llama(), [&](W w) { w.set_i32s("tokenizer.ggml.token_type", types); },
+               {"bad.gguf", "tokenizer.ggml.tokens/scores/token_type", "256 byte pieces"});
+  expect_error(tiny_gpt2(), [](W w) { w.set_strings("tokenizer.ggml.tokens", {}); }, {"tokenizer.ggml.tokens", "empty"});
+}
+
+}  // namespace
+}  // namespace woq
