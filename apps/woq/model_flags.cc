@@ -82,8 +82,9 @@ void print_load_report(const LoadReport& r, const LoadOptions& options) {
                                           r.linear_matrices, r.source_dtype, describe(options.linear),
                                           mib(r.linear_source_bytes), mib(r.linear_bytes))
                             : std::string();
-  fmt::print(stderr, "woq: {}embeddings, norms{} kept as stored ({:.2f} MiB){}; {}loaded in {:.2f} s\n", converted,
-             options.lm_head ? "" : " and lm_head", mib(r.other_bytes), head,
+  fmt::print(stderr, "woq: {}embeddings, norms{} {} ({:.2f} MiB){}; {}loaded in {:.2f} s\n", converted,
+             options.lm_head ? "" : " and lm_head",
+             r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored", mib(r.other_bytes), head,
              r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds);
 }
 

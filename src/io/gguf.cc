@@ -345,11 +345,15 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 
 bool is_gguf_path(std::string_view path) { return path.ends_with(".gguf"); }
 
-std::vector<std::string> gguf_split_paths(const std::string& path) {
-  // NAME-00001-of-00003.gguf: "-" 5 digits "-of-" 5 digits ".gguf".
-  constexpr std::string_view kTail = "-00000-of-00000.gguf";
-  if (path.size() < kTail.size()) return {path};
-  const std::string_view tail = std::string_view(path).substr(path.size() - kTail.size());
+namespace {
+
+// NAME-00001-of-00003.gguf: "-" 5 digits "-of-" 5 digits ".gguf".
+constexpr std::string_view kSplitTail = "-00000-of-00000.gguf";
+
+// {part, count} of a split-set name, or {-1, -1}.
+std::pair<int, int> split_numbers(std::string_view path) {
+  if (path.size() < kSplitTail.size() || !path.ends_with(".gguf")) return {-1, -1};
+  const std::string_view tail = path.substr(path.size() - kSplitTail.size());
   auto digits = [&](std::size_t at) {
     int v = 0;
     for (std::size_t i = at; i < at + 5; ++i) {
@@ -358,11 +362,22 @@ std::vector<std::string> gguf_split_paths(const std::string& path) {
     }
     return v;
   };
+  if (tail[0] != '-' || tail.substr(6, 4) != "-of-") return {-1, -1};
   const int no = digits(1), count = digits(10);
-  if (tail[0] != '-' || tail.substr(6, 4) != "-of-" || no < 0 || count < 0) return {path};
+  if (no < 0 || count < 0) return {-1, -1};
+  return {no, count};
+}
+
+}  // namespace
+
+bool gguf_split_paths_pattern(std::string_view path) { return split_numbers(path).first >= 0; }
+
+std::vector<std::string> gguf_split_paths(const std::string& path) {
+  const auto [no, count] = split_numbers(path);
+  if (no < 0) return {path};
   if (count < 1 || no < 1 || no > count)
     fail("{}: split part {} of {} is not a valid gguf-split name", path, no, count);
-  const std::string stem = path.substr(0, path.size() - kTail.size());
+  const std::string stem = path.substr(0, path.size() - kSplitTail.size());
   std::vector<std::string> parts;
   for (int i = 1; i <= count; ++i) {
     std::string part = fmt::format("{}-{:05}-of-{:05}.gguf", stem, i, count);
@@ -391,6 +406,15 @@ std::vector<GgufFile> open_gguf(const std::string& path) {
     for (const GgufTensorInfo& t : p.tensors())
       if (const auto [it, fresh] = owner.emplace(t.name, p.path()); !fresh)
         fail("{}: tensor '{}' is also in {}", p.path(), printable(t.name), it->second);
+  }
+  if (paths.size() == 1) {
+    if (const auto count = parts.front().get_int("split.count"); count && *count > 1)
+      fail("{}: metadata split.count = {} but the file is not named as part of a split set (NAME-00001-of-{:05}.gguf)",
+           path, *count, *count);
+  } else if (const auto total = parts.front().get_int("split.tensors.count");
+             total && *total != static_cast<std::int64_t>(owner.size())) {
+    fail("{}: metadata split.tensors.count = {} but the {} parts hold {} tensors", parts.front().path(), *total,
+         paths.size(), owner.size());
   }
   return parts;
 }

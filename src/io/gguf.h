@@ -115,6 +115,9 @@ bool is_gguf_path(std::string_view path);
 /// checked for presence. Throws woq::Error naming the missing part.
 std::vector<std::string> gguf_split_paths(const std::string& path);
 
+/// True when `path` ends like a part of a split set (-NNNNN-of-NNNNN.gguf).
+bool gguf_split_paths_pattern(std::string_view path);
+
 /// Opens every part of the GGUF model `path` (gguf_split_paths). For a split
 /// set, checks each part's split.no / split.count and that no tensor is in
 /// two parts. Throws woq::Error naming the part.

@@ -49,7 +49,7 @@ std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::st
   if (!name.starts_with(prefix)) return std::nullopt;
   name.remove_prefix(prefix.size());
   const std::size_t dot = name.find('.');
-  if (dot == 0 || dot == std::string_view::npos || dot > 6) return std::nullopt;
+  if (dot == 0 || dot == std::string_view::npos || dot > 6 || (dot > 1 && name[0] == '0')) return std::nullopt;  // no "blk.00."
   for (std::size_t i = 0; i < dot; ++i)
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
   return std::pair{name.substr(0, dot), name.substr(dot + 1)};

@@ -113,7 +113,16 @@ ModelConfig read_model_config(const std::string& dir) {
   if (is_gguf_path(dir)) return gguf_model_config(open_gguf(dir));
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code exists_ec;
-  if (!fs::exists(path, exists_ec)) fail("{}: not found (is '{}' a Hugging Face model directory?)", path, dir);
+  if (!fs::exists(path, exists_ec)) {
+    std::string hint;
+    if (fs::is_directory(dir, exists_ec))
+      for (const auto& e : fs::directory_iterator(dir, exists_ec))
+        if (is_gguf_path(e.path().string())) {
+          hint = fmt::format("; it holds {}: pass that file as the model", e.path().string());
+          break;
+        }
+    fail("{}: not found (is '{}' a Hugging Face model directory?){}", path, dir, hint);
+  }
   const JsonFields f(read_json_file(path), path);
 
   ModelConfig c;

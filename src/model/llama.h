@@ -64,9 +64,11 @@ struct LoadReport {
   std::uint64_t linear_source_bytes = 0;  ///< their size in the checkpoint's dtype
   std::uint64_t linear_bytes = 0;         ///< their size after conversion
   std::uint64_t other_bytes = 0;          ///< embeddings, norms, and lm_head when kept at source precision
+  /// A GGUF embedding or lm_head of a ggml type woq lacks was converted to the closest woq format (a warning says which).
+  bool other_converted = false;
   std::uint64_t lm_head_bytes = 0;        ///< lm_head when converted by LoadOptions::lm_head, else 0
   std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
-  /// Pre-quantized checkpoints (GPTQ, compressed-tensors): linear layers used
+  /// Pre-quantized checkpoints (GPTQ, compressed-tensors, GGUF Q4_0/Q8_0): linear layers used
   /// as stored (repacked into woq's layout, not re-quantized).
   std::int64_t linear_imported = 0;
   std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout

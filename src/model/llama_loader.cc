@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/mmap_file.h"
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
@@ -62,6 +63,10 @@ std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, s
       } else if (!ggml::sym_int8_from_q8_0(src, cols, reinterpret_cast<std::int8_t*>(q), scales)) {
         representable = false;
       }
+      for (std::int64_t g = 0; g < w.groups_per_row; ++g)
+        if ((scales[g] & 0x7c00) == 0x7c00)
+          fail("{}: tensor '{}' row {} block {} has scale {} (NaN or infinite)", t.file, t.name, stored, g,
+               fp16_to_fp32(scales[g]));
     }
   });
   release_pages(t.bytes);
@@ -124,6 +129,7 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
     if (dot == std::string::npos || index.empty() || index.size() > 6 ||
         index.find_first_not_of("0123456789") != std::string::npos)
       refuse("has no layer number");
+    if (index.size() > 1 && index[0] == '0') refuse("has a layer number with a leading zero (never read)");
     if (std::stoll(index) >= c.num_hidden_layers)
       refuse(fmt::format("belongs to a layer beyond config.json num_hidden_layers = {}", c.num_hidden_layers));
     const std::string part = rest.substr(dot + 1);
@@ -183,9 +189,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   auto keep = [&](const TensorView& t, const char* from) {
     if (std::optional<QuantMatrix> w = import_ggml(t, c.vocab_size, c.hidden_size, from, pool)) return std::move(*w);
     const QuantSpec spec = keep_format(t);
-    if (t.dtype == DType::kGgml)
-      note_conversion(t, fmt::format("converted to {} group {} (woq has no {} kernels; adds that format's rounding)",
-                                     low_bit_name(spec.type), spec.group_size, t.ggml->name), rep);
+    if (t.dtype == DType::kGgml) {
+      note_conversion(t, t.ggml->type == GgmlType::kQ8_0
+                             ? std::string("hold -128, outside sym_int8's [-127, 127]: re-rounded to sym_int8 group 32")
+                             : fmt::format("converted to {} group {} (woq has no {} kernels; adds that format's "
+                                           "rounding)", low_bit_name(spec.type), spec.group_size, t.ggml->name), rep);
+      rep.other_converted = true;
+    }
     return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
   };
   const TensorView& embed = store.get("model.embed_tokens.weight");
@@ -202,6 +212,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
                         : keep(head_src, "vocab_size, hidden_size"));
     set_activations(*m->lm_head_, options, activations_used, rep, pool);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
+  } else {
+    // Tied: the embedding is also the output projection (its lookup reads either layout).
+    set_activations(m->embed_, options, activations_used, rep, pool);
   }
   m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
   rep.other_bytes += m->final_norm_.size() * sizeof(float);
@@ -234,13 +247,18 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
         rep.imported_format += (rep.imported_format.empty() ? "" : ", ") + format;
       return std::move(*w);
     }
+    // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded.
+    const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
+    const QuantSpec spec = q8 ? QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kWoq} : options.linear;
     if (t.dtype == DType::kGgml)
-      note_conversion(t, fmt::format("dequantized and re-quantized to {} (woq has no {} kernels; the second rounding "
-                                     "adds error: measure it with woq eval compare)",
-                                     low_bit_name(options.linear.type), t.ggml->name), rep);
+      note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "
+                                          "sym_int8 group 32")
+                            : fmt::format("dequantized and re-quantized to {} (woq has no {} kernels; the second "
+                                          "rounding adds error: measure it with woq eval compare)",
+                                          low_bit_name(options.linear.type), t.ggml->name), rep);
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(t.type_name());
     rep.linear_source_bytes += t.bytes.size();
-    QuantMatrix w = load_matrix(t, rows, cols, from, options.linear, pool);
+    QuantMatrix w = load_matrix(t, rows, cols, from, spec, pool);
     set_activations(w, options, activations_used, rep, pool);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;

@@ -1,5 +1,6 @@
 #include "quantize/gguf_export.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -85,6 +86,8 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   const auto start = std::chrono::steady_clock::now();
   const GgmlType target = ggml_type_of(options.type);
   if (!is_gguf_path(out)) fail("{}: a GGUF output file name must end in .gguf", out);
+  if (gguf_split_paths_pattern(out))
+    fail("{}: woq writes one file, and a name ending in -NNNNN-of-NNNNN.gguf reads as a part of a split set", out);
   std::error_code ec;
   if (fs::exists(fs::symlink_status(out)) && !options.force) fail("{}: already exists (pass --force to replace it)", out);
   if (fs::exists(out) && fs::equivalent(in, out, ec)) fail("{}: the output is the input", out);
@@ -109,7 +112,10 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   w.set_string("general.architecture", arch);
   const fs::path in_path(in);
-  w.set_string("general.name", (in_path.has_filename() ? in_path.filename() : in_path.parent_path().filename()).string());
+  std::string model_name = (in_path.has_filename() ? in_path.filename() : in_path.parent_path().filename()).string();
+  if (is_gguf_path(in))
+    model_name = GgufFile(gguf_split_paths(in).front()).get_string("general.name").value_or(model_name);
+  w.set_string("general.name", model_name);
   w.set_u32("general.file_type", gguf_file_type(options.type));
   w.set_u32("general.quantization_version", 2);
   w.set_u32(key("vocab_size"), u32(c.vocab_size));
@@ -145,6 +151,14 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     const GgmlTypeTraits& traits = ggml_type_traits(type);
     report.bytes_after += static_cast<std::uint64_t>(rows * ggml_row_bytes(traits, k));
     if (linear && type == target) ++report.matrices;
+    if (t.ggml != nullptr) {
+      const std::string note =
+          t.ggml->type == type
+              ? fmt::format("{} tensors of the input are copied as stored (no rounding)", t.ggml->name)
+              : fmt::format("{} tensors of the input are dequantized and rounded again to {} (a second rounding)",
+                            t.ggml->name, ggml_type_traits(type).name);
+      if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end()) report.notes.push_back(note);
+    }
     std::vector<std::int64_t> ne(t.shape.rbegin(), t.shape.rend());
     // GGUF row g holds HF row hf_row[g] (llama's q/k interleave their rotary halves).
     std::vector<std::int64_t> hf_row;
@@ -189,7 +203,15 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
           } else {
             tensor_to_f32(t, x.data(), hf_row[static_cast<std::size_t>(g)] * k, k);
           }
-          encode_row(x.data(), k, type, options.rounding, dst.data() + g * row_bytes);
+          for (std::int64_t i = 0; i < k; ++i)
+            if (!std::isfinite(x[static_cast<std::size_t>(i)]))
+              fail("{}: tensor '{}' holds {} at row {}, column {}", t.file, t.name, x[static_cast<std::size_t>(i)],
+                   hf_row.empty() ? g : hf_row[static_cast<std::size_t>(g)], i);
+          try {
+            encode_row(x.data(), k, type, options.rounding, dst.data() + g * row_bytes);
+          } catch (const Error& e) {
+            fail("{}: tensor '{}' row {}: {}", t.file, t.name, g, e.what());
+          }
         }
       });
       release_pages(t.bytes);

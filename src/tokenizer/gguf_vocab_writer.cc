@@ -37,6 +37,13 @@ void set_specials(GgufWriter& w, const ModelConfig& config, const Tokenizer& tok
   if (config.bos_token_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(config.bos_token_id));
   const std::int64_t eos = !config.eos_token_ids.empty() ? config.eos_token_ids.front() : tok.eos_id();
   if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(eos));
+  // Further stop tokens (Llama 3's <|eom_id|> / <|eot_id|>, Qwen's <|endoftext|>) as llama.cpp's EOM / EOT.
+  for (std::size_t i = 1; i < config.eos_token_ids.size() && i < 3; ++i) {
+    const auto id = static_cast<std::uint32_t>(config.eos_token_ids[i]);
+    const bool eom = tok.token_text(static_cast<std::int32_t>(id)) == "<|eom_id|>";
+    const char* key = eom || w.has("tokenizer.ggml.eot_token_id") ? "tokenizer.ggml.eom_token_id" : "tokenizer.ggml.eot_token_id";
+    if (!w.has(key)) w.set_u32(key, id);
+  }
   if (unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<std::uint32_t>(unk));
   if (pad >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<std::uint32_t>(pad));
   w.set_bool("tokenizer.ggml.add_bos_token", tok.add_bos());
@@ -83,8 +90,8 @@ void write_sentencepiece(const std::string& dir, const std::string& path, const 
   std::vector<int> one, two;
   if (sp.Encode("a b", &one).ok() && sp.Encode("a  b", &two).ok() && one == two)
     notes.push_back(fmt::format("{} collapses runs of spaces (SentencePiece remove_extra_whitespaces); a GGUF llama "
-                                "vocabulary cannot say so, so llama.cpp and woq tokenize repeated spaces of the GGUF "
-                                "file differently", path));
+                                "vocabulary cannot say so, so the GGUF file (in llama.cpp and in woq alike) tokenizes "
+                                "text with repeated spaces differently from this tokenizer.model", path));
 }
 
 // Whether `j` (a pre_tokenizer or decoder) is or contains ByteLevel.
