@@ -27,6 +27,16 @@ bool has_avx2() {
 #endif
 }
 
+bool has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's checks include the OS's saving of the ZMM and mask state (XGETBV).
+  return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 struct IsaInfo {
   Isa isa;
   std::string_view name;
@@ -35,9 +45,10 @@ struct IsaInfo {
 };
 
 // One row per ISA, in the enum's order.
-constexpr std::array<IsaInfo, 2> kIsas = {{
+constexpr std::array<IsaInfo, 3> kIsas = {{
     {Isa::kScalar, "scalar", "nothing", [] { return true; }},
     {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2},
+    {Isa::kAvx512, "avx512", "AVX-512 F + BW + VL + VNNI (and AVX2 + FMA + F16C)", has_avx512},
 }};
 
 const IsaInfo& info(Isa isa) { return kIsas[static_cast<std::size_t>(isa)]; }
@@ -63,6 +74,15 @@ Isa detect_isa() {
 std::string_view isa_name(Isa isa) { return info(isa).name; }
 std::string_view isa_requirements(Isa isa) { return info(isa).requirements; }
 bool cpu_supports(Isa isa) { return info(isa).supported(); }
+
+std::span<const Isa> all_isas() {
+  static constexpr std::array<Isa, kIsas.size()> isas = [] {
+    std::array<Isa, kIsas.size()> v{};
+    for (std::size_t i = 0; i < kIsas.size(); ++i) v[i] = kIsas[i].isa;
+    return v;
+  }();
+  return isas;
+}
 
 std::span<const Isa> available_isas() {
   static const std::vector<Isa> isas = [] {

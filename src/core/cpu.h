@@ -9,9 +9,9 @@
 namespace woq {
 
 /// Instruction sets a kernel may be specialised for, in increasing order of preference.
-enum class Isa { kScalar, kAvx2 };
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
-/// "scalar", "avx2".
+/// "scalar", "avx2", "avx512".
 std::string_view isa_name(Isa isa);
 
 /// What `isa` needs of the CPU, for messages ("AVX2 + FMA + F16C").
@@ -19,6 +19,9 @@ std::string_view isa_requirements(Isa isa);
 
 /// Whether this CPU (and its OS) runs kernels of `isa`.
 bool cpu_supports(Isa isa);
+
+/// Every ISA woq has kernels for, in the enum's order (whether or not this CPU runs them).
+std::span<const Isa> all_isas();
 
 /// The ISAs this CPU runs, scalar first and the best last: what tests and
 /// benchmarks loop over.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -32,9 +33,10 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
 }
 
 // Reference integer path, in the kernels' order of float operations
-// (matmul_avx2.cc): per block, acc = fma(Σ q·a, s_w·d_a, acc), then for the
-// 4-bit formats (stored nibbles q, zero point z = 8 or per group)
-// acc = fma(-z·s_w, d_a·Σa, acc). `q` is the row gathered into the row-major layout.
+// (matmul_avx2.cc, matmul_avx512.cc): per block, the exact integer sum
+// Σ (q - z)·a = Σ q·a - z·Σa (stored values q; zero point z = 8 for sym_int4,
+// per group for asym_int4, 0 for sym_int8), then acc = fma(sum, s_w·d_a, acc).
+// `q` is the row gathered into the row-major layout.
 template <LowBit T>
 float dot_q8_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint16_t* scales,
                     const std::uint8_t* zeros, const Q8Activations& a, std::int64_t t) {
@@ -49,13 +51,9 @@ float dot_q8_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint
       const int v = T == LowBit::kSymInt8 ? static_cast<std::int8_t>(q[j]) : codec::get_nibble(q, j);
       isum += v * qa[j];
     }
-    const float dw = fp16_to_fp32(scales[g]);
     const std::size_t at = static_cast<std::size_t>(t * a.padded + b);
-    acc = std::fma(static_cast<float>(isum), dw * a.d[at], acc);
-    if constexpr (T != LowBit::kSymInt8) {
-      const float zdw = static_cast<float>(T == LowBit::kSymInt4 ? 8 : zeros[g]) * dw;
-      acc = std::fma(-zdw, a.sum[at], acc);
-    }
+    if constexpr (T != LowBit::kSymInt8) isum -= (T == LowBit::kSymInt4 ? 8 : zeros[g]) * a.qsum[at];
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(scales[g]) * a.d[at], acc);
   }
   return acc;
 }
@@ -94,6 +92,7 @@ const RowKernels& kernels(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return scalar_kernels();
     case Isa::kAvx2: return avx2_kernels();
+    case Isa::kAvx512: return avx512_kernels();
   }
   return scalar_kernels();
 }
@@ -114,58 +113,84 @@ constexpr std::int64_t kQ8GroupGrain = 4;
 // projection at 1.1x its one-thread speed, 96 KiB at 1.4x).
 constexpr std::int64_t kQ8ChunkBytes = 96 * 1024;
 
-void matmul_float(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
-                  const detail::RowKernels& kern) {
+// Rows [r0, r1) of y = x · wᵀ on the float path.
+// dot_row is dot_f32 on the exactly widened row (quantized rows dequantized
+// in registers, in the same order), so the row path (decode) and the tiled
+// path (prefill) give the same sums.
+// Interleaved matrices (prepared for int8 activations, then switched to
+// f32 ones, as explain does) are widened row by row through the reference.
+void float_rows(const QuantMatrix& w, const float* x, std::int64_t m, float* y, const detail::RowKernels& kern,
+                std::int64_t r0, std::int64_t r1) {
   const std::int64_t n = w.rows;
   const std::int64_t k = w.cols;
-  // dot_row is dot_f32 on the exactly widened row (quantized rows dequantized
-  // in registers, in the same order), so the row path (decode) and the tiled
-  // path (prefill) give the same sums.
-  // Interleaved matrices (prepared for int8 activations, then switched to
-  // f32 ones, as explain does) are widened row by row through the reference.
   const bool flat = w.interleave == 1;
-  const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
   if (m < kTiledMinRows && flat) {
-    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> scratch(static_cast<std::size_t>(k));
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t i = 0; i < m; ++i) y[i * n + r] = kern.dot_row(w, r, x + i * k, scratch.data());
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<std::size_t>(k));
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t i = 0; i < m; ++i) y[i * n + r] = kern.dot_row(w, r, x + i * k, scratch.data());
+    return;
+  }
+  const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
+  thread_local std::vector<float> tile;
+  tile.resize(static_cast<std::size_t>(kTileRows * k));
+  for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
+    const std::int64_t rows = std::min(kTileRows, r1 - t0);
+    for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile.data() + r * k);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t r = 0; r < rows; ++r) y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);
+  }
+}
+
+// One parallel pass over the work units (rows on the float path, 8-row groups
+// on the integer path) of several matrices laid end to end: fn(i, u0, u1)
+// covers units [u0, u1) of matrix i.
+template <typename Fn>
+void parallel_over(std::span<const MatmulOutput> outs, std::int64_t (*units)(const QuantMatrix&), std::int64_t grain,
+                   ThreadPool& pool, const Fn& fn) {
+  std::int64_t total = 0;
+  for (const MatmulOutput& o : outs) total += units(*o.w);
+  pool.parallel_for(
+      total,
+      [&](std::int64_t u0, std::int64_t u1) {
+        std::int64_t start = 0;
+        for (std::size_t i = 0; i < outs.size() && start < u1; ++i) {
+          const std::int64_t end = start + units(*outs[i].w);
+          if (end > u0) fn(i, std::max(u0, start) - start, std::min(u1, end) - start);
+          start = end;
+        }
+      },
+      grain);
+}
+
+std::int64_t row_units(const QuantMatrix& w) { return w.rows; }
+std::int64_t group_units(const QuantMatrix& w) { return (w.rows + kInterleaveRows - 1) / kInterleaveRows; }
+
+// Every matrix of `outs` takes the same path (both integer, or both float) and
+// reads x as given (no act-order).
+void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool, Isa isa) {
+  const detail::RowKernels& kern = detail::kernels(isa);
+  if (!uses_q8_path(*outs[0].w)) {
+    const std::int64_t grain = m < kTiledMinRows ? 1 : kTileRows;
+    parallel_over(outs, row_units, grain, pool, [&](std::size_t i, std::int64_t r0, std::int64_t r1) {
+      float_rows(*outs[i].w, x, m, outs[i].y, kern, r0, r1);
     });
     return;
   }
-  pool.parallel_for(
-      n,
-      [&](std::int64_t r0, std::int64_t r1) {
-        std::vector<float> tile(static_cast<std::size_t>(kTileRows * k));
-        for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
-          const std::int64_t rows = std::min(kTileRows, r1 - t0);
-          for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile.data() + r * k);
-          for (std::int64_t i = 0; i < m; ++i)
-            for (std::int64_t r = 0; r < rows; ++r)
-              y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);
-        }
-      },
-      kTileRows);
-}
-
-void matmul_q8(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
-               const detail::RowKernels& kern, Isa isa) {
-  if (w.interleave != kInterleaveRows)
-    fail("matmul: a [{}, {}] {} matrix with int8 activations must be prepared first (prepare_for_kernels)", w.rows,
-         w.cols, low_bit_name(w.type));
+  for (const MatmulOutput& o : outs)
+    if (o.w->interleave != kInterleaveRows)
+      fail("matmul: a [{}, {}] {} matrix with int8 activations must be prepared first (prepare_for_kernels)",
+           o.w->rows, o.w->cols, low_bit_name(o.w->type));
   // Reused between calls; workers see it through the reference (a
   // thread_local named inside the lambda would be each worker's own).
   thread_local Q8Activations buffer;
   Q8Activations& a = buffer;
-  quantize_activations(x, m, w.cols, a, isa);
+  quantize_activations(x, m, outs[0].w->cols, a, isa);
   const std::int64_t chunk = std::max<std::int64_t>(4, kQ8ChunkBytes / (a.padded * kQ8Block) / 4 * 4);
-  const std::int64_t groups = (w.rows + kInterleaveRows - 1) / kInterleaveRows;
-  pool.parallel_for(
-      groups,
-      [&a, &kern, &w, m, chunk, y](std::int64_t g0, std::int64_t g1) {
-        for (std::int64_t t0 = 0; t0 < m; t0 += chunk) kern.tile_q8(w, g0, g1, a, t0, std::min(chunk, m - t0), y);
-      },
-      kQ8GroupGrain);
+  parallel_over(outs, group_units, kQ8GroupGrain, pool, [&](std::size_t i, std::int64_t g0, std::int64_t g1) {
+    for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
+      kern.tile_q8(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y);
+  });
 }
 
 }  // namespace
@@ -180,22 +205,35 @@ void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
   if (uses_q8_path(w)) interleave_rows(w, pool);
 }
 
-void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
-            Isa isa) {
-  const detail::RowKernels& kern = detail::kernels(isa);
-  if (!w.input_order.empty()) {
-    // Act-order: gather the inputs into storage order once per call.
-    thread_local std::vector<float> gathered;
-    gathered.resize(static_cast<std::size_t>(m * w.cols));
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t k = 0; k < w.cols; ++k)
-        gathered[static_cast<std::size_t>(i * w.cols + k)] = x[i * w.cols + w.input_order[static_cast<std::size_t>(k)]];
-    x = gathered.data();
-  }
-  if (uses_q8_path(w)) {
-    matmul_q8(w, x, m, y, pool, kern, isa);
-  } else {
-    matmul_float(w, x, m, y, pool, kern);
+void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Isa isa) {
+  const MatmulOutput out{&w, y};
+  matmul_shared_input(std::span(&out, 1), x, m, pool, isa);
+}
+
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
+                         Isa isa) {
+  if (outs.empty()) return;
+  for (const MatmulOutput& o : outs)
+    if (o.w->cols != outs[0].w->cols)
+      fail("matmul: matrices of {} and {} inputs cannot share one input", outs[0].w->cols, o.w->cols);
+  bool same = true;
+  for (const MatmulOutput& o : outs)
+    same = same && o.w->input_order.empty() && uses_q8_path(*o.w) == uses_q8_path(*outs[0].w);
+  if (same) return matmul_same_path(outs, x, m, pool, isa);
+  for (const MatmulOutput& o : outs) {
+    const float* in = x;
+    if (!o.w->input_order.empty()) {
+      // Act-order: gather the inputs into storage order once per matrix.
+      thread_local std::vector<float> gathered;
+      gathered.resize(static_cast<std::size_t>(m * o.w->cols));
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t k = 0; k < o.w->cols; ++k)
+          gathered[static_cast<std::size_t>(i * o.w->cols + k)] =
+              x[i * o.w->cols + o.w->input_order[static_cast<std::size_t>(k)]];
+      in = gathered.data();
+    }
+    const MatmulOutput one = o;
+    matmul_same_path(std::span(&one, 1), in, m, pool, isa);
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/cpu.h"
 #include "formats/low_bit.h"
@@ -34,6 +35,21 @@ class ThreadPool;
 /// agree to float rounding.
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
+
+/// One matrix of matmul_shared_input and where its product goes: y [m, w->rows].
+struct MatmulOutput {
+  const QuantMatrix* w;
+  float* y;
+};
+
+/// matmul of one input x [m, K] by several matrices of K columns each (q/k/v,
+/// gate/up): the same outputs, bit for bit, as one matmul per matrix, but
+/// with the activations quantized once and one parallel pass (one wake-up of
+/// the pool) over the rows of all of them when they take the same path and
+/// none has an act-order (else one matmul each). Throws woq::Error when the
+/// column counts differ.
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
+                         Isa isa = active_isa());
 
 /// Σ_i a[i] · b[i] over fp32 vectors of length n (attention scores).
 float dot(const float* a, const float* b, std::int64_t n, Isa isa = active_isa());
@@ -76,6 +92,7 @@ struct RowKernels {
 const RowKernels& kernels(Isa isa);
 const RowKernels& scalar_kernels();
 const RowKernels& avx2_kernels();
+const RowKernels& avx512_kernels();
 
 }  // namespace detail
 }  // namespace woq

@@ -2,7 +2,6 @@
 // -mavx2 -mfma -mf16c; it is only called after active_isa() found them.
 #include <immintrin.h>
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -11,6 +10,7 @@
 #include "formats/scale.h"
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
+#include "kernels/q8_tile.h"
 
 namespace woq::detail {
 namespace {
@@ -161,33 +161,12 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scr
 // Weights are row-interleaved (formats/interleave.h): one 32-byte chunk holds
 // four consecutive inputs of each of 8 rows, so maddubs against four
 // activation bytes broadcast to every lane gives the 8 rows' partial sums in
-// 8 lanes, and each block's exact int32 sums meet the float scales once per
-// block for 8 rows: acc = fma(Σ q·a, s_w·d_a, acc), then, for the 4-bit
-// formats (stored nibbles q = value + zero), acc = fma(-zero·s_w, d_a·Σa, acc).
+// 8 lanes, and each block's exact int32 sums, less zero · Σa for the 4-bit
+// formats (stored nibbles q = value + zero), meet the float scales once per
+// block for 8 rows: acc = fma(Σ q·a - zero·Σa, s_w·d_a, acc).
 // Every output is that sequence over its blocks, in block order, whichever
 // tile computes it: bit-identical to the scalar reference and independent
 // of the batch and the thread count.
-
-// Group of block b. blocks_per_group is a power of two for group sizes
-// 32/64/128 and for per channel (one group holding every block); else divide.
-class GroupOf {
- public:
-  GroupOf(const QuantMatrix& w, std::int64_t blocks)
-      : bpg_(w.groups_per_row == 1 ? blocks : w.group_size / kQ8Block),
-        shift_(std::has_single_bit(static_cast<std::uint64_t>(bpg_))
-                   ? std::countr_zero(static_cast<std::uint64_t>(bpg_))
-                   : -1) {}
-  std::int64_t operator()(std::int64_t b) const { return shift_ >= 0 ? b >> shift_ : b / bpg_; }
-
- private:
-  std::int64_t bpg_;
-  int shift_;
-};
-
-// Software prefetch kPrefetchBytes ahead of a row group's stream (chosen by
-// measurement on lm_head-sized matrices, out of cache). Prefetching past the
-// end of the weights is harmless (prefetches do not fault).
-constexpr std::int64_t kPrefetchBytes = 1024;
 
 // Four activation bytes at q, broadcast to every 32-bit lane.
 inline __m256i broadcast4(const std::int8_t* q) {
@@ -210,25 +189,25 @@ void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations&
   __m256 acc[TOK];
   for (int j = 0; j < TOK; ++j) acc[j] = _mm256_setzero_ps();
   std::int64_t group = -1;
-  __m256 dw = _mm256_setzero_ps(), zdw = _mm256_setzero_ps();
+  __m256 dw = _mm256_setzero_ps();
+  __m256i zero = _mm256_setzero_si256();  // asym_int4's zero points, per row
   for (std::int64_t b = 0; b < kb; ++b, p += kBlockBytes) {
     for (std::int64_t line = 0; line < kBlockBytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + line), _MM_HINT_T0);
     if (const std::int64_t gi = group_of(b); gi != group) {
       group = gi;
       dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + gi * kInterleaveRows)));
-      if constexpr (T == LowBit::kSymInt4) zdw = _mm256_mul_ps(dw, _mm256_set1_ps(8.0f));
-      if constexpr (T == LowBit::kAsymInt4) {
-        const __m128i z = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-            w.zeros.data() + (g * w.groups_per_row + gi) * kInterleaveRows));
-        zdw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), dw);
-      }
+      if constexpr (T == LowBit::kAsymInt4)
+        zero = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+            w.zeros.data() + (g * w.groups_per_row + gi) * kInterleaveRows)));
     }
     // acc[j] += this block's sums for token t + j.
     auto update = [&](int j, __m256i isum) {
       const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
+      if constexpr (T == LowBit::kSymInt4) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.qsum[at]));
+      if constexpr (T == LowBit::kAsymInt4)
+        isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(zero, _mm256_set1_epi32(a.qsum[at])));
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[at])), acc[j]);
-      if constexpr (kInt4) acc[j] = _mm256_fnmadd_ps(zdw, _mm256_set1_ps(a.sum[at]), acc[j]);
     };
     // The token loops are kept rolled: unrolled, GCC hoists the activation
     // broadcasts of every token and spills them.

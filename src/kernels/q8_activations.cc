@@ -24,7 +24,7 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
     sum += v;
   }
   out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
-  out.sum[static_cast<std::size_t>(r * out.padded + b)] = d * static_cast<float>(sum);
+  out.qsum[static_cast<std::size_t>(r * out.padded + b)] = sum;
 }
 
 }  // namespace detail
@@ -36,7 +36,7 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Acti
   out.padded = (out.blocks + 7) / 8 * 8;
   out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block), 0);
   out.d.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
-  out.sum.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
+  out.qsum.assign(static_cast<std::size_t>(m * out.padded), 0);
   detail::kernels(isa).quantize_q8(x, out);
 }
 

@@ -24,7 +24,7 @@ struct Q8Activations {
   std::int64_t padded = 0;    ///< blocks rounded up to a multiple of 8
   std::vector<std::int8_t> q;  ///< (m, padded * 32)
   std::vector<float> d;        ///< (m, padded) block scales
-  std::vector<float> sum;      ///< (m, padded) d · Σ q per block, for zero-point corrections
+  std::vector<std::int32_t> qsum;  ///< (m, padded) Σ q per block, for the weights' zero points
 
   const std::int8_t* row(std::int64_t t) const { return q.data() + t * padded * kQ8Block; }
 };
@@ -35,7 +35,8 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Acti
                           Isa isa = active_isa());
 
 namespace detail {
-/// AVX2 version of quantize_activations; `out` is already sized and zeroed.
+/// AVX2 version of quantize_activations (also used by the avx512 kernels);
+/// `out` is already sized and zeroed.
 void quantize_activations_avx2(const float* x, Q8Activations& out);
 /// Scalar quantization of block b of row r (also the AVX2 path's ragged tail).
 void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activations& out);

@@ -44,7 +44,7 @@ void quantize_activations_avx2(const float* x, Q8Activations& out) {
       std::int8_t* row = out.q.data() + r * out.padded * kQ8Block;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b * kQ8Block), q8);
       out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
-      out.sum[static_cast<std::size_t>(r * out.padded + b)] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
+      out.qsum[static_cast<std::size_t>(r * out.padded + b)] = _mm_cvtsi128_si32(s4);
     }
     for (std::int64_t b = full; b < out.blocks; ++b) quantize_block(x, r, b, out);
   }

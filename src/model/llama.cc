@@ -152,10 +152,14 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
     if (observe != nullptr) (*observe)(i, in, t_count);
     matmul(m, in, t_count, out, *pool_);
   };
+  // Linears that read the same input run as one pass (one activation quantization, one pool wake-up).
+  auto shared_linear = [&](int first, std::initializer_list<MatmulOutput> outs, const float* in) {
+    if (observe != nullptr)
+      for (int i = first; i < first + static_cast<int>(outs.size()); ++i) (*observe)(i, in, t_count);
+    matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_);
+  };
   norm_rows(w.attn_norm);
-  linear(0, w.wq, s.xn.data(), s.q.data());
-  linear(1, w.wk, s.xn.data(), s.k.data());
-  linear(2, w.wv, s.xn.data(), s.v.data());
+  shared_linear(0, {{&w.wq, s.q.data()}, {&w.wk, s.k.data()}, {&w.wv, s.v.data()}}, s.xn.data());
   add_bias(s.q.data(), w.bq, t_count);
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
@@ -184,8 +188,7 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
 
   norm_rows(w.mlp_norm);
-  linear(4, w.gate, s.xn.data(), s.gate.data());
-  linear(5, w.up, s.xn.data(), s.up.data());
+  shared_linear(4, {{&w.gate, s.gate.data()}, {&w.up, s.up.data()}}, s.xn.data());
   swiglu(s.gate.data(), s.up.data(), t_count * c.intermediate_size);
   linear(6, w.down, s.gate.data(), s.proj.data());
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];

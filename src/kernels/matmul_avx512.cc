@@ -1,0 +1,157 @@
+// AVX-512 (F + BW + VL + VNNI) kernels of the integer path. This file alone is
+// compiled with the AVX-512 flags; it is only called after active_isa() found
+// them. The float-path entries are the AVX2 ones (every AVX-512 CPU has AVX2).
+//
+// One tile covers two 8-row groups of the interleaved layout
+// (formats/interleave.h) side by side: chunk c of group g in the low 256 bits
+// of a vector, chunk c of group g + 1 in the high ones, so one VNNI vpdpbusd
+// against four activation bytes broadcast to every lane adds four products to
+// each of 16 rows' int32 sums. vpdpbusd multiplies unsigned by signed bytes:
+// the 4-bit formats' stored nibbles q are unsigned already, and sym_int8's
+// signed values are offset by 128 (q ^ 0x80). Each block's int32 sums are
+// then corrected in integers, Σ q·a - zero·Σa (zero = 8 for sym_int4, per
+// group for asym_int4, 128 for the offset int8 values), and meet the scales
+// once per block: acc = fma(sum, s_w·d_a, acc). That is the scalar
+// reference's sequence of operations (matmul.cc), so the outputs are the same
+// bits as every other ISA's, whatever the batch and the thread count.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/interleave.h"
+#include "kernels/matmul.h"
+#include "kernels/q8_activations.h"
+#include "kernels/q8_tile.h"
+
+namespace woq::detail {
+namespace {
+
+// Four activation bytes at q, broadcast to every 32-bit lane (folded into
+// vpdpbusd's memory operand as {1to16}).
+inline __m512i broadcast4(const std::int8_t* q) {
+  std::int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// 32 bytes at p0 in the low half, 32 at p1 in the high half.
+inline __m512i load_pair(const std::uint8_t* p0, const std::uint8_t* p1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1)), 1);
+}
+
+// Rows [8 g, 8 g + 16) (groups g and g2 = g + 1; with g2 == g only the low
+// eight lanes are stored) x tokens [t, t + TOK); y is [a.m, w.rows].
+template <LowBit T, int TOK>
+void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Activations& a, std::int64_t t,
+               float* y) {
+  constexpr bool kInt4 = T != LowBit::kSymInt8;
+  constexpr std::int64_t kBlockBytes = kInt4 ? 128 : 256;
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::uint8_t* p0 = w.data.data() + g * kb * kBlockBytes;
+  const std::uint8_t* p1 = w.data.data() + g2 * kb * kBlockBytes;
+  const std::uint16_t* s0 = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
+  const std::uint16_t* s1 = w.scales.data() + g2 * w.groups_per_row * kInterleaveRows;
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[TOK];
+  for (int j = 0; j < TOK; ++j) acc[j] = _mm512_setzero_ps();
+  std::int64_t group = -1;
+  __m512 dw = _mm512_setzero_ps();
+  __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
+  for (std::int64_t b = 0; b < kb; ++b, p0 += kBlockBytes, p1 += kBlockBytes) {
+    for (std::int64_t line = 0; line < kBlockBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p0 + kPrefetchBytes + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p1 + kPrefetchBytes + line), _MM_HINT_T0);
+    }
+    if (const std::int64_t gi = group_of(b); gi != group) {
+      group = gi;
+      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + gi * kInterleaveRows));
+      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + gi * kInterleaveRows));
+      dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+      if constexpr (T == LowBit::kAsymInt4) {
+        const std::uint8_t* z = w.zeros.data() + gi * kInterleaveRows;
+        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g * w.groups_per_row * kInterleaveRows));
+        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g2 * w.groups_per_row * kInterleaveRows));
+        zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
+      }
+    }
+    // The block's weights as unsigned bytes, kept in registers across the tokens.
+    __m512i v[8];
+    if constexpr (kInt4) {
+      // v[c] = low nibbles of chunk c (inputs 4c..4c+3), v[4 + c] = high ones (16 + 4c..).
+      for (int c = 0; c < 4; ++c) {
+        const __m512i packed = load_pair(p0 + 32 * c, p1 + 32 * c);
+        v[c] = _mm512_and_si512(packed, mask);
+        v[4 + c] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), mask);
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) v[c] = _mm512_xor_si512(load_pair(p0 + 32 * c, p1 + 32 * c), offset);
+    }
+    for (int j = 0; j < TOK; ++j) {
+      const std::int8_t* q = a.row(t + j) + b * kQ8Block;
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
+      // Two chains of four, so that one token's sums are not one latency-bound chain of eight.
+      __m512i s0v = _mm512_setzero_si512(), s1v = _mm512_setzero_si512();
+      // v[c] holds inputs 4c..4c+3 and v[4 + c] inputs 16 + 4c.. in both layouts.
+      for (int c = 0; c < 4; ++c) {
+        s0v = _mm512_dpbusd_epi32(s0v, v[c], broadcast4(q + 4 * c));
+        s1v = _mm512_dpbusd_epi32(s1v, v[4 + c], broadcast4(q + 16 + 4 * c));
+      }
+      __m512i isum = _mm512_add_epi32(s0v, s1v);
+      const std::int32_t qsum = a.qsum[at];
+      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+      if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
+      if constexpr (T == LowBit::kSymInt8) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * qsum));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
+    }
+  }
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
+  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (int j = 0; j < TOK; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+}
+
+// Tokens per prefill tile (bench/matmul_bench); decode runs tiles of one token.
+constexpr int kPrefillTokens = 8;
+
+// Tokens [t, t_end) of groups g, g2 in tiles of kPrefillTokens, then 4, 2, 1.
+template <LowBit T>
+void pair_tiles(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Activations& a, std::int64_t t,
+                std::int64_t t_end, float* y) {
+  for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) pair_tile<T, kPrefillTokens>(w, g, g2, a, t, y);
+  if (t + 4 <= t_end) pair_tile<T, 4>(w, g, g2, a, t, y), t += 4;
+  if (t + 2 <= t_end) pair_tile<T, 2>(w, g, g2, a, t, y), t += 2;
+  if (t < t_end) pair_tile<T, 1>(w, g, g2, a, t, y);
+}
+
+template <LowBit T>
+void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
+                   std::int64_t t0, std::int64_t tokens, float* y) {
+  for (std::int64_t g = g0; g < g1; g += 2) pair_tiles<T>(w, g, g + 1 < g1 ? g + 1 : g, a, t0, t0 + tokens, y);
+}
+
+void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
+             std::int64_t tokens, float* y) {
+  switch (w.type) {
+    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
+    default: break;  // float formats never take the integer path
+  }
+}
+
+}  // namespace
+
+const RowKernels& avx512_kernels() {
+  static const RowKernels k = [] {
+    RowKernels r = avx2_kernels();
+    r.tile_q8 = tile_q8;
+    return r;
+  }();
+  return k;
+}
+
+}  // namespace woq::detail
