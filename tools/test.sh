@@ -2,7 +2,7 @@
 # Installs dependencies, then builds and runs every test twice: a Release
 # build with -Werror, and an AddressSanitizer + UndefinedBehaviorSanitizer build;
 # then replays the fuzzers' past findings and fuzzes each target briefly
-# (tools/fuzz.sh, WOQ_FUZZ_SECONDS per target, 15 by default here).
+# (tools/fuzz.sh, WOQ_FUZZ_SECONDS per target, 8 by default here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -24,7 +24,9 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
   -DWOQ_WERROR=ON -DWOQ_SANITIZE=ON -DWOQ_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs"
+# Under the sanitizers, all tests but GptqModel.BeatsRtnOnHeldOutStories: a whole-model accuracy
+# comparison (45 s in Release, minutes under ASan) whose code the Gptq.* and Cli.QuantizeGptq* tests run too.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j "$jobs" --output-on-failure
+  ctest --test-dir build-asan -j "$jobs" --output-on-failure -E '^GptqModel\.BeatsRtnOnHeldOutStories$'
 
-WOQ_FUZZ_SECONDS=${WOQ_FUZZ_SECONDS:-15} bash tools/fuzz.sh
+WOQ_FUZZ_SECONDS=${WOQ_FUZZ_SECONDS:-8} bash tools/fuzz.sh
