@@ -76,6 +76,8 @@ void register_all() {
       {LowBit::kFp16, 0, Activations::kInt8},     {LowBit::kBf16, 0, Activations::kInt8},
       {LowBit::kSymInt4, 16, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+  for (const Isa isa : all_isas())
+    if (!cpu_supports(isa)) fmt::print(stderr, "not measured here: {} (needs {})\n", isa_name(isa), isa_requirements(isa));
   for (const Isa isa : available_isas()) {
     if (isa == Isa::kScalar && available_isas().size() > 1) continue;  // the reference, not a contender
     for (const auto& [kind, m] : {std::pair<const char*, std::int64_t>{"gemv", 1}, {"gemm", 512}}) {

@@ -119,13 +119,21 @@ TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
 // operations in its order, so the outputs are the same bits.
 TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
   const Case c = GetParam();
-  for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 32}, {9, 100}, {23, 4096 + 17}}) {
-    const auto wf = random_vector(n * k, static_cast<std::uint32_t>(n + k), 0.05f);
+  // 40 rows = 5 groups of 8: two threads get 4 + 1 (an odd count for avx512's group pairs).
+  for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 32}, {9, 100}, {40, 352}, {23, 4096 + 17}}) {
+    auto wf = random_vector(n * k, static_cast<std::uint32_t>(n + k), 0.05f);
+    // Extreme stored values: an all-positive row (asym zero point 0, nibbles up to 15), an all-negative
+    // one (zero point 15) and a row at one magnitude (sym_int4's -8, sym_int8's +-127).
+    for (std::int64_t j = 0; j < k; ++j) {
+      if (n > 2) wf[static_cast<std::size_t>(k + j)] = std::fabs(wf[static_cast<std::size_t>(k + j)]);
+      if (n > 2) wf[static_cast<std::size_t>(2 * k + j)] = -std::fabs(wf[static_cast<std::size_t>(2 * k + j)]);
+      if (n > 3) wf[static_cast<std::size_t>(3 * k + j)] = j % 2 == 0 ? 0.1f : -0.1f;
+    }
     QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
     w.activations = c.activations;
     if (!uses_q8_path(w)) GTEST_SKIP() << "takes the float path";
     prepare_for_kernels(w);
-    for (const std::int64_t m : {1, 5, 13}) {
+    for (const std::int64_t m : {1, 2, 5, 13}) {
       const auto x = random_vector(m * k, static_cast<std::uint32_t>(m), 1.0f);
       ThreadPool one(1), two(2);
       std::vector<float> ref(static_cast<std::size_t>(m * n));
@@ -272,6 +280,32 @@ TEST(SharedInput, EqualsOneMatmulPerMatrixBitForBit) {
   ThreadPool pool(1);
   const std::vector<MatmulOutput> mixed = {{&narrow, y1.data()}, {&wide, y2.data()}};
   EXPECT_THROW(matmul_shared_input(mixed, x.data(), 1, pool), Error);
+}
+
+// A NaN or an infinity among the inputs makes the outputs NaN on every ISA and
+// integer format (the quantized activations must not turn it into a finite value).
+TEST(Q8Activations, NonFiniteInputsGiveNaNOnEveryIsa) {
+  const std::int64_t n = 17, k = 100;
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kAsymInt4, LowBit::kSymInt8}) {
+    QuantMatrix w = quantize_matrix(random_vector(n * k, 3, 0.05f).data(), n, k, {type, 32, Int4Range::kFull});
+    w.activations = Activations::kInt8;
+    prepare_for_kernels(w);
+    for (const float bad : {std::nanf(""), INFINITY, -INFINITY})
+      for (const std::int64_t at : {0, 5, 31, 40, 99}) {
+        auto x = random_vector(2 * k, 4, 1.0f);
+        x[static_cast<std::size_t>(k + at)] = bad;  // second row only
+        ThreadPool pool(2);
+        for (const Isa isa : available_isas()) {
+          std::vector<float> y(static_cast<std::size_t>(2 * n));
+          matmul(w, x.data(), 2, y.data(), pool, isa);
+          for (std::int64_t r = 0; r < n; ++r) {
+            ASSERT_TRUE(std::isfinite(y[static_cast<std::size_t>(r)])) << isa_name(isa);
+            ASSERT_TRUE(std::isnan(y[static_cast<std::size_t>(n + r)]))
+                << low_bit_name(type) << " " << bad << " at " << at << " isa " << isa_name(isa) << " row " << r;
+          }
+        }
+      }
+  }
 }
 
 // Every ISA the machine lacks is named, so a run says what it did not test.

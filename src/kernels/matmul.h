@@ -21,7 +21,7 @@ class ThreadPool;
 /// Integer formats with int8 activations (W.activations) whose group_size is
 /// a multiple of 32 (or per channel) take the integer path: x is quantized
 /// to int8 per block of 32 (q8_activations.h) and each weight block meets it
-/// in an integer dot product (AVX2 maddubs), scaled by the weight and
+/// in an integer dot product (AVX2 maddubs, AVX-512 VNNI vpdpbusd), scaled by the weight and
 /// activation scales; this adds the activation's rounding (~amax/254 per
 /// value) to the weights'. Such matrices must be row-interleaved first
 /// (prepare_for_kernels; woq::Error otherwise). Everything else takes the float path: a weight
@@ -88,7 +88,9 @@ struct RowKernels {
   void (*quantize_q8)(const float* x, Q8Activations& out);
 };
 
-/// The kernels of `isa` (one table row per ISA; each ISA's in its own file).
+/// The kernels of `isa` (one table row per ISA; each ISA's in its own file:
+/// matmul.cc, matmul_avx2.cc, matmul_avx512.cc; avx512's table is avx2's with
+/// its own tile_q8).
 const RowKernels& kernels(Isa isa);
 const RowKernels& scalar_kernels();
 const RowKernels& avx2_kernels();

@@ -175,7 +175,7 @@ inline __m256i broadcast4(const std::int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// Rows [8 g, 8 g + 8) x tokens [t, t + TOK); y is [tokens, w.rows].
+// Rows [8 g, 8 g + 8) x tokens [t, t + TOK); y is [a.m, w.rows].
 template <LowBit T, int TOK>
 void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations& a, std::int64_t t, float* y) {
   constexpr bool kInt4 = T != LowBit::kSymInt8;

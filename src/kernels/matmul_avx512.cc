@@ -27,8 +27,8 @@
 namespace woq::detail {
 namespace {
 
-// Four activation bytes at q, broadcast to every 32-bit lane (folded into
-// vpdpbusd's memory operand as {1to16}).
+// Four activation bytes at q, broadcast to every 32-bit lane (a vpbroadcastd
+// from memory: a load, no shuffle port).
 inline __m512i broadcast4(const std::int8_t* q) {
   std::int32_t v;
   std::memcpy(&v, q, 4);
@@ -72,9 +72,9 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
       const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + gi * kInterleaveRows));
       dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
       if constexpr (T == LowBit::kAsymInt4) {
-        const std::uint8_t* z = w.zeros.data() + gi * kInterleaveRows;
-        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g * w.groups_per_row * kInterleaveRows));
-        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + g2 * w.groups_per_row * kInterleaveRows));
+        const std::uint8_t* z = w.zeros.data();
+        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
+        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
         zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
       }
     }

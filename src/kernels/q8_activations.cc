@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace woq {
 
@@ -13,10 +14,20 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
   const float* xb = x + r * out.k + b * kQ8Block;
   const std::int64_t n = std::min(kQ8Block, out.k - b * kQ8Block);
   float amax = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xb[i]));
+  bool finite = true;
+  for (std::int64_t i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(xb[i]);
+    amax = std::max(amax, std::fabs(xb[i]));
+  }
+  std::int8_t* q = out.q.data() + r * out.padded * kQ8Block;
+  if (!finite) {  // every output this block reaches becomes NaN, on every ISA
+    for (std::int64_t i = 0; i < n; ++i) q[b * kQ8Block + i] = 0;
+    out.d[static_cast<std::size_t>(r * out.padded + b)] = std::numeric_limits<float>::quiet_NaN();
+    out.qsum[static_cast<std::size_t>(r * out.padded + b)] = 0;
+    return;
+  }
   const float d = amax / 127.0f;
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  std::int8_t* q = out.q.data() + r * out.padded * kQ8Block;
   int sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto v = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));

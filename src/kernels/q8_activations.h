@@ -1,7 +1,9 @@
 // Activations quantized to int8 on the fly, so that low-bit weights can be
 // multiplied with integer dot products (the scheme of ggml's Q8_0 "vec_dot"
 // activations): per row, blocks of 32 values along K with one fp32 scale,
-// d = amax / 127, q = round(x / d) (nearest even), |q| <= 127.
+// d = amax / 127, q = round(x / d) (nearest even), |q| <= 127. A block holding
+// a NaN or an infinity gets q = 0 and d = NaN, so every output it reaches is
+// NaN, on every ISA (not a finite value that hides the bad input).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/q8_activations.h"
 
@@ -11,15 +12,23 @@ namespace woq::detail {
 
 void quantize_activations_avx2(const float* x, Q8Activations& out) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 flt_max = _mm256_set1_ps(std::numeric_limits<float>::max());
   const std::int64_t full = out.k / kQ8Block;
   for (std::int64_t r = 0; r < out.m; ++r) {
     for (std::int64_t b = 0; b < full; ++b) {
       const float* xb = x + r * out.k + b * kQ8Block;
       __m256 v[4];
       __m256 amax = _mm256_setzero_ps();
+      int finite = 0xff;
       for (int i = 0; i < 4; ++i) {
         v[i] = _mm256_loadu_ps(xb + 8 * i);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
+        const __m256 abs = _mm256_andnot_ps(sign_mask, v[i]);
+        finite &= _mm256_movemask_ps(_mm256_cmp_ps(abs, flt_max, _CMP_LE_OQ));  // false for NaN and Inf
+        amax = _mm256_max_ps(amax, abs);
+      }
+      if (finite != 0xff) {  // the scalar rule for non-finite blocks
+        quantize_block(x, r, b, out);
+        continue;
       }
       __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
       m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));

@@ -10,9 +10,9 @@
 
 namespace woq::detail {
 
-/// Group of activation block b of a row. blocks_per_group is a power of two
-/// for group sizes 32/64/128 and for per channel (one group holding every
-/// block); else divide.
+/// Group of activation block b of a row: a shift when blocks per group is a
+/// power of two (group sizes 32/64/128, per channel with such a block count),
+/// else a division.
 class GroupOf {
  public:
   GroupOf(const QuantMatrix& w, std::int64_t blocks)
