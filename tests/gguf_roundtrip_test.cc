@@ -27,6 +27,7 @@
 #include "model/llama.h"
 #include "model/random_checkpoint.h"
 #include "quantize/gguf_export.h"
+#include "quantize/quantize_checkpoint.h"
 #include "test_files.h"
 #include "tokenizer/tokenizer.h"
 
@@ -138,6 +139,28 @@ TEST_P(GgufRoundTrip, TokenizerAndChatTemplateSurvive) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, GgufRoundTrip,
                          ::testing::Values("tiny", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"));
+
+// A GPTQ checkpoint (no `.weight` for its linears) is dequantized: written as
+// F32, its exact dequantized weights give the checkpoint's own logits bit for
+// bit (sym_int8 with f32 activations dequantizes in the dot product in
+// dot_f32's order).
+TEST(GgufExport, GptqCheckpointIsDequantized) {
+  for (const char* preset : {"tiny-mistral", "tiny-qwen2"}) {  // q/k permuted / not, biases
+    test::TempDir tmp;
+    const std::string dir = write_model(tmp, preset, DType::kF32);
+    ThreadPool pool(2);
+    QuantizeOptions options;
+    options.spec = {LowBit::kSymInt8, -1, Int4Range::kFull};
+    quantize_checkpoint(dir, tmp.file("gptq"), options, pool);
+    ASSERT_EQ(TensorStore::open(tmp.file("gptq")).find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+    GgufExportOptions o;
+    o.type = LowBit::kFp32;
+    const GgufExportReport r = export_gguf(tmp.file("gptq"), tmp.file("g.gguf"), o, pool);
+    EXPECT_GT(r.bytes_before, 0u);
+    const std::vector<float> a = logits_of(tmp.file("gptq"), kFp32), b = logits_of(tmp.file("g.gguf"), kFp32);
+    EXPECT_TRUE(bit_identical(a, b)) << preset;
+  }
+}
 
 TEST(GgufExport, KNotAMultipleOf32IsWrittenF16) {
   test::TempDir tmp;

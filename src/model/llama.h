@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -45,6 +46,19 @@ struct LayerWeights {
 inline constexpr const char* kBlockLinears[7] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+/// [rows, cols] of block linear `i` (kBlockLinears order) under config `c`.
+inline std::pair<std::int64_t, std::int64_t> block_linear_shape(const ModelConfig& c, int i) {
+  switch (i) {
+    case 0: return {c.q_dim(), c.hidden_size};
+    case 1:
+    case 2: return {c.kv_dim(), c.hidden_size};
+    case 3: return {c.hidden_size, c.q_dim()};
+    case 4:
+    case 5: return {c.intermediate_size, c.hidden_size};
+    default: return {c.hidden_size, c.intermediate_size};
+  }
+}
 
 /// How to load a checkpoint.
 struct LoadOptions {

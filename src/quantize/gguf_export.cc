@@ -137,8 +137,19 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   for (std::string& note : write_gguf_vocab(in, c, w)) report.notes.push_back(std::move(note));
 
   // Tensors: rows read in Hugging Face order, written in GGUF order.
-  auto add = [&](const std::string& hf, GgmlType type, bool linear) {
-    const TensorView& t = store.get(hf);
+  // A GPTQ / compressed-tensors linear has no `.weight`: it stands in with the
+  // config's shape, and its rows come from the dequantized checkpoint.
+  auto add = [&](const std::string& hf, GgmlType type, bool linear, std::pair<std::int64_t, std::int64_t> shape = {}) {
+    TensorView stand_in;
+    if (quantized && linear && store.find(hf) == nullptr) {
+      stand_in.name = hf;
+      stand_in.file = store.source();
+      stand_in.shape = {shape.first, shape.second};
+      const std::string stored = hf.substr(0, hf.rfind('.') + 1);  // "model.layers.L.self_attn.q_proj."
+      for (const std::string& name : store.names())
+        if (name.starts_with(stored) && !name.ends_with(".bias")) report.bytes_before += store.get(name).bytes.size();
+    }
+    const TensorView& t = stand_in.shape.empty() ? store.get(hf) : stand_in;
     const std::string name = *gguf_tensor_name(hf);
     const std::int64_t k = t.shape.back();
     const std::int64_t rows = t.numel() / k;
@@ -172,7 +183,8 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     }
     const std::int64_t row_len = hf_row.empty() ? k : 1;  // a permuted bias moves element by element
     const std::string prefix = hf.substr(0, hf.rfind('.'));
-    w.add_tensor(name, ne, type, [&, &t = t, type, k, rows, hf_row, row_len, prefix, linear](std::span<std::uint8_t> dst) {
+    // t is copied: a stand-in lives only as long as this call, the writer runs later.
+    w.add_tensor(name, ne, type, [&, t, type, k, rows, hf_row, row_len, prefix, linear](std::span<std::uint8_t> dst) {
       // The same ggml type from a GGUF: its stored bytes are already in GGUF order.
       if (t.ggml != nullptr && t.ggml->type == type) {
         std::memcpy(dst.data(), t.bytes.data(), dst.size());
@@ -183,6 +195,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
       if (quantized && linear) {
         std::vector<std::string> warnings;
         gptq = load_quantized_linear(store, *quantized, prefix, rows, k, warnings, &pool);
+        if (!gptq && t.bytes.empty()) store.get(t.name);  // neither quantized nor float: names the missing tensor
       }
       const std::int64_t row_bytes = ggml_row_bytes(ggml_type_traits(type), k);
       pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
@@ -228,9 +241,10 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     add(p + "input_layernorm.weight", GgmlType::kF32, false);
-    for (const char* lin : kBlockLinears) {
-      add(p + lin + ".weight", target, true);
-      if (store.find(p + lin + ".bias") != nullptr) add(p + lin + ".bias", GgmlType::kF32, false);
+    for (int i = 0; i < 7; ++i) {
+      const std::string lin = p + kBlockLinears[i];
+      add(lin + ".weight", target, true, block_linear_shape(c, i));
+      if (store.find(lin + ".bias") != nullptr) add(lin + ".bias", GgmlType::kF32, false);
     }
     if (c.qk_norm) {
       add(p + "self_attn.q_norm.weight", GgmlType::kF32, false);

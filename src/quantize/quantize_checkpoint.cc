@@ -42,19 +42,6 @@ struct Source {
   int part = 0;
 };
 
-// [rows, cols] of each block linear.
-std::pair<std::int64_t, std::int64_t> linear_shape(const ModelConfig& c, int i) {
-  switch (i) {
-    case 0: return {c.q_dim(), c.hidden_size};
-    case 1:
-    case 2: return {c.kv_dim(), c.hidden_size};
-    case 3: return {c.hidden_size, c.q_dim()};
-    case 4:
-    case 5: return {c.intermediate_size, c.hidden_size};
-    default: return {c.hidden_size, c.intermediate_size};
-  }
-}
-
 std::vector<TensorSpec> gptq_specs(const std::string& prefix, std::int64_t n, std::int64_t k, int bits,
                                    std::int64_t groups) {
   const std::int64_t per_word = 32 / bits;
@@ -231,7 +218,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
     std::vector<QuantMatrix> out;
     for (int i = 0; i < 7; ++i) {
       const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
-      const auto [n, k] = linear_shape(config, i);
+      const auto [n, k] = block_linear_shape(config, i);
       require_shape(t, {n, k}, "from config.json");
       require_float_dtype(t);
       const std::int64_t cols = k;
@@ -325,7 +312,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const std::string name = prefix + kBlockLinears[j];
       const TensorView& t = store.get(name + ".weight");
       report.bytes_before += t.bytes.size();
-      const auto [n, k] = linear_shape(config, j);
+      const auto [n, k] = block_linear_shape(config, j);
       const std::int64_t g = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
       const auto parts = gptq_specs(name, n, k, bits, g);
       for (int p = 0; p < 4; ++p) {
