@@ -139,6 +139,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   // Tensors: rows read in Hugging Face order, written in GGUF order.
   // A GPTQ / compressed-tensors linear has no `.weight`: it stands in with the
   // config's shape, and its rows come from the dequantized checkpoint.
+  const std::vector<std::string> stored_names = quantized ? store.names() : std::vector<std::string>{};
   auto add = [&](const std::string& hf, GgmlType type, bool linear, std::pair<std::int64_t, std::int64_t> shape = {}) {
     TensorView stand_in;
     if (quantized && linear && store.find(hf) == nullptr) {
@@ -146,7 +147,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
       stand_in.file = store.source();
       stand_in.shape = {shape.first, shape.second};
       const std::string stored = hf.substr(0, hf.rfind('.') + 1);  // "model.layers.L.self_attn.q_proj."
-      for (const std::string& name : store.names())
+      for (const std::string& name : stored_names)
         if (name.starts_with(stored) && !name.ends_with(".bias")) report.bytes_before += store.get(name).bytes.size();
     }
     const TensorView& t = stand_in.shape.empty() ? store.get(hf) : stand_in;
