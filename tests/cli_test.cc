@@ -283,6 +283,72 @@ TEST(Cli, EvalTasksRecoveryAndExplain) {
   EXPECT_EQ(j["kl"].size(), 40u);
 }
 
+// A saved asym_int4 GPTQ checkpoint against its original (--ref): every side labelled by what it is, read from the
+// checkpoint's own metadata, in the text and the JSON; without --ref a note says the comparison is with itself.
+TEST(Cli, SavedCheckpointAgainstItsOriginal) {
+  test::TempDir tmp;
+  const std::string q = tmp.file("q"), data = WOQ_TEST_DATA, text = data + "/tinystories_heldout.txt";
+  RunResult r = run("quantize -m " + kModel + " -o " + q + " --method gptq --low-bit asym_int4 --calib random:8x64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string gptq = "GPTQ v1 4-bit asym group_size 128 (woq ";
+  const std::string original = "fp32 as stored [stories260K]";
+
+  r = run("eval compare -m " + q + " --ref " + kModel + " -f " + text + " --ctx 128 --chunks 4 --json " + tmp.file("c.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("candidate: " + gptq), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reference: " + original), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(test::read_file(tmp.file("c.json")));
+  EXPECT_EQ(j["low_bit"], "asym_int4");
+  EXPECT_NE(j["model"].get<std::string>().find(gptq), std::string::npos) << j["model"];
+  EXPECT_EQ(j["ref_model"], original);
+  EXPECT_GT(j["mean_kl"].get<double>(), 1e-3);
+  EXPECT_EQ(r.err.find("without --ref"), std::string::npos) << r.err;
+
+  r = run("eval compare -m " + q + " -f " + text + " --ctx 128 --chunks 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("is a quantized checkpoint (" + gptq), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Give the original with --ref"), std::string::npos) << r.err;
+
+  r = run("eval perplexity -m " + q + " -f " + text + " --ctx 128 --chunks 2 --json " + tmp.file("p.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(test::read_file(tmp.file("p.json")));
+  EXPECT_EQ(j["low_bit"], "asym_int4");
+  EXPECT_NE(j["model"].get<std::string>().find(gptq), std::string::npos) << j["model"];
+
+  // Recovery: the original is the baseline, the checkpoint one variant as stored; errors on every figure,
+  // perplexity apart from the task average.
+  r = run("eval recovery -m " + q + " --ref " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl,arc_easy=" +
+          data + "/arc_easy_slice.jsonl --limit 20 --ppl-file " + text + " --ctx 128 --json " + tmp.file("r.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("- baseline: " + original), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("- asym_int4: " + gptq), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| metric | baseline | asym_int4 | asym_int4 recovery |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| average recovery over the 2 tasks | | | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not in the average"), std::string::npos) << r.out;
+  j = nlohmann::json::parse(test::read_file(tmp.file("r.json")));
+  ASSERT_EQ(j["variants"].size(), 1u);
+  ASSERT_EQ(j["tasks"].size(), 2u);
+  const auto& arc = j["tasks"][1]["variants"][0];
+  EXPECT_GT(arc["recovery_stderr"].get<double>(), 0.0) << arc;
+  EXPECT_GT(j["tasks"][1]["baseline"]["stderr"].get<double>(), 0.0);
+  const auto& ppl = j["perplexity"]["variants"][0];
+  EXPECT_NEAR(ppl["recovery_percent"].get<double>(),
+              100.0 * j["perplexity"]["baseline"]["ppl"].get<double>() / ppl["ppl"].get<double>(), 1e-6);
+  EXPECT_LT(ppl["recovery_percent"].get<double>(), 100.0);  // 4-bit costs perplexity
+  EXPECT_GT(ppl["recovery_stderr"].get<double>(), 0.0);
+
+  // Explain: the checkpoint's greedy text diverges from the original's, and each side says what it is.
+  r = run("explain -m " + q + " --ref " + kModel + " -p \"Once upon a time\" -n 40 --json " + tmp.file("e.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("original:  " + original), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantized: " + gptq), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("They first differ at generated token"), std::string::npos) << r.out;
+  j = nlohmann::json::parse(test::read_file(tmp.file("e.json")));
+  EXPECT_GE(j["diverges_at"].get<int>(), 0);
+  EXPECT_EQ(j["ref_model"], original);
+  EXPECT_EQ(j["low_bit"], "asym_int4");
+}
+
 }  // namespace
 }  // namespace woq
 

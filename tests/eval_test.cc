@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "eval/compare.h"
 #include "eval/explain.h"
 #include "eval/perplexity.h"
+#include "eval/recovery.h"
 #include "io/json_file.h"
 #include "model/random_checkpoint.h"
 #include "test_files.h"
@@ -293,6 +296,64 @@ TEST(Explain, QuantizedModelDivergenceIsLocatedAndRanked) {
     EXPECT_LT(l.weight_error, 0.5);
   }
   EXPECT_GT(e.kl[d], 0.0);
+}
+
+}  // namespace
+}  // namespace woq
+
+namespace woq {
+namespace {
+
+// Recovery errors are paired: a variant that agrees with the baseline item by item has no error, however few items.
+TEST(Recovery, AgreementItemByItemHasNoError) {
+  const std::vector<double> acc = {1, 0, 0, 1, 0, 1, 1, 0, 0, 0};
+  const Recovery r = task_recovery(acc, acc, 1000, 7);
+  EXPECT_DOUBLE_EQ(r.percent, 100.0);
+  EXPECT_EQ(r.standard_error, 0.0);
+}
+
+// The paired bootstrap against the f64 delta method for a ratio of means, SE(R) = sqrt(Var(v - R b) / n) / mean(b),
+// on 0/1 scores where the variant flips 10 % of the baseline's answers.
+TEST(Recovery, BootstrapMatchesTheDeltaMethod) {
+  std::mt19937_64 rng(3);
+  std::bernoulli_distribution right(0.45), flip(0.1);
+  std::vector<double> b, v;
+  for (int i = 0; i < 2000; ++i) {
+    b.push_back(right(rng) ? 1.0 : 0.0);
+    v.push_back(flip(rng) ? 1.0 - b.back() : b.back());
+  }
+  const double n = static_cast<double>(b.size());
+  const double mb = std::accumulate(b.begin(), b.end(), 0.0) / n, mv = std::accumulate(v.begin(), v.end(), 0.0) / n;
+  const double ratio = mv / mb;
+  double var = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) var += (v[i] - ratio * b[i]) * (v[i] - ratio * b[i]);
+  const double delta_se = 100.0 * std::sqrt(var / (n - 1) / n) / mb;
+  const Recovery r = task_recovery(b, v, 2000, 11);
+  EXPECT_NEAR(r.percent, 100.0 * ratio, 1e-9);
+  EXPECT_NEAR(r.standard_error, delta_se, 0.1 * delta_se) << "delta method " << delta_se;
+  // Unpaired errors would be several times larger: the bootstrap must use the pairs.
+  EXPECT_LT(r.standard_error, 0.5 * 100.0 * ratio * std::sqrt((1 - mb) / (mb * n) + (1 - mv) / (mv * n)));
+}
+
+TEST(Recovery, PerplexityByHand) {
+  const Recovery r = perplexity_recovery({1.0, 2.0, 3.0}, {1.5, 2.0, 3.5});
+  // d = {0.5, 0, 0.5}: mean 1/3, sample sd sqrt(1/12), so se = percent * sqrt(1/12) / sqrt(3) = percent / 6.
+  EXPECT_NEAR(r.percent, 100.0 * std::exp(-1.0 / 3.0), 1e-12);
+  EXPECT_NEAR(r.standard_error, r.percent / 6.0, 1e-12);
+}
+
+TEST(Recovery, AverageOfIndependentTasks) {
+  const Recovery r = mean_recovery({{100.0, 3.0}, {90.0, 4.0}});
+  EXPECT_DOUBLE_EQ(r.percent, 95.0);
+  EXPECT_DOUBLE_EQ(r.standard_error, 2.5);
+  EXPECT_THROW(mean_recovery({}), Error);
+}
+
+TEST(Recovery, BadInput) {
+  EXPECT_THROW(task_recovery({1, 0}, {1}, 100, 1), Error);
+  EXPECT_THROW(task_recovery({}, {}, 100, 1), Error);
+  EXPECT_THROW(perplexity_recovery({1.0}, {}), Error);
+  EXPECT_TRUE(std::isnan(task_recovery({0, 0}, {1, 0}, 100, 1).percent));
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #   WOQ_FUZZ_CXX       the clang++ to build with (default clang++-14)
 #   WOQ_FUZZ_BUILD     build directory (default build-fuzz)
 #   WOQ_FUZZ_JOBS      build parallelism (default nproc)
+#   WOQ_FUZZ_PARALLEL  targets fuzzed at the same time (default 1; up to the
+#                      number of cores: each libFuzzer process uses one)
 #   WOQ_FUZZ_STRICT=1  nlohmann::json exceptions escaping a woq API count as findings
 #   WOQ_FUZZ_REAL_FILES=1  also read the multi-MB real files (Llama 3 / Qwen3
 #                      tokenizer.json, ...) as extra read-only corpus dirs
@@ -33,6 +35,7 @@ secs=${WOQ_FUZZ_SECONDS:-60}
 build=${WOQ_FUZZ_BUILD:-build-fuzz}
 cxx=${WOQ_FUZZ_CXX:-clang++-14}
 jobs=${WOQ_FUZZ_JOBS:-$(nproc)}
+parallel=${WOQ_FUZZ_PARALLEL:-1}
 
 all_targets=(safetensors safetensors_index hf_config generation_config tokenizer_json tokenizer_config
              tokenizer_encode jinja jinja_chat openai_request)
@@ -88,13 +91,15 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:d
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 common=(-rss_limit_mb=2048 -timeout=10)
 mkdir -p "$build/fuzz-logs"
-findings=()
-total=0
-rows=()
+results=$build/fuzz-results
+rm -rf "$results"
+mkdir -p "$results"
 
-for t in "${targets[@]}"; do
-  bin=$build/bin/${t}_fuzz
-  [[ -x $bin ]] || { echo "tools/fuzz.sh: $bin is missing" >&2; exit 2; }
+# Fuzzes one target; its table row goes to $results/T.row and each finding
+# as one line to $results/T.findings (so that targets can run side by side).
+fuzz_target() {
+  local t=$1 bin=$build/bin/${1}_fuzz f log strict work artifacts extras rc execs eps cov status crash what
+  : > "$results/$t.findings"
 
   # 1. Past findings, one process each so that every failing one is named.
   if [[ -d fuzz/regressions/$t ]]; then
@@ -103,7 +108,7 @@ for t in "${targets[@]}"; do
       strict=${WOQ_FUZZ_STRICT:-0}
       [[ $f == */strict/* ]] && strict=1  # findings of WOQ_FUZZ_STRICT=1 replay under it
       if ! WOQ_FUZZ_STRICT=$strict timeout -s KILL 300 "$bin" "${common[@]}" "$f" > "$log" 2>&1; then
-        findings+=("$t: regression $f fails again: $(grep -m1 -E 'ERROR|WOQ_FUZZ_CHECK|terminate|SUMMARY' "$log" || echo "see $log")")
+        echo "$t: regression $f fails again: $(grep -m1 -E 'ERROR|WOQ_FUZZ_CHECK|terminate|SUMMARY' "$log" || echo "see $log")" >> "$results/$t.findings"
         echo "== $t: regression input $f FAILS (log: $log); rerun: $bin $f"
       fi
     done < <(find "fuzz/regressions/$t" -type f ! -name '*.md' -print0 | sort -z)
@@ -127,23 +132,43 @@ for t in "${targets[@]}"; do
   execs=${execs:-0}
   eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
-  total=$((total + execs))
   status=ok
   if ((rc != 0)); then
     crash=$(grep -o 'Test unit written to .*' "$log" | tail -1 | sed 's/Test unit written to //')
     what=$(grep -m1 -E '^==[0-9]+==ERROR|ERROR: libFuzzer|WOQ_FUZZ_CHECK|terminate called|runtime error|WOQ_FUZZ_STRICT' "$log")
     status="FINDING (rc $rc)"
-    findings+=("$t: ${what:-exit status $rc} -- reproducer: ${crash:-none written} (log: $log)")
+    echo "$t: ${what:-exit status $rc} -- reproducer: ${crash:-none written} (log: $log)" >> "$results/$t.findings"
     echo "== $t: FINDING: ${what:-exit status $rc}"
     echo "   reproducer: ${crash:-none written}; rerun: $bin ${crash:-}"
     echo "   minimize:   $bin -minimize_crash=1 -runs=10000 -exact_artifact_path=/tmp/min ${crash:-}"
   fi
-  rows+=("$(printf '%-20s %12s %10s  %-22s %s' "$t" "$execs" "${eps:-?}" "${cov:-}" "$status")")
-done
+  printf '%-20s %12s %10s  %-22s %s\n' "$t" "$execs" "${eps:-?}" "${cov:-}" "$status" > "$results/$t.row"
+  echo "$execs" > "$results/$t.execs"
+}
 
+for t in "${targets[@]}"; do
+  [[ -x $build/bin/${t}_fuzz ]] || { echo "tools/fuzz.sh: $build/bin/${t}_fuzz is missing" >&2; exit 2; }
+done
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= parallel)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_target "$t" &
+  running=$((running + 1))
+done
+wait
+
+total=0
+findings=()
+for t in "${targets[@]}"; do
+  total=$((total + $(cat "$results/$t.execs" 2> /dev/null || echo 0)))
+  while IFS= read -r line; do findings+=("$line"); done < "$results/$t.findings"
+done
 echo
 printf '%-20s %12s %10s  %-22s %s\n' target executions exec/s coverage status
-printf '%s\n' "${rows[@]}"
+for t in "${targets[@]}"; do cat "$results/$t.row" 2> /dev/null || printf '%-20s %12s\n' "$t" 'no result'; done
 printf '%-20s %12s\n' total "$total"
 if ((${#findings[@]} > 0)); then
   echo

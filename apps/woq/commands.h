@@ -58,5 +58,12 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 /// (and gives the report when `report` is set).
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* report = nullptr);
+/// What a loaded model is, for tables and JSON: the report's label and the
+/// file or directory name, e.g. "GPTQ v1 4-bit asym group_size 128 (...) [q]".
+std::string model_label(const std::string& path, const LoadReport& report);
+/// When `report` is a pre-quantized checkpoint compared with itself (no --ref),
+/// says on stderr that its "original" is its own dequantized integers, and how
+/// to compare with the real original.
+void note_self_reference(const std::string& path, const LoadReport& report);
 
 }  // namespace woq::cli

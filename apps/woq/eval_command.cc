@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "eval/compare.h"
 #include "eval/perplexity.h"
+#include "eval/recovery.h"
 #include "eval/tasks.h"
 #include "io/json_file.h"
 
@@ -92,6 +93,7 @@ struct TasksArgs {
   std::string ppl_file;
   std::int64_t ctx = 512;
   std::string json, markdown;
+  std::string ref_dir;  // recovery: the original, when --model is a saved checkpoint
 };
 
 // Where each task's file (or folder) is under --data-dir (the layout of woq's shared data).
@@ -177,7 +179,8 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
 int run_perplexity(const EvalArgs& a) {
   if (!a.json.empty()) require_writable_path(a.json);
   ThreadPool pool(a.model.threads);
-  auto model = load(a.model_dir, a, a.low_bit, pool);
+  LoadReport report;
+  auto model = load(a.model_dir, a, a.low_bit, pool, &report);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ScoringPlan plan = make_plan(a, tok, model->context_limit());
   const std::int64_t vocab = model->config().vocab_size;
@@ -191,8 +194,9 @@ int run_perplexity(const EvalArgs& a) {
   const Perplexity p = perplexity(nll);
   std::int64_t run_tokens = 0;
   for (const auto& s : plan.sequences) run_tokens += static_cast<std::int64_t>(s.size());
-  fmt::print("PPL = {:.4f} +/- {:.4f} over {} scored tokens ({}); {:.1f} tokens/s\n", p.ppl, p.ppl_stderr, p.tokens,
-             describe_plan(a, plan), static_cast<double>(run_tokens) / seconds);
+  fmt::print("model: {}\nPPL = {:.4f} +/- {:.4f} over {} scored tokens ({}); {:.1f} tokens/s\n",
+             model_label(a.model_dir, report), p.ppl, p.ppl_stderr, p.tokens, describe_plan(a, plan),
+             static_cast<double>(run_tokens) / seconds);
   write_json(a.json, {{"ppl", p.ppl},
                       {"ppl_stderr", p.ppl_stderr},
                       {"mean_nll", p.mean_nll},
@@ -200,7 +204,8 @@ int run_perplexity(const EvalArgs& a) {
                       {"sequences", plan.sequences.size()},
                       {"mode", a.per_document.empty() ? "chunks" : "per-document"},
                       {"ctx", a.ctx},
-                      {"low_bit", a.low_bit},
+                      {"low_bit", report.low_bit},
+                      {"model", model_label(a.model_dir, report)},
                       {"tokens_per_second", static_cast<double>(run_tokens) / seconds}});
   return 0;
 }
@@ -216,11 +221,15 @@ int run_compare(const EvalArgs& a) {
   const ScoringPlan plan = make_plan(a, tok, config.context_limit());
   const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
+  std::string ref_label = a.load_ref.empty() ? "" : fmt::format("log-probabilities saved in {}", a.load_ref);
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
     const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
-    auto ref_model = load(ref_dir, a, a.ref_low_bit, pool);
+    LoadReport ref_report;
+    auto ref_model = load(ref_dir, a, a.ref_low_bit, pool, &ref_report);
+    ref_label = model_label(ref_dir, ref_report);
+    if (a.ref_dir.empty()) note_self_reference(ref_dir, ref_report);
     if (ref_model->config().vocab_size != vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, ref_model->config().vocab_size, vocab);
     ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
@@ -255,9 +264,8 @@ int run_compare(const EvalArgs& a) {
     auto f32 = LlamaModel::load(a.model_dir, options, pool);
     weights_only = compare_with(*f32, "f32 activations");
   }
-  fmt::print("{} vs {}: {} scored tokens ({})\n", a.low_bit,
-             a.load_ref.empty() ? (a.ref_dir.empty() ? a.ref_low_bit : a.ref_dir) : a.load_ref, s.positions,
-             describe_plan(a, plan));
+  const std::string label = model_label(a.model_dir, report);
+  fmt::print("candidate: {}\nreference: {}\n{} scored tokens ({})\n", label, ref_label, s.positions, describe_plan(a, plan));
   fmt::print("PPL(candidate) = {:.4f} +/- {:.4f}\nPPL(reference) = {:.4f} +/- {:.4f}\nPPL ratio      = {:.5f}\n",
              s.cand.ppl, s.cand.ppl_stderr, s.ref.ppl, s.ref.ppl_stderr, s.ppl_ratio);
   fmt::print("Mean KLD       = {:.6f} +/- {:.6f}\nMedian KLD     = {:.6f}\n90% KLD        = {:.6f}\n"
@@ -269,7 +277,9 @@ int run_compare(const EvalArgs& a) {
                "int8 activations add {:.6f} ({:.0f} % of the KLD)\n",
                weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top,
                s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
-  write_json(a.json, {{"low_bit", a.low_bit},
+  write_json(a.json, {{"low_bit", report.low_bit},
+                      {"model", label},
+                      {"ref_model", ref_label},
                       {"tokens", s.positions},
                       {"ppl", s.cand.ppl},
                       {"ppl_stderr", s.cand.ppl_stderr},
@@ -317,24 +327,45 @@ int run_tasks_command(const TasksArgs& a) {
   check_before_running(a, tasks);
   EvalArgs load_args;
   load_args.model = a.model;
-  auto model = load(a.model_dir, load_args, a.low_bit, pool);
+  LoadReport report;
+  auto model = load(a.model_dir, load_args, a.low_bit, pool, &report);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   const std::vector<TaskResult> results = run_tasks(*model, tok, tasks, a);
+  fmt::print("model: {}\n\n", model_label(a.model_dir, report));
   fmt::print("| task | items | shots | metric | value | stderr |\n|---|---:|---:|---|---:|---:|\n");
   for (const TaskResult& r : results) {
     for (const TaskMetric& m : r.metrics)
       fmt::print("| {} | {} | {} | {}{} | {:.4f} | {:.4f} |\n", r.name, r.items, r.shots, m.name,
                  m.name == r.primary_metric ? " *" : "", m.value, m.standard_error);
     j.push_back(task_json(r));
+    j.back()["model"] = model_label(a.model_dir, report);
   }
   fmt::print("(* the metric model cards report for the task)\n");
   write_json(a.json, j);
   return 0;
 }
 
-// Recovery = variant / baseline (higher is better), or baseline / variant for perplexity.
-int run_recovery_command(const TasksArgs& a) {
+// A value and its standard error, e.g. "0.4500 ± 0.0500".
+std::string with_error(double value, double stderr_value, int digits) {
+  return fmt::format("{:.{}f} ± {:.{}f}", value, digits, stderr_value, digits);
+}
+
+nlohmann::ordered_json recovery_json(const Recovery& r) {
+  return {{"recovery_percent", r.percent}, {"recovery_stderr", r.standard_error}};
+}
+
+// One column of the recovery table: a model and the format its float layers are converted to.
+struct RecoveryColumn {
+  std::string path, low_bit;
+  std::string name, label;  // short name (table header) and what it really is (read when loaded)
+  std::vector<TaskMetric> metrics;  // primary metric of each task, per item
+  std::vector<double> nll;          // per-token NLL of --ppl-file
+};
+
+// Recovery = variant / baseline (higher is better) on each task, with paired bootstrap errors; the average is over
+// the tasks only; perplexity recovery (baseline / variant) is reported apart.
+int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   ThreadPool pool(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
@@ -346,8 +377,10 @@ int run_recovery_command(const TasksArgs& a) {
     if (e > b) variants.push_back(a.low_bit.substr(b, e - b));
   }
   if (variants.empty()) fail("--low-bit '{}' lists no format to compare with the baseline", a.low_bit);
-  std::vector<std::string> columns = {a.baseline};
-  columns.insert(columns.end(), variants.begin(), variants.end());
+  // With --ref the model is usually a saved checkpoint: one variant, as stored, unless --low-bit says otherwise.
+  if (!a.ref_dir.empty() && !low_bit_given) variants = {"sym_int4"};
+  std::vector<RecoveryColumn> columns = {{a.ref_dir.empty() ? a.model_dir : a.ref_dir, a.baseline, "", "", {}, {}}};
+  for (const std::string& v : variants) columns.push_back({a.model_dir, v, "", "", {}, {}});
   std::optional<ScoringPlan> ppl_plan;
   if (!a.ppl_file.empty()) {
     try {
@@ -356,56 +389,107 @@ int run_recovery_command(const TasksArgs& a) {
       fail("--ppl-file {}: {}", a.ppl_file, e.what());
     }
   }
-  // rows[metric][column]
-  std::vector<std::string> metrics;
-  std::map<std::string, std::vector<double>> values;
-  for (const std::string& column : columns) {
+  std::vector<TaskResult> shapes;  // the baseline's results: task names, shots, items
+  std::int64_t baseline_vocab = 0;
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    RecoveryColumn& col = columns[c];
     EvalArgs load_args;
     load_args.model = a.model;
-    auto model = load(a.model_dir, load_args, column, pool);
+    LoadReport report;
+    auto model = load(col.path, load_args, col.low_bit, pool, &report);
+    if (c == 0) baseline_vocab = model->config().vocab_size;
+    if (model->config().vocab_size != baseline_vocab)
+      fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, model->config().vocab_size);
+    col.label = model_label(col.path, report);
+    col.name = c == 0 && !a.ref_dir.empty() ? "baseline" : report.low_bit;
+    if (c == 0 && a.ref_dir.empty()) note_self_reference(col.path, report);
+    // A checkpoint stored quantized ignores --low-bit (only float layers are converted): one variant is all there is.
+    if (c == 1 && report.prequantized() && report.linear_matrices == 0 && columns.size() > 2) {
+      fmt::print(stderr, "woq: note: {} stores its linear layers quantized ({}); --low-bit does not change them, so "
+                 "there is one variant\n", col.path, report.imported_format);
+      columns.resize(2);
+    }
     for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
-      const std::string metric = fmt::format("{} {} ({}-shot, {} items)", r.name, r.primary_metric, r.shots, r.items);
-      if (values[metric].empty()) metrics.push_back(metric);
-      values[metric].push_back(r.metric(r.primary_metric).value);
+      col.metrics.push_back(r.metric(r.primary_metric));
+      if (c == 0) shapes.push_back(r);
     }
     if (ppl_plan) {
-      std::vector<double> nll;
       const std::int64_t vocab = model->config().vocab_size;
       run_plan(*model, *ppl_plan, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
-        nll.push_back(token_nll(l, vocab, t));
+        col.nll.push_back(token_nll(l, vocab, t));
       });
-      const std::string metric = fmt::format("perplexity {} (ctx {}, lower is better)",
-                                             std::filesystem::path(a.ppl_file).filename().string(), a.ctx);
-      if (values[metric].empty()) metrics.push_back(metric);
-      values[metric].push_back(perplexity(nll).ppl);
     }
   }
-  std::string md = "| metric | " + fmt::format("{}", fmt::join(columns, " | "));
-  for (const auto& v : variants) md += " | " + v + " recovery";
+  for (std::size_t c = 1; c < columns.size(); ++c)
+    if (columns[c].name == columns[0].name || (c > 1 && columns[c].name == columns[c - 1].name))
+      columns[c].name = fmt::format("{} [{}]", columns[c].name, c);  // names that collide get the column's number
+  const std::size_t nv = columns.size() - 1;
+  std::string md;
+  for (const RecoveryColumn& col : columns) md += fmt::format("- {}: {}\n", col.name, col.label);
+  md += "\n| metric | " + columns[0].name;
+  for (std::size_t c = 1; c <= nv; ++c) md += " | " + columns[c].name;
+  for (std::size_t c = 1; c <= nv; ++c) md += " | " + columns[c].name + " recovery";
   md += " |\n|---|";
-  for (std::size_t i = 0; i < columns.size() + variants.size(); ++i) md += "---:|";
+  for (std::size_t i = 0; i < columns.size() + nv; ++i) md += "---:|";
   md += "\n";
-  nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  std::vector<double> sums(variants.size(), 0.0);
-  for (const std::string& m : metrics) {
-    const auto& v = values[m];
-    const bool lower_better = m.rfind("perplexity", 0) == 0;
-    md += "| " + m;
-    for (const double x : v) md += fmt::format(" | {:.4f}", x);
-    nlohmann::ordered_json row = {{"metric", m}, {"baseline", v[0]}};
-    for (std::size_t i = 0; i < variants.size(); ++i) {
-      const double rec = 100.0 * (lower_better ? v[0] / v[i + 1] : v[i + 1] / v[0]);
-      sums[i] += rec;
-      md += fmt::format(" | {:.1f} %", rec);
-      row[variants[i]] = {{"value", v[i + 1]}, {"recovery_percent", rec}};
+  nlohmann::ordered_json j;
+  for (const RecoveryColumn& col : columns)
+    j[&col == &columns[0] ? "baseline" : "variants"].push_back({{"name", col.name}, {"label", col.label}, {"model", col.path}});
+  j["baseline"] = j["baseline"][0];
+  j["tasks"] = nlohmann::ordered_json::array();
+  std::vector<std::vector<Recovery>> per_variant(nv);
+  for (std::size_t t = 0; t < shapes.size(); ++t) {
+    const TaskResult& r = shapes[t];
+    md += fmt::format("| {} {} ({}-shot, {} items)", r.name, r.primary_metric, r.shots, r.items);
+    for (const RecoveryColumn& col : columns)
+      md += " | " + with_error(col.metrics[t].value, col.metrics[t].standard_error, 4);
+    nlohmann::ordered_json row = {{"task", r.name}, {"metric", r.primary_metric}, {"shots", r.shots}, {"items", r.items},
+                                  {"baseline", {{"value", columns[0].metrics[t].value},
+                                                {"stderr", columns[0].metrics[t].standard_error}}}};
+    for (std::size_t c = 1; c <= nv; ++c) {
+      const TaskMetric& m = columns[c].metrics[t];
+      const Recovery rec = task_recovery(columns[0].metrics[t].per_item, m.per_item, task_options(a).bootstrap, a.seed + t);
+      per_variant[c - 1].push_back(rec);
+      md += fmt::format(" | {} %", with_error(rec.percent, rec.standard_error, 1));
+      nlohmann::ordered_json v = {{"value", m.value}, {"stderr", m.standard_error}};
+      v.update(recovery_json(rec));
+      row["variants"].push_back(v);
     }
     md += " |\n";
-    j.push_back(row);
+    j["tasks"].push_back(row);
   }
-  md += "| average recovery";
+  md += fmt::format("| average recovery over the {} task{}", shapes.size(), shapes.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < columns.size(); ++i) md += " |";
-  for (const double s : sums) md += fmt::format(" | {:.1f} %", s / static_cast<double>(metrics.size()));
+  for (const auto& recs : per_variant) {
+    const Recovery avg = mean_recovery(recs);
+    md += fmt::format(" | {} %", with_error(avg.percent, avg.standard_error, 1));
+    j["average_recovery"].push_back(recovery_json(avg));
+  }
   md += " |\n";
+  j["perplexity"] = nullptr;
+  if (ppl_plan) {
+    md += fmt::format("\nPerplexity of {} (ctx {}, {} tokens; lower is better, not in the average):\n\n| model | perplexity | "
+                      "recovery (baseline / variant) |\n|---|---:|---:|\n",
+                      std::filesystem::path(a.ppl_file).filename().string(), a.ctx, columns[0].nll.size());
+    nlohmann::ordered_json pj = {{"file", a.ppl_file}, {"ctx", a.ctx}, {"tokens", columns[0].nll.size()}};
+    for (std::size_t c = 0; c <= nv; ++c) {
+      const Perplexity p = perplexity(columns[c].nll);
+      nlohmann::ordered_json v = {{"ppl", p.ppl}, {"ppl_stderr", p.ppl_stderr}};
+      std::string rec_cell = "";
+      if (c > 0) {
+        const Recovery rec = perplexity_recovery(columns[0].nll, columns[c].nll);
+        rec_cell = fmt::format("{} %", with_error(rec.percent, rec.standard_error, 1));
+        v.update(recovery_json(rec));
+        pj["variants"].push_back(v);
+      } else {
+        pj["baseline"] = v;
+      }
+      md += fmt::format("| {} | {} | {} |\n", columns[c].name, with_error(p.ppl, p.ppl_stderr, 4), rec_cell);
+    }
+    j["perplexity"] = pj;
+  }
+  md += "\n(± one standard error: bootstrap over items for tasks, paired with the baseline for recovery; per token for "
+        "perplexity)\n";
   fmt::print("{}", md);
   write_json(a.json, j);
   if (!a.markdown.empty()) write_text_file(a.markdown, md);
@@ -460,11 +544,14 @@ Run add_eval(CLI::App& app) {
   r->add_option("--ppl-file", rec->ppl_file, "Also compare the perplexity of this text");
   r->add_option("--ctx", rec->ctx, "Perplexity chunk size")->capture_default_str()->check(kPositive);
   r->add_option("--markdown", rec->markdown, "Also write the table as Markdown to this file");
-  return [p, c, t, ppl, cmp, tasks, rec] {
+  r->add_option("--ref", rec->ref_dir,
+                "The original (Hugging Face directory or .gguf file) as the baseline, when --model is a saved "
+                "checkpoint; --model is then one variant, as stored, unless --low-bit is given");
+  return [p, c, t, r, ppl, cmp, tasks, rec] {
     if (p->parsed()) return run_perplexity(*ppl);
     if (c->parsed()) return run_compare(*cmp);
     if (t->parsed()) return run_tasks_command(*tasks);
-    return run_recovery_command(*rec);
+    return run_recovery_command(*rec, r->count("--low-bit") > 0);
   };
 }
 

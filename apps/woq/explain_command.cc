@@ -20,6 +20,7 @@ struct ExplainArgs {
   std::string model_dir;
   std::string low_bit = "sym_int4";
   std::string ref_low_bit = "fp32";
+  std::string ref_dir;  // the original, when model_dir is a saved checkpoint
   ModelFlags model;
   std::string prompt;
   std::int64_t n = 48;
@@ -37,13 +38,18 @@ int run_explain(const ExplainArgs& a) {
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const LoadOptions ref_options = load_options(a.model, a.ref_low_bit);
   const LoadOptions options = load_options(a.model, a.low_bit);
-  auto original = load_model(a.model_dir, ref_options, pool);
-  auto quantized = load_model(a.model_dir, options, pool);
+  const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
+  LoadReport ref_report, report;
+  auto original = load_model(ref_dir, ref_options, pool, &ref_report);
+  if (a.ref_dir.empty()) note_self_reference(ref_dir, ref_report);
+  auto quantized = load_model(a.model_dir, options, pool, &report);
   const Explanation e = explain(*original, *quantized, tok, a.prompt, a.n);
+  const std::string original_label = model_label(ref_dir, ref_report), quantized_label = model_label(a.model_dir, report);
 
-  fmt::print("prompt:               {}\n", quoted(a.prompt));
-  fmt::print("original  ({:>9}): {}\n", a.ref_low_bit, quoted(e.original_text));
-  fmt::print("quantized ({:>9}): {}\n\n", a.low_bit, quoted(e.quantized_text));
+  fmt::print("original:  {}\nquantized: {}\n\n", original_label, quantized_label);
+  fmt::print("prompt:    {}\n", quoted(a.prompt));
+  fmt::print("original:  {}\n", quoted(e.original_text));
+  fmt::print("quantized: {}\n\n", quoted(e.quantized_text));
   if (e.diverges_at < 0) {
     fmt::print("The two generations are identical for all {} tokens.\n", e.original_ids.size());
   } else if (e.original_top.empty()) {
@@ -86,8 +92,10 @@ int run_explain(const ExplainArgs& a) {
   }
   if (!a.json.empty()) {
     nlohmann::ordered_json j = {{"prompt", a.prompt},
-                                {"low_bit", a.low_bit},
-                                {"ref_low_bit", a.ref_low_bit},
+                                {"low_bit", report.low_bit},
+                                {"ref_low_bit", ref_report.low_bit},
+                                {"model", quantized_label},
+                                {"ref_model", original_label},
                                 {"original_text", e.original_text},
                                 {"quantized_text", e.quantized_text},
                                 {"diverges_at", e.diverges_at},
@@ -115,6 +123,9 @@ Run add_explain(CLI::App& app) {
   cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
   cmd->add_option("--low-bit", a->low_bit, "Format of the quantized model")->capture_default_str();
   cmd->add_option("--ref-low-bit", a->ref_low_bit, "Format of the original")->capture_default_str();
+  cmd->add_option("--ref", a->ref_dir,
+                  "The original (Hugging Face directory or .gguf file), when --model is a saved checkpoint; default: "
+                  "--model itself at --ref-low-bit");
   add_model_flags(cmd, a->model);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt")->required();
   cmd->add_option("-n,--n-predict", a->n, "Tokens to generate greedily")->capture_default_str()->check(kPositive);

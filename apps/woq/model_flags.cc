@@ -1,4 +1,6 @@
 // Flags and messages shared by the commands that load a model.
+#include <filesystem>
+
 #include <fmt/core.h>
 
 #include "commands.h"
@@ -8,17 +10,6 @@ namespace woq::cli {
 namespace {
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
-std::string describe(const QuantSpec& spec) {
-  std::string s(low_bit_name(spec.type));
-  if (is_quantized(spec.type)) {
-    s += spec.group_size == -1 ? " (per channel" : fmt::format(" (group_size {}", spec.group_size);
-    if (spec.type == LowBit::kSymInt4) s += fmt::format(", {} range", int4_range_name(spec.int4_range));
-    if (spec.rounding == Rounding::kGgml) s += ", ggml rounding";
-    s += ")";
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -97,6 +88,20 @@ std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions
   print_load_report(report, options);
   if (out != nullptr) *out = report;
   return model;
+}
+
+std::string model_label(const std::string& path, const LoadReport& report) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return fmt::format("{} [{}]", report.label, p.filename().string());
+}
+
+void note_self_reference(const std::string& path, const LoadReport& report) {
+  if (!report.prequantized()) return;
+  fmt::print(stderr,
+             "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is its own integers "
+             "dequantized, so only the activations and lm_head can differ. Give the original with --ref DIR_OR_FILE.\n",
+             path, report.imported_format);
 }
 
 }  // namespace woq::cli

@@ -298,7 +298,7 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
   for (std::size_t m = 0; m < names.size(); ++m) {
     const double sum = std::accumulate(values[m].begin(), values[m].end(), 0.0);
     r.metrics.push_back({names[m], values[m].empty() ? 0.0 : sum / static_cast<double>(values[m].size()),
-                         bootstrap_stderr(values[m], options.bootstrap, options.seed + m)});
+                         bootstrap_stderr(values[m], options.bootstrap, options.seed + m), values[m]});
   }
   return r;
 }

@@ -112,6 +112,7 @@ struct TaskMetric {
   std::string name;  ///< acc, acc_norm, mc2 or exact_match
   double value = 0;
   double standard_error = 0;
+  std::vector<double> per_item;  ///< each item's score, in item order (for paired comparisons: eval/recovery.h)
 };
 
 /// A task's scores.

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -205,6 +207,17 @@ void validate(const QuantSpec& spec) {
                            (spec.type == LowBit::kSymInt4 && spec.int4_range == Int4Range::kFull))))
     fail("ggml rounding is ggml's Q4_0 / Q8_0 rule: sym_int4 (full range) or sym_int8 at group_size 32, not {} "
          "group_size {}", low_bit_name(spec.type), g);
+}
+
+std::string describe(const QuantSpec& spec) {
+  std::string s(low_bit_name(spec.type));
+  if (is_quantized(spec.type)) {
+    s += spec.group_size == -1 ? " (per channel" : fmt::format(" (group_size {}", spec.group_size);
+    if (spec.type == LowBit::kSymInt4) s += fmt::format(", {} range", int4_range_name(spec.int4_range));
+    if (spec.rounding == Rounding::kGgml) s += ", ggml rounding";
+    s += ")";
+  }
+  return s;
 }
 
 QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {

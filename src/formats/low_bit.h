@@ -125,6 +125,8 @@ struct QuantMatrix {
 /// ggml rounding comes with sym_int4 (full range) or sym_int8 at group 32.
 /// Float types accept any group size (it is ignored).
 void validate(const QuantSpec& spec);
+/// "sym_int4 (group_size 32, full range)", "sym_int8 (per channel)", "fp16".
+std::string describe(const QuantSpec& spec);
 
 /// Supplies row `row` of a source matrix as fp32 into out[0, cols).
 /// Called concurrently from several threads for different rows.

@@ -46,6 +46,22 @@ QuantizationConfig gptq_config(const JsonFields& q) {
   } else {
     q.field_error("checkpoint_format", fmt::format("is '{}'; woq reads gptq and gptq_v2", format));
   }
+  // Provenance, for labels only: fields of unexpected types are skipped, never an error.
+  std::vector<std::string> made;
+  const nlohmann::json& j = q.json();
+  if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
+    if (const auto who = meta->find("quantizer"); who != meta->end()) {
+      if (who->is_string()) made.push_back(who->get<std::string>());
+      if (who->is_array())
+        for (const auto& w : *who)
+          if (w.is_string()) made.push_back(w.get<std::string>());
+    }
+    if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string())
+      made.push_back(how->get<std::string>());
+  }
+  if (const auto damp = j.find("damp_percent"); damp != j.end() && damp->is_number())
+    made.push_back(fmt::format("damp_percent {}", damp->get<double>()));
+  c.provenance = fmt::format("{}", fmt::join(made, ", "));
   return c;
 }
 
@@ -192,9 +208,9 @@ std::string QuantizationConfig::describe() const {
   const std::string method_name = method == Method::kGptq
                                       ? (zeros == GptqZeros::kV1 ? "GPTQ v1" : "GPTQ v2")
                                       : "compressed-tensors pack-quantized";
-  return fmt::format("{} {}-bit {} {}{}", method_name, bits, sym ? "sym" : "asym",
+  return fmt::format("{} {}-bit {} {}{}{}", method_name, bits, sym ? "sym" : "asym",
                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                     desc_act ? " act-order" : "");
+                     desc_act ? " act-order" : "", provenance.empty() ? "" : " (" + provenance + ")");
 }
 
 std::optional<QuantizationConfig> read_quantization_config(const std::string& dir) {

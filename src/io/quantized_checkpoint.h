@@ -25,8 +25,13 @@ struct QuantizationConfig {
   bool sym = true;
   bool desc_act = false;
   GptqZeros zeros = GptqZeros::kV1;  ///< GPTQ only: checkpoint_format gptq / gptq_v2
+  /// How it was made, as far as the config says: quantization_config.meta's
+  /// quantizer (AutoGPTQ / GPTQModel / woq write it) and woq_method (gptq or
+  /// rtn), and damp_percent for GPTQ; e.g. "woq 0.1.0, gptq, damp_percent 0.01";
+  /// empty when the config says nothing.
+  std::string provenance;
 
-  /// "GPTQ v1 4-bit sym group_size 128".
+  /// "GPTQ v1 4-bit sym group_size 128", then the provenance in parentheses.
   std::string describe() const;
 };
 

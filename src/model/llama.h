@@ -87,6 +87,17 @@ struct LoadReport {
   std::int64_t linear_imported = 0;
   std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout
   std::string imported_format;              ///< QuantizationConfig::describe(); empty if none
+  /// woq formats of the block linear layers as loaded, e.g. "asym_int4", or
+  /// "sym_int4, sym_int8" for a GGUF that mixes types.
+  std::string low_bit;
+  /// What the block linear layers are, from the checkpoint's own metadata and
+  /// the load options: e.g. "GPTQ v1 4-bit asym group_size 128 (woq 0.1.0,
+  /// gptq, damp_percent 0.01)", "GGUF Q4_0 (as sym_int4 group 32)",
+  /// "sym_int4 (group_size 32, full range) from F32".
+  std::string label;
+  /// The linear layers are stored quantized in the checkpoint (GPTQ,
+  /// compressed-tensors, GGUF Q4_0/Q8_0): there is no float original inside.
+  bool prequantized() const { return linear_imported > 0; }
   /// What the integer-format matrices multiply their inputs as, e.g.
   /// "sym_int4 int8, sym_int8 f32"; empty when there are none.
   std::string activations;
