@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -281,6 +282,46 @@ TEST(Cli, EvalTasksRecoveryAndExplain) {
   const auto j = nlohmann::json::parse(test::read_file(tmp.file("e.json")));
   EXPECT_EQ(j["layers"].size(), 35u);
   EXPECT_EQ(j["kl"].size(), 40u);
+}
+
+// woq bench: one JSON line per test, each with only its own figures (null where one does not apply); the format
+// column says what the linears are (a GGUF's own type, not --low-bit's default); one repetition has no ± column.
+TEST(Cli, BenchRowsCarryTheirOwnFigures) {
+  test::TempDir tmp;
+  RunResult r = run("bench -m " + kModel + " -p 16 -n 8 -r 2 -t 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  const auto &pp = rows[0], &tg = rows[1];
+  EXPECT_EQ(pp["test"], "pp16");
+  EXPECT_GT(pp["first_token_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(pp["next_token_ms"].is_null());
+  EXPECT_TRUE(pp["gbps"].is_null());
+  EXPECT_TRUE(pp["bw_fraction"].is_null());
+  EXPECT_EQ(tg["test"], "tg8");
+  EXPECT_TRUE(tg["first_token_ms"].is_null());
+  EXPECT_GT(tg["next_token_ms"].get<double>(), 0.0);
+  EXPECT_GT(tg["gbps"].get<double>(), 0.0);
+  EXPECT_NEAR(tg["gbps"].get<double>() * 1e9, tg["avg_ts"].get<double>() * tg["bytes_per_token"].get<double>(), 1e3);
+  // stories260K reads 0.27 MB per token: in any last-level cache, so no share of memory bandwidth is claimed.
+  if (tg["in_cache"].get<bool>()) {
+    EXPECT_TRUE(tg["bw_fraction"].is_null()) << tg;
+  }
+  EXPECT_EQ(pp["low_bit"], "sym_int4");
+
+  r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 -t 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| sym_int4 | 1 | pp8 | "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("±"), std::string::npos) << r.out;
+
+  const std::string gguf = tmp.file("q8.gguf");
+  r = run("quantize -m " + kModel + " -o " + gguf + " --format gguf --low-bit sym_int8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run("bench -m " + gguf + " -p 0 -n 4 -r 1 -t 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["low_bit"].get<std::string>().rfind("sym_int8", 0), 0u) << r.out;
 }
 
 // A saved asym_int4 GPTQ checkpoint against its original (--ref): every side labelled by what it is, read from the

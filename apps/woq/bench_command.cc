@@ -1,6 +1,7 @@
 // woq bench: llama-bench-style pp/tg throughput against the memory roofline.
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "bench/bench.h"
 #include "commands.h"
 #include "core/cpu.h"
+#include "core/memory.h"
 #include "core/thread_pool.h"
 
 namespace woq::cli {
@@ -35,16 +37,55 @@ std::string bytes_str(std::uint64_t bytes) {
   return fmt::format("{:.1f} KB", b / 1e3);
 }
 
+// One measured test: pp (prefill) or tg (decode) of one format at one thread count.
 struct Row {
   std::string low_bit;
   int threads;
   bool is_pp;
   Stat ts;
-  BenchResult r;
+  double latency_ms;  // pp: the whole prefill (time to first token); tg: one decode step
   std::uint64_t bytes_per_token;
   double read_bw;
+  bool in_cache;  // the weights read per token fit in the last-level cache: no share of memory bandwidth
   std::uint64_t peak_rss;
 };
+
+nlohmann::json or_null(bool applies, double value) { return applies ? nlohmann::json(value) : nlohmann::json(nullptr); }
+
+void print_json_line(const Row& row, const BenchArgs& a) {
+  const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
+  const nlohmann::ordered_json j = {
+      {"test", row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen)},
+      {"n_prompt", row.is_pp ? a.n_prompt : 0},
+      {"n_gen", row.is_pp ? 0 : a.n_gen},
+      {"n_threads", row.threads},
+      {"avg_ts", row.ts.mean},
+      {"stddev_ts", or_null(a.reps > 1, row.ts.stddev)},
+      {"low_bit", row.low_bit},
+      {"isa", isa_name(active_isa())},
+      {"bytes_per_token", row.bytes_per_token},
+      {"gbps", or_null(!row.is_pp, gbps)},
+      {"bw_fraction", or_null(!row.is_pp && !row.in_cache, gbps * 1e9 / row.read_bw)},
+      {"in_cache", row.in_cache},
+      {"read_bw_gbps", row.read_bw / 1e9},
+      {"first_token_ms", or_null(row.is_pp, row.latency_ms)},
+      {"next_token_ms", or_null(!row.is_pp, row.latency_ms)},
+      {"peak_rss_bytes", row.peak_rss}};
+  fmt::print("{}\n", j.dump());
+}
+
+void print_table_row(const Row& row, const BenchArgs& a) {
+  const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
+  fmt::print("| {} | {} | {} | {:.2f}{} | {} | {} | {} | {} | {} |\n", row.low_bit, row.threads,
+             row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen), row.ts.mean,
+             a.reps > 1 ? fmt::format(" ± {:.2f}", row.ts.stddev) : std::string(),
+             row.is_pp ? fmt::format("{:.1f}", row.latency_ms) : "-",
+             row.is_pp ? "-" : fmt::format("{:.2f}", row.latency_ms), bytes_str(row.bytes_per_token),
+             row.is_pp ? "-" : fmt::format("{:.1f}", gbps),
+             row.is_pp      ? "-"
+             : row.in_cache ? "in cache"
+                            : fmt::format("{:.0f} %", 100 * gbps * 1e9 / row.read_bw));
+}
 
 int run_bench_command(const BenchArgs& a) {
   std::map<int, double> bandwidth;  // threads -> bytes/s
@@ -56,58 +97,47 @@ int run_bench_command(const BenchArgs& a) {
     fmt::print(stderr, "woq: memory read bandwidth, {} thread{}: {:.1f} GB/s\n", t, t > 1 ? "s" : "",
                bandwidth[t] / 1e9);
   }
-  std::vector<Row> rows;
+  const std::optional<std::int64_t> llc = last_level_cache_bytes();
+  if (!a.json) {
+    fmt::print("| low_bit | threads | test | t/s | first token ms | next token ms | bytes/token | GB/s | % of read BW |\n");
+    fmt::print("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    std::fflush(stdout);
+  }
+  // Each row is printed (and flushed) as soon as it is measured, as llama-bench does.
+  auto emit = [&](const Row& row) {
+    a.json ? print_json_line(row, a) : print_table_row(row, a);
+    std::fflush(stdout);
+  };
   for (const auto& low_bit : a.low_bits) {
     const LoadOptions options = load_options(a.model, low_bit);
     ThreadPool load_pool(0);
-    auto model = load_model(a.model_dir, options, load_pool);  // once per format
+    LoadReport report;
+    auto model = load_model(a.model_dir, options, load_pool, &report);  // once per format
+    const std::string label = report.low_bit;  // what the linears are (a GGUF's own types, not --low-bit)
+    const std::uint64_t bpt = model->weight_bytes_per_token();
+    const bool in_cache = llc && bpt <= static_cast<std::uint64_t>(*llc);
     for (const int t : threads) {
       ThreadPool pool(t);
       model->set_thread_pool(pool);
-      const BenchResult r = run_bench(*model, a.n_prompt, a.n_gen, a.reps);
-      const std::uint64_t bpt = model->weight_bytes_per_token();
-      if (a.n_prompt > 0)
-        rows.push_back({low_bit, t, true, mean_stddev(r.pp_tokens_per_s), r, bpt, bandwidth[t], peak_rss_bytes()});
-      if (a.n_gen > 0)
-        rows.push_back({low_bit, t, false, mean_stddev(r.tg_tokens_per_s), r, bpt, bandwidth[t], peak_rss_bytes()});
+      if (a.n_prompt > 0) {
+        const BenchResult r = run_bench(*model, a.n_prompt, 0, a.reps);
+        emit({label, t, true, mean_stddev(r.pp_tokens_per_s), r.first_token_ms, bpt, bandwidth[t], in_cache,
+              peak_rss_bytes()});
+      }
+      if (a.n_gen > 0) {
+        const BenchResult r = run_bench(*model, 0, a.n_gen, a.reps);
+        emit({label, t, false, mean_stddev(r.tg_tokens_per_s), r.next_token_ms, bpt, bandwidth[t], in_cache,
+              peak_rss_bytes()});
+      }
     }
   }
-
-  if (a.json) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const Row& row : rows) {
-      const double gbps = row.is_pp ? 0.0 : row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
-      out.push_back({{"test", row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen)},
-                     {"n_prompt", row.is_pp ? a.n_prompt : 0},
-                     {"n_gen", row.is_pp ? 0 : a.n_gen},
-                     {"n_threads", row.threads},
-                     {"avg_ts", row.ts.mean},
-                     {"stddev_ts", row.ts.stddev},
-                     {"low_bit", row.low_bit},
-                     {"isa", isa_name(active_isa())},
-                     {"bytes_per_token", row.bytes_per_token},
-                     {"gbps", gbps},
-                     {"bw_fraction", row.is_pp ? 0.0 : gbps * 1e9 / row.read_bw},
-                     {"read_bw_gbps", row.read_bw / 1e9},
-                     {"first_token_ms", row.r.first_token_ms},
-                     {"next_token_ms", row.r.next_token_ms},
-                     {"peak_rss_bytes", row.peak_rss}});
-    }
-    fmt::print("{}\n", out.dump(2));
-    return 0;
-  }
-  fmt::print("| low_bit | threads | test | t/s | first token ms | next token ms | bytes/token | GB/s | % of read BW |\n");
-  fmt::print("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
-  for (const Row& row : rows) {
-    const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
-    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {} | {} | {} |\n", row.low_bit, row.threads,
-               row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen), row.ts.mean, row.ts.stddev,
-               row.r.first_token_ms, row.r.next_token_ms, bytes_str(row.bytes_per_token),
-               row.is_pp ? "-" : fmt::format("{:.1f}", gbps),
-               row.is_pp ? "-" : fmt::format("{:.0f} %", 100 * gbps * 1e9 / row.read_bw));
-  }
-  fmt::print("peak RSS {:.2f} GiB; {} kernels\n", static_cast<double>(peak_rss_bytes()) / (1u << 30),
-             isa_name(active_isa()));
+  if (!a.json)
+    fmt::print("peak RSS {:.2f} GiB; {} kernels{}\n", static_cast<double>(peak_rss_bytes()) / (1u << 30),
+               isa_name(active_isa()),
+               llc ? fmt::format("; last-level cache {:.0f} MiB (\"in cache\": the weights read per token fit in it, "
+                                 "so memory bandwidth does not bound decode)",
+                                 static_cast<double>(*llc) / (1 << 20))
+                   : std::string());
   return 0;
 }
 
@@ -129,7 +159,8 @@ Run add_bench(CLI::App& app) {
   cmd->add_option("--low-bit", args->low_bits, "Formats to test, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_flag("--json", args->json, "Print one JSON array (llama-bench keys where they exist)");
+  cmd->add_flag("--json", args->json,
+                "Print one JSON object per line as each test finishes (llama-bench's jsonl keys where they exist)");
   add_model_flags(cmd, args->model);
   // bench takes a list of thread counts: replace the shared single -t.
   cmd->remove_option(cmd->get_option("--threads"));

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -271,11 +272,16 @@ int run_compare(const EvalArgs& a) {
   fmt::print("Mean KLD       = {:.6f} +/- {:.6f}\nMedian KLD     = {:.6f}\n90% KLD        = {:.6f}\n"
              "99% KLD        = {:.6f}\nMaximum KLD    = {:.6f}\n",
              s.mean_kl, s.kl_stderr, s.median_kl, s.p90_kl, s.p99_kl, s.max_kl);
-  fmt::print("Same top token = {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * s.rms_dp);
+  // The same-top rate is a mean of 0/1 outcomes: its binomial standard error.
+  auto top_stderr = [](const CompareStats& c) {
+    return c.positions > 1 ? std::sqrt(c.same_top * (1 - c.same_top) / static_cast<double>(c.positions)) : 0.0;
+  };
+  fmt::print("Same top token = {:.3f} ± {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * top_stderr(s),
+             100 * s.rms_dp);
   if (weights_only)
-    fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} %; "
+    fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} ± {:.3f} %; "
                "int8 activations add {:.6f} ({:.0f} % of the KLD)\n",
-               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top,
+               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top, 100 * top_stderr(*weights_only),
                s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
   write_json(a.json, {{"low_bit", report.low_bit},
                       {"model", label},
@@ -293,9 +299,12 @@ int run_compare(const EvalArgs& a) {
                       {"p99_kl", s.p99_kl},
                       {"max_kl", s.max_kl},
                       {"same_top", s.same_top},
+                      {"same_top_stderr", top_stderr(s)},
                       {"rms_dp", s.rms_dp},
                       {"activations", report.activations},
-                      {"weights_only_mean_kl", weights_only ? nlohmann::ordered_json(weights_only->mean_kl) : nullptr}});
+                      {"weights_only_mean_kl", weights_only ? nlohmann::ordered_json(weights_only->mean_kl) : nullptr},
+                      {"weights_only_kl_stderr", weights_only ? nlohmann::ordered_json(weights_only->kl_stderr) : nullptr},
+                      {"weights_only_same_top", weights_only ? nlohmann::ordered_json(weights_only->same_top) : nullptr}});
   return 0;
 }
 

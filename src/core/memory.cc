@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -28,6 +30,14 @@ std::optional<std::int64_t> available_memory_bytes() {
   const auto limit = read_number("/sys/fs/cgroup/memory.max"), used = read_number("/sys/fs/cgroup/memory.current");
   if (limit && used) available = std::min(available.value_or(*limit - *used), *limit - *used);
   return available;
+}
+
+std::optional<std::int64_t> last_level_cache_bytes() {
+  for (const int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(level);
+    if (bytes > 0) return bytes;
+  }
+  return std::nullopt;
 }
 
 }  // namespace woq

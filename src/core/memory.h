@@ -12,4 +12,9 @@ namespace woq {
 /// nullopt when neither can be read (not Linux).
 std::optional<std::int64_t> available_memory_bytes();
 
+/// Size in bytes of the largest CPU cache (L3, else L2) as sysconf reports it
+/// (glibc reads it from CPUID); nullopt when it reports none. Under a VM this
+/// may be the host's whole shared L3.
+std::optional<std::int64_t> last_level_cache_bytes();
+
 }  // namespace woq
