@@ -71,15 +71,21 @@ TEST(Cli, HelpDocumentsEveryFlag) {
 }
 
 TEST(Cli, MakeRandomThenGenerate) {
-  test::TempDir out;
-  const RunResult made = run("make-random --preset tiny --layers 1 --seed 5 -o " + out.path());
+  test::TempDir tmp;
+  const std::string out = tmp.file("m");
+  const RunResult made = run("make-random --preset tiny --layers 1 --seed 5 -o " + out);
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_NE(made.err.find("tiny preset, 1 layer,"), std::string::npos) << made.err;
-  const RunResult gen = run("generate -m " + out.path() + " -p \"Once upon a time\" -n 8 --temperature 0");
+  const RunResult gen = run("generate -m " + out + " -p \"Once upon a time\" -n 8 --temperature 0");
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_EQ(gen.out.rfind("Once upon a time", 0), 0u) << gen.out;
   EXPECT_NE(gen.err.find("generated 8 tokens"), std::string::npos) << gen.err;
-  EXPECT_EQ(run("make-random --preset nope -o " + out.path()).code, 1);
+  EXPECT_EQ(run("make-random --preset nope -o " + tmp.file("n")).code, 1);
+  // An existing output is kept unless --force, as woq quantize does.
+  const RunResult again = run("make-random --preset tiny --layers 1 --seed 6 -o " + out);
+  EXPECT_EQ(again.code, 1);
+  EXPECT_NE(again.err.find(out + ": already exists (pass --force"), std::string::npos) << again.err;
+  EXPECT_EQ(run("make-random --preset tiny --layers 1 --seed 6 --force -o " + out).code, 0);
 }
 
 TEST(Cli, BadInputExitsNonZeroWithMessage) {
@@ -92,8 +98,6 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
       {"generate -m " + kModel + " -p hi --low-bit int3", "", "unknown low-bit type 'int3'"},
       {"generate -m " + kModel + " -p hi --group-size 0", "", "group_size 0 is invalid"},
       {"generate -m " + kModel + " -p hi --int4-range half", "", "unknown int4 range"},
-      {"generate -m " + kModel + " -p hi -n 600", "", "exceed the model's context of 512 tokens"},
-      {"generate -m " + kModel + " -p hi -n 9223372036854775807", "", "exceed the model's context of 512 tokens"},
       {"generate -m " + kModel + " -p hi --temperature inf", "", "temperature must be finite"},
       {"generate -m " + kModel + " -p hi --top-p 0", "", "top_p must be in (0, 1]"},
       {"generate -m " + kModel + " -p hi", "WOQ_ISA=sse9", "WOQ_ISA='sse9' is not one of"},
@@ -107,6 +111,11 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
   const RunResult usage = run("generate -p hi");  // missing -m: a usage error
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.err.find("woq: error: --model is required"), std::string::npos) << usage.err;
+  EXPECT_NE(usage.err.find("Run 'woq generate --help' for the flags"), std::string::npos) << usage.err;
+  // -n past the context is not an error: generation stops there (or earlier at a stop token) and says why.
+  const RunResult big = run("generate -m " + kModel + " -p hi -n 9223372036854775807 --temperature 0");
+  EXPECT_EQ(big.code, 0) << big.err;
+  EXPECT_NE(big.err.find("stopped at the BOS token 1 '<s>'"), std::string::npos) << big.err;  // llama2.c ends stories so
 }
 
 // woq quantize writes a GPTQ checkpoint that woq generate then runs as
@@ -122,8 +131,10 @@ TEST(Cli, QuantizeThenGenerateFromTheCheckpoint) {
   EXPECT_NE(r.err.find("35 linear layers; tensors 0.99 MiB -> 0.26 MiB"), std::string::npos) << r.err;
   const RunResult stored = run("generate -m " + out + " -p \"Once upon a time\" -n 30 --temperature 0");
   ASSERT_EQ(stored.code, 0) << stored.err;
-  EXPECT_NE(stored.err.find("35 linear layers used as stored in the GPTQ v1 4-bit sym group_size 32 checkpoint (repacked"),
-            std::string::npos)
+  // The checkpoint says how it was made (quantization_config.meta): woq, round to nearest.
+  EXPECT_NE(stored.err.find("35 linear layers used as stored in the GPTQ v1 4-bit sym group_size 32 (woq "), std::string::npos)
+      << stored.err;
+  EXPECT_NE(stored.err.find(", rtn) checkpoint (repacked"), std::string::npos)
       << stored.err;
   const RunResult memory = run("generate -m " + kModel + " -p \"Once upon a time\" -n 30 --temperature 0 --group-size 32");
   ASSERT_EQ(memory.code, 0) << memory.err;
@@ -154,7 +165,8 @@ TEST(Cli, QuantizeGptqWritesALoadableCheckpointAndChecksItsFlags) {
   EXPECT_EQ(config["quantization_config"]["meta"]["woq_method"], "gptq");
   r = run("generate -m " + out + " -p \"Once upon a time\" -n 10");
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("act-order checkpoint"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("act-order (woq "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(", gptq, damp_percent 0.01) checkpoint"), std::string::npos) << r.err;
 
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"--method gptq --calib random:2x4x5", "--calib 'random:2x4x5' is not random or random:NxL"},
@@ -322,6 +334,31 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
   r = run("bench -m " + gguf + " -p 0 -n 4 -r 1 -t 1 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["low_bit"].get<std::string>().rfind("sym_int8", 0), 0u) << r.out;
+}
+
+// Flags that would do nothing are refused (usage errors exit 2, others 1) or warned about; -c/--ctx-size is the
+// context flag of every command, --ctx its old spelling.
+TEST(Cli, FlagsThatWouldDoNothingAreRefusedOrWarned) {
+  test::TempDir tmp;
+  RunResult r = run("generate -m " + kModel + " -p hi --stop ''");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--stop: must not be empty"), std::string::npos) << r.err;
+  r = run("quantize -m " + kModel + " -o " + tmp.file("q") + " --method gptq --calib random:4x8 --nsamples 10");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--nsamples does not apply to --calib random:4x8"), std::string::npos) << r.err;
+  r = run("generate -m " + kModel + " -p hi -n 2 --low-bit fp16 --activations int8");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --activations int8 has no effect"), std::string::npos) << r.err;
+  r = run("generate -m " + kModel + " -p hi -n 2 --group-size 16");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: group_size 16 is not a multiple of 32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int4 f32"), std::string::npos) << r.err;  // what it really runs
+  const std::string text = std::string(WOQ_TEST_DATA) + "/tinystories_heldout.txt";
+  for (const char* flag : {"-c", "--ctx-size", "--ctx"}) {
+    r = run("eval perplexity -m " + kModel + " -f " + text + " --chunks 1 " + flag + " 64 --json " + tmp.file("p.json"));
+    ASSERT_EQ(r.code, 0) << flag << r.err;
+    EXPECT_EQ(nlohmann::json::parse(test::read_file(tmp.file("p.json")))["ctx"], 64) << flag;
+  }
 }
 
 // A saved asym_int4 GPTQ checkpoint against its original (--ref): every side labelled by what it is, read from the

@@ -71,6 +71,36 @@ TEST(Stories260K, GreedyFp32MatchesReferenceTokensAndText) {
   EXPECT_EQ(text, ref["text"].get<std::string>());
 }
 
+// Asked for more tokens than the context holds, generation stops where it is full and says so (as llama.cpp);
+// a prompt that fills the context alone is an error.
+TEST(Stories260K, GenerationStopsAtTheContext) {
+  ThreadPool pool(2);
+  auto model = load(pool, kFp32);
+  const auto tok = Tokenizer::load(WOQ_MODEL_DIR);
+  std::string prompt;
+  for (int i = 0; i < 60; ++i) prompt += "Once upon a time, ";
+  const auto prompt_len = static_cast<std::int64_t>(tok.encode(prompt).size());
+  ASSERT_LT(prompt_len, model->context_limit());
+  GenerateOptions opt;
+  opt.max_new_tokens = 1000;
+  opt.sampling.temperature = 0;
+  opt.stop_ids = {-1};  // no stop token: only the context can end it
+  const GenerateResult r = generate(*model, tok, prompt, opt, [](std::string_view) {});
+  EXPECT_TRUE(r.context_full);
+  EXPECT_FALSE(r.stopped);
+  EXPECT_EQ(static_cast<std::int64_t>(r.generated_ids.size()), model->context_limit() - prompt_len);
+  opt.max_new_tokens = 5;
+  EXPECT_FALSE(generate(*model, tok, prompt, opt, [](std::string_view) {}).context_full);
+  std::string long_prompt;
+  for (int i = 0; i < 200; ++i) long_prompt += "Once upon a time, ";
+  try {
+    generate(*model, tok, long_prompt, opt, [](std::string_view) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fills the model's context of 512 tokens"), std::string::npos) << e.what();
+  }
+}
+
 // Chat prompts: the text of control tokens becomes their ids (BOS not doubled);
 // logprobs show each token's own text.
 TEST(Stories260K, SpecialTokensInTextAndTokenText) {

@@ -16,6 +16,7 @@ if command -v npm > /dev/null; then
     echo "tools/test.sh: npm ci failed; the comparison with @huggingface/tokenizers will be skipped" >&2
 fi
 
+# The same options as the README's first command, so that a build it made is reused, not recompiled.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWOQ_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure

@@ -58,6 +58,9 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 /// (and gives the report when `report` is set).
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* report = nullptr);
+/// A progress line "woq: WHAT done/total (s, ETA s)" rewritten in place on
+/// stderr when it is a terminal; nullptr (no output) otherwise.
+std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what);
 /// What a loaded model is, for tables and JSON: the report's label and the
 /// file or directory name, e.g. "GPTQ v1 4-bit asym group_size 128 (...) [q]".
 std::string model_label(const std::string& path, const LoadReport& report);

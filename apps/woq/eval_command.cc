@@ -1,6 +1,4 @@
 // woq eval perplexity / woq eval compare.
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -48,7 +46,7 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
   cmd->add_option("--low-bit", a.low_bit, "Format of the linear layers")->capture_default_str();
   add_model_flags(cmd, a.model);
   cmd->add_option("-f,--file", a.file, "Text file to score")->required();
-  cmd->add_option("--ctx", a.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
+  cmd->add_option("-c,--ctx-size,--ctx", a.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", a.batch, "Tokens per forward call; 0 = the whole chunk")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--chunks", a.chunks, "Score at most this many chunks or documents; 0 = all")
       ->capture_default_str()
@@ -155,17 +153,6 @@ nlohmann::ordered_json task_json(const TaskResult& r) {
     j[m.name + "_stderr"] = m.standard_error;
   }
   return j;
-}
-
-// A progress line with ETA on a terminal; nothing otherwise.
-std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
-  if (isatty(STDERR_FILENO) == 0) return nullptr;
-  const auto start = std::chrono::steady_clock::now();
-  return [start, what](std::int64_t done, std::int64_t total) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print(stderr, "\rwoq: {} {}/{} ({:.0f} s, ETA {:.0f} s)   {}", what, done, total, s,
-               s / static_cast<double>(done) * static_cast<double>(total - done), done == total ? "\n" : "");
-  };
 }
 
 std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool,
@@ -551,7 +538,7 @@ Run add_eval(CLI::App& app) {
   r->add_option("--low-bit", rec->low_bit, "Comma-separated variants")->capture_default_str();
   r->add_option("--baseline-low-bit", rec->baseline, "Format of the baseline")->capture_default_str();
   r->add_option("--ppl-file", rec->ppl_file, "Also compare the perplexity of this text");
-  r->add_option("--ctx", rec->ctx, "Perplexity chunk size")->capture_default_str()->check(kPositive);
+  r->add_option("-c,--ctx-size,--ctx", rec->ctx, "Perplexity chunk size (--ppl-file)")->capture_default_str()->check(kPositive);
   r->add_option("--markdown", rec->markdown, "Also write the table as Markdown to this file");
   r->add_option("--ref", rec->ref_dir,
                 "The original (Hugging Face directory or .gguf file) as the baseline, when --model is a saved "

@@ -31,9 +31,13 @@ struct GenerateArgs {
   ModelFlags model;
 };
 
-std::string stop_reason(const GenerateResult& r) {
+std::string stop_reason(const GenerateResult& r, const Tokenizer& tok, std::int64_t context) {
   if (!r.stop_string.empty()) return fmt::format("stopped at stop string '{}'", r.stop_string);
-  if (r.stopped) return fmt::format("stopped at stop token {}", r.stop_token);
+  if (r.stopped) {
+    const std::string kind = r.stop_token == tok.eos_id() ? "EOS" : r.stop_token == tok.bos_id() ? "BOS" : "end-of-generation";
+    return fmt::format("stopped at the {} token {} '{}'", kind, r.stop_token, tok.token_text(r.stop_token));
+  }
+  if (r.context_full) return fmt::format("stopped at the model's context of {} tokens, before -n", context);
   return "reached -n";
 }
 
@@ -66,7 +70,7 @@ int run_generate(const GenerateArgs& a) {
     speed = fmt::format("; prefill {:.1f} tok/s ({:.1f} ms)", prompt_n / r.prefill_seconds, r.prefill_seconds * 1e3);
   if (r.decode_seconds > 0 && decode_steps > 0) speed += fmt::format(", decode {:.1f} tok/s", decode_steps / r.decode_seconds);
   fmt::print(stderr, "woq: prompt {} tokens, generated {} tokens ({}){}; {} thread{}, {} kernels, {}\n",
-             r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r), speed,
+             r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r, tokenizer, model->context_limit()), speed,
              pool.size(), pool.size() > 1 ? "s" : "", isa_name(active_isa()),
              a.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
   return 0;
@@ -96,7 +100,9 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("--low-bit", args->low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4, asym_int4, sym_int8, fp16, bf16, fp32")
       ->capture_default_str();
-  cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)");
+  cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                             "STRING"));
   add_model_flags(cmd, args->model);
   return [args] { return run_generate(*args); };
 }

@@ -2,6 +2,7 @@
 // call the library, print.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <fmt/core.h>
 
@@ -13,7 +14,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "woq 0.1.0");
   app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
-    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", e.what(), failed->get_display_name(true));
+    // Name the subcommand whose flags were wrong ("woq eval compare"): its --help lists them.
+    std::string name = "woq";
+    for (const CLI::App* cmd = failed; !cmd->get_subcommands().empty();) {
+      cmd = cmd->get_subcommands().back();
+      name += " " + cmd->get_name();
+    }
+    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", e.what(), name);
   });
   const woq::cli::Run generate = woq::cli::add_generate(app);
   const woq::cli::Run bench = woq::cli::add_bench(app);

@@ -1,5 +1,6 @@
 // woq make-random: a checkpoint with random weights in a real model's shapes.
 #include <chrono>
+#include <filesystem>
 #include <string>
 
 #include <fmt/core.h>
@@ -18,6 +19,7 @@ struct MakeRandomArgs {
   std::string dtype = "f16";
   std::string out_dir;
   int threads = 0;
+  bool force = false;
 };
 
 int run_make_random(MakeRandomArgs& a) {
@@ -30,6 +32,9 @@ int run_make_random(MakeRandomArgs& a) {
   } else {
     fail("--dtype '{}' is not one of: f16, bf16, f32", a.dtype);
   }
+  if (std::filesystem::exists(std::filesystem::symlink_status(a.out_dir)) && !a.force)
+    fail("{}: already exists (pass --force to write into it)", a.out_dir);
+  a.options.progress = progress_bar("tensor");
   ThreadPool pool(a.threads);
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t bytes = write_random_checkpoint(a.out_dir, a.options, pool);
@@ -59,7 +64,8 @@ Run add_make_random(CLI::App& app) {
   cmd->add_option("--tokenizer-root", args->options.tokenizer_root,
                   "Folder holding the presets' tokenizers (llama2/, llama3/, qwen3/; default: the repository's "
                   "assets/tokenizers)");
-  cmd->add_option("-o,--output", args->out_dir, "Output directory (created if missing)")->required();
+  cmd->add_option("-o,--output", args->out_dir, "Output directory (created; must not exist unless --force)")->required();
+  cmd->add_flag("--force", args->force, "Write into the output directory even if it exists");
   add_threads_flag(cmd, args->threads);
   return [args] { return run_make_random(*args); };
 }

@@ -1,4 +1,7 @@
 // Flags and messages shared by the commands that load a model.
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 
 #include <fmt/core.h>
@@ -60,6 +63,9 @@ namespace {
 
 void print_load_report(const LoadReport& r, const LoadOptions& options) {
   for (const auto& w : r.warnings) fmt::print(stderr, "woq: warning: {}\n", w);
+  if (options.activations && r.activations.empty())
+    fmt::print(stderr, "woq: warning: --activations {} has no effect: no layer is in an integer format\n",
+               activations_name(*options.activations));
   if (r.linear_imported > 0)
     fmt::print(stderr,
                "woq: {} linear layers used as stored in the {} checkpoint (repacked into woq's layout in {:.2f} s, "
@@ -88,6 +94,16 @@ std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions
   print_load_report(report, options);
   if (out != nullptr) *out = report;
   return model;
+}
+
+std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
+  if (isatty(STDERR_FILENO) == 0) return nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  return [start, what](std::int64_t done, std::int64_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print(stderr, "\rwoq: {} {}/{} ({:.0f} s, ETA {:.0f} s)   {}", what, done, total, s,
+               s / static_cast<double>(done) * static_cast<double>(total - done), done == total ? "\n" : "");
+  };
 }
 
 std::string model_label(const std::string& path, const LoadReport& report) {

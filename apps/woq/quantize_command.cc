@@ -125,7 +125,13 @@ int run_quantize(const QuantizeArgs& a) {
     model = load_for_calibration(a.in_dir, pool);
     store = TensorStore::open(a.in_dir);
     std::int64_t count = a.nsamples, length = a.seqlen;
-    if (a.calib != "random") std::tie(count, length) = parse_random_calib(a.calib);
+    if (a.calib != "random") {
+      for (const char* flag : {"--nsamples", "--seqlen"})
+        if (a.cmd->count(flag) > 0)
+          fail("{} does not apply to --calib {}: N and L are in it (random:NxL); it is for --calib random and "
+               "--calib-file", flag, a.calib);
+      std::tie(count, length) = parse_random_calib(a.calib);
+    }
     // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
     if (a.calib == "random" && a.seqlen_flag->count() == 0) length = std::min(length, model->context_limit());
     if (length > model->context_limit())

@@ -113,7 +113,7 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--parallel", args->parallel, "Sequences decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--ctx-size", args->ctx_size, "Tokens per sequence, prompt included; 0 = the model's context")
+  cmd->add_option("-c,--ctx-size", args->ctx_size, "Tokens per sequence, prompt included; 0 = the model's context")
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->add_option("--served-model-name", args->served_model_name, "Model name for clients (default: the model directory's or .gguf file's name)");

@@ -36,13 +36,12 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
   if (tokenizer.vocab_size() > model.config().vocab_size)
     fail("the tokenizer has {} pieces but config.json vocab_size is {}: they do not belong together",
          tokenizer.vocab_size(), model.config().vocab_size);
-  if (options.max_new_tokens > model.context_limit())
-    fail("{} tokens to generate exceed the model's context of {} tokens", options.max_new_tokens,
-         model.context_limit());
-  const std::int64_t needed = prompt_len + options.max_new_tokens;
-  if (needed > model.context_limit())
-    fail("prompt ({} tokens) + tokens to generate ({}) = {} exceeds the model's context of {} tokens",
-         prompt_len, options.max_new_tokens, needed, model.context_limit());
+  const std::int64_t context = model.context_limit();
+  if (options.max_new_tokens > 0 && prompt_len >= context)
+    fail("the prompt ({} tokens) fills the model's context of {} tokens: no room to generate", prompt_len, context);
+  // As llama.cpp: generation stops where the context is full (the result says so) rather than refusing.
+  const std::int64_t max_new = std::min(options.max_new_tokens, context - prompt_len);
+  const std::int64_t needed = prompt_len + max_new;
 
   const std::vector<std::int32_t> stops =
       options.stop_ids.empty() ? end_of_generation_ids(model.config(), tokenizer) : options.stop_ids;
@@ -79,7 +78,10 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
     result.generated_ids.push_back(next);
     emit(stream.push(next));
     if (filter.stopped()) break;
-    if (static_cast<std::int64_t>(result.generated_ids.size()) >= options.max_new_tokens) break;
+    if (static_cast<std::int64_t>(result.generated_ids.size()) >= max_new) {
+      result.context_full = max_new < options.max_new_tokens;
+      break;
+    }
     model.forward(std::span(&next, 1), cache, false, logits);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -35,6 +35,9 @@ struct GenerateResult {
   bool stopped = false;                     ///< true: hit a stop id or stop string; false: reached max_new_tokens
   std::int32_t stop_token = -1;             ///< the stop id that ended generation, if one did
   std::string stop_string;                  ///< the stop string that ended generation, if one did
+  /// Generation ended because prompt + generated tokens reached the model's
+  /// context, before max_new_tokens.
+  bool context_full = false;
   double prefill_seconds = 0;               ///< the prompt's forward pass (first-token latency)
   double decode_seconds = 0;                ///< every later forward pass
 };
@@ -47,8 +50,9 @@ std::vector<std::int32_t> end_of_generation_ids(const ModelConfig& config, const
 
 /// Generates from `prompt`. `on_text` receives the text of the prompt (as the
 /// tokenizer round-trips it) and then each new piece of generated text, as
-/// llama.cpp prints them. Throws woq::Error if prompt + max_new_tokens exceeds
-/// the model's context limit or the prompt is empty.
+/// llama.cpp prints them. Generation stops when the context is full
+/// (GenerateResult::context_full). Throws woq::Error if the prompt is empty or
+/// fills the whole context (with max_new_tokens > 0).
 GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::string_view prompt,
                         const GenerateOptions& options,
                         const std::function<void(std::string_view)>& on_text);

@@ -48,6 +48,7 @@ QuantizationConfig gptq_config(const JsonFields& q) {
   }
   // Provenance, for labels only: fields of unexpected types are skipped, never an error.
   std::vector<std::string> made;
+  bool rtn = false;  // woq's round-to-nearest checkpoints record a damp_percent that played no part
   const nlohmann::json& j = q.json();
   if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
     if (const auto who = meta->find("quantizer"); who != meta->end()) {
@@ -56,10 +57,12 @@ QuantizationConfig gptq_config(const JsonFields& q) {
         for (const auto& w : *who)
           if (w.is_string()) made.push_back(w.get<std::string>());
     }
-    if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string())
+    if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string()) {
       made.push_back(how->get<std::string>());
+      rtn = made.back() == "rtn";
+    }
   }
-  if (const auto damp = j.find("damp_percent"); damp != j.end() && damp->is_number())
+  if (const auto damp = j.find("damp_percent"); !rtn && damp != j.end() && damp->is_number())
     made.push_back(fmt::format("damp_percent {}", damp->get<double>()));
   c.provenance = fmt::format("{}", fmt::join(made, ", "));
   return c;

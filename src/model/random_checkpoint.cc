@@ -338,6 +338,7 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
 
   write_checkpoint_tensors(dir, specs, [&](std::size_t i, std::span<std::uint8_t> out) {
     fill_tensor(out, specs[i].dtype, fills[i], splitmix(options.seed ^ splitmix(i + 1)), pool);
+    if (options.progress) options.progress(static_cast<std::int64_t>(i) + 1, static_cast<std::int64_t>(specs.size()));
   }, options.max_shard_bytes);
 
   write_json_file((fs::path(dir) / "config.json").string(), config_json(p, c, options.dtype));

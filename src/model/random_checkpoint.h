@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct RandomCheckpointOptions {
   /// Where the preset's tokenizer folder is (assets/tokenizers); empty: the
   /// repository's, as configured at build time.
   std::string tokenizer_root;
+  /// Called after each tensor is filled with (tensors done, tensors in all); may be empty.
+  std::function<void(std::int64_t, std::int64_t)> progress;
 };
 
 /// Writes DIR/config.json, generation_config.json, the preset's tokenizer
