@@ -336,6 +336,31 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["low_bit"].get<std::string>().rfind("sym_int8", 0), 0u) << r.out;
 }
 
+// generate -f reads the prompt from a file; --repeat-penalty changes a greedy story (stories260K repeats itself).
+TEST(Cli, GeneratePromptFileAndRepeatPenalty) {
+  test::TempDir tmp;
+  test::write_file(tmp.file("p.txt"), "Once upon a time");
+  const std::string greedy = " -n 60 --temperature 0";
+  const RunResult from_p = run("generate -m " + kModel + " -p 'Once upon a time'" + greedy);
+  const RunResult from_f = run("generate -m " + kModel + " -f " + tmp.file("p.txt") + greedy);
+  ASSERT_EQ(from_f.code, 0) << from_f.err;
+  EXPECT_EQ(from_f.out, from_p.out);
+  const RunResult penalized = run("generate -m " + kModel + " -p 'Once upon a time'" + greedy + " --repeat-penalty 1.3");
+  ASSERT_EQ(penalized.code, 0) << penalized.err;
+  EXPECT_NE(penalized.out, from_p.out);
+  EXPECT_EQ(run("generate -m " + kModel + " -p 'Once upon a time'" + greedy + " --repeat-penalty 1.3 --repeat-last-n 0").out,
+            from_p.out);
+  RunResult r = run("generate -m " + kModel + " -n 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-p,--prompt or -f,--file is required"), std::string::npos) << r.err;
+  r = run("generate -m " + kModel + " -f " + tmp.file("none.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("none.txt: not found"), std::string::npos) << r.err;
+  r = run("generate -m " + kModel + " -p hi --repeat-penalty 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("repeat penalty must be finite and > 0"), std::string::npos) << r.err;
+}
+
 // Flags that would do nothing are refused (usage errors exit 2, others 1) or warned about; -c/--ctx-size is the
 // context flag of every command, --ctx its old spelling.
 TEST(Cli, FlagsThatWouldDoNothingAreRefusedOrWarned) {

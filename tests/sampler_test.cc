@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -76,6 +77,46 @@ TEST(Sampler, PresenceAndFrequencyPenalties) {
   EXPECT_EQ(argmax(logits), 2);                   // the repeated token lost its lead
   apply_penalties(logits, counts, -2.0f, 0.0f);   // negative values encourage repeats
   EXPECT_FLOAT_EQ(logits[3], 5.0f);
+}
+
+}  // namespace
+}  // namespace woq
+
+namespace woq {
+namespace {
+
+// llama.cpp's penalties by hand: only the last `last_n` ids count; positive logits are divided by the repeat
+// penalty, negative ones multiplied; presence once and frequency per occurrence are subtracted after that.
+TEST(Penalties, ByHand) {
+  std::vector<float> logits = {2.0f, -1.0f, 3.0f, 0.5f, 4.0f};
+  const std::vector<std::int32_t> history = {4, 0, 1, 1, 3, 99};  // 4 is outside the window, 99 outside the vocab
+  Penalties p;
+  p.repeat = 2.0f;
+  p.last_n = 5;
+  p.presence = 0.25f;
+  p.frequency = 0.5f;
+  apply_penalties(logits, history, p);
+  EXPECT_FLOAT_EQ(logits[0], 2.0f / 2 - 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(logits[1], -1.0f * 2 - 0.25f - 2 * 0.5f);
+  EXPECT_FLOAT_EQ(logits[2], 3.0f);  // not in the history
+  EXPECT_FLOAT_EQ(logits[3], 0.5f / 2 - 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(logits[4], 4.0f);  // only before the window
+  std::vector<float> same = {1.0f, 2.0f};
+  p.last_n = 0;
+  apply_penalties(same, std::vector<std::int32_t>{0, 1}, p);
+  EXPECT_EQ(same, (std::vector<float>{1.0f, 2.0f}));
+}
+
+TEST(Penalties, BadValues) {
+  Penalties p;
+  p.repeat = 0;
+  EXPECT_THROW(validate(p), Error);
+  p.repeat = 1;
+  p.last_n = -1;
+  EXPECT_THROW(validate(p), Error);
+  p.last_n = 64;
+  p.presence = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(validate(p), Error);
 }
 
 }  // namespace

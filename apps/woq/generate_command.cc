@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "generate/generate.h"
+#include "io/json_file.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,7 +28,9 @@ struct GenerateArgs {
   float top_p = 0.95f;
   std::int64_t seed = -1;
   std::string low_bit = "sym_int4";
+  std::string prompt_file;
   std::vector<std::string> stop;
+  Penalties penalties;
   ModelFlags model;
 };
 
@@ -46,6 +49,9 @@ int run_generate(const GenerateArgs& a) {
   GenerateOptions gen;
   gen.max_new_tokens = a.n;
   gen.stop_strings = a.stop;
+  gen.penalties = a.penalties;
+  validate(gen.penalties);
+  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
   gen.sampling = {a.temperature, a.top_k, a.top_p,
                   a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
   validate(gen.sampling);
@@ -54,7 +60,7 @@ int run_generate(const GenerateArgs& a) {
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
   ThreadPool pool(a.model.threads);
   auto model = load_model(a.model_dir, options, pool);
-  const GenerateResult r = generate(*model, tokenizer, a.prompt, gen, [](std::string_view text) {
+  const GenerateResult r = generate(*model, tokenizer, prompt, gen, [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
@@ -83,7 +89,13 @@ Run add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
   cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json or tokenizer.model) or .gguf file")
       ->required();
-  cmd->add_option("-p,--prompt", args->prompt, "Prompt text")->required();
+  CLI::Option* prompt = cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  CLI::Option* file = cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from this file (instead of -p)");
+  prompt->excludes(file);
+  file->excludes(prompt);
+  cmd->callback([prompt, file] {
+    if (prompt->count() == 0 && file->count() == 0) throw CLI::RequiredError("-p,--prompt or -f,--file");
+  });
   cmd->add_option("-n,--n-predict", args->n, "Number of tokens to generate (not counting the prompt)")
       ->capture_default_str()
       ->check(kNonNegative);
@@ -99,6 +111,19 @@ Run add_generate(CLI::App& app) {
       ->check(kNonNegative);
   cmd->add_option("--low-bit", args->low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4, asym_int4, sym_int8, fp16, bf16, fp32")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", args->penalties.repeat,
+                  "Penalize the last --repeat-last-n tokens (prompt included), as llama.cpp: logit > 0 divided by "
+                  "it, else multiplied; 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", args->penalties.last_n, "Tokens the penalties look back over; 0 = off")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--presence-penalty", args->penalties.presence,
+                  "Subtracted from the logit of each token in that window (OpenAI's presence_penalty)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", args->penalties.frequency,
+                  "Subtracted per occurrence in that window (OpenAI's frequency_penalty)")
       ->capture_default_str();
   cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },

@@ -61,15 +61,19 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
     return result;
   }
 
+  validate(options.penalties);
   KVCache cache = model.make_cache(needed);
   Sampler sampler(options.sampling);
+  std::vector<std::int32_t> history = options.penalties.active() ? result.prompt_ids : std::vector<std::int32_t>();
   std::vector<float> logits;
   auto t0 = Clock::now();
   model.forward(result.prompt_ids, cache, /*all_logits=*/false, logits);
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   for (;;) {
+    if (options.penalties.active()) apply_penalties(logits, history, options.penalties);
     const std::int32_t next = sampler.sample(logits);
+    if (options.penalties.active()) history.push_back(next);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
       result.stopped = true;
       result.stop_token = next;

@@ -26,6 +26,8 @@ struct GenerateOptions {
   /// neither streamed nor kept. Text that could begin a stop string is held
   /// back until it is known not to. Empty strings are ignored.
   std::vector<std::string> stop_strings;
+  /// Repetition penalties over the prompt and generated ids (off by default).
+  Penalties penalties;
 };
 
 struct GenerateResult {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -17,6 +18,27 @@ void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int
                      float presence, float frequency) {
   for (const auto& [id, count] : counts)
     if (count > 0) logits[static_cast<std::size_t>(id)] -= presence + frequency * static_cast<float>(count);
+}
+
+void validate(const Penalties& p) {
+  if (!(p.repeat > 0.0f && std::isfinite(p.repeat))) fail("the repeat penalty must be finite and > 0, got {}", p.repeat);
+  if (p.last_n < 0) fail("the repeat window (last_n) must be >= 0, got {}", p.last_n);
+  if (!std::isfinite(p.presence) || !std::isfinite(p.frequency))
+    fail("the presence and frequency penalties must be finite, got {} and {}", p.presence, p.frequency);
+}
+
+void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history, const Penalties& p) {
+  if (!p.active()) return;
+  const std::size_t n = std::min(history.size(), static_cast<std::size_t>(p.last_n));
+  std::map<std::int32_t, std::int32_t> counts;
+  for (const std::int32_t id : history.last(n))
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) ++counts[id];
+  for (const auto& [id, count] : counts) {
+    float& l = logits[static_cast<std::size_t>(id)];
+    l = l > 0 ? l / p.repeat : l * p.repeat;
+  }
+  const std::vector<std::pair<std::int32_t, std::int32_t>> pairs(counts.begin(), counts.end());
+  apply_penalties(logits, pairs, p.presence, p.frequency);
 }
 
 void validate(const SamplingParams& params) {

@@ -43,6 +43,25 @@ class Sampler {
 void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int32_t, std::int32_t>> counts,
                      float presence, float frequency);
 
+/// llama.cpp's repetition penalties (llama-cli --repeat-penalty, --repeat-last-n,
+/// --presence-penalty, --frequency-penalty), applied to the tokens of a window
+/// of recent ids (the prompt's included, as llama-cli counts them).
+struct Penalties {
+  float repeat = 1.0f;         ///< each token in the window: logit > 0 divided by it, else multiplied; 1 = off
+  std::int64_t last_n = 64;    ///< the window: this many most recent ids; 0 = none
+  float presence = 0.0f;       ///< subtracted once from each token in the window
+  float frequency = 0.0f;      ///< subtracted per occurrence in the window
+  bool active() const { return last_n != 0 && (repeat != 1.0f || presence != 0.0f || frequency != 0.0f); }
+};
+
+/// Throws woq::Error when repeat is not positive and finite, last_n < 0, or
+/// presence / frequency are not finite.
+void validate(const Penalties& penalties);
+
+/// Applies `penalties` to logits[0, vocab) for the last `penalties.last_n`
+/// ids of `history` (ids outside the logits are ignored).
+void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history, const Penalties& penalties);
+
 /// Index of the largest logit (lowest index on ties).
 std::int32_t argmax(std::span<const float> logits);
 
