@@ -2,8 +2,12 @@
 // codes and messages for bad input.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <pty.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -522,6 +526,61 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   r = run(common + " --low-bit sym_int8 --activations int16");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown activations 'int16'"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace woq
+
+namespace woq {
+namespace {
+
+// Reads from `fd` until `marker` appears after `from` in `got`, or 60 s pass; false on timeout or EOF.
+bool read_until(int fd, std::string& got, const std::string& marker, std::size_t from) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (got.find(marker, from) == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// `woq chat` under a pseudo-terminal, as a user types: a "> " prompt per turn, the history kept from turn to
+// turn (the second turn's prompt holds the first exchange), /exit ends it with status 0.
+TEST(Cli, ChatUnderAPseudoTerminal) {
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(WOQ_BIN, WOQ_BIN, "chat", "-m", WOQ_MODEL_DIR, "-n", "12", "--temperature", "0", "-t", "1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string got;
+  ASSERT_TRUE(read_until(master, got, "> ", 0)) << got;
+  ASSERT_EQ(write(master, "Hello\n", 6), 6);
+  ASSERT_TRUE(read_until(master, got, "turn 1: prompt ", 0)) << got;
+  ASSERT_TRUE(read_until(master, got, "> ", got.find("turn 1: prompt "))) << got;
+  ASSERT_EQ(write(master, "Tell me more\n", 13), 13);
+  ASSERT_TRUE(read_until(master, got, "turn 2: prompt ", 0)) << got;
+  ASSERT_TRUE(read_until(master, got, "> ", got.find("turn 2: prompt "))) << got;
+  ASSERT_EQ(write(master, "/exit\n", 6), 6);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  close(master);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << got;
+  auto tokens_of = [&](const std::string& turn) {
+    const std::size_t at = got.find(turn) + turn.size();
+    return std::stoi(got.substr(at));
+  };
+  const int first = tokens_of("turn 1: prompt "), second = tokens_of("turn 2: prompt ");
+  EXPECT_GT(second, first + 12) << got;  // the first exchange (and its 12-token reply) is in the second prompt
+  EXPECT_NE(got.find("reply 12 tokens"), std::string::npos) << got;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ Run add_eval(CLI::App& app);
 Run add_explain(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_tokenize(CLI::App& app);
+Run add_chat(CLI::App& app);
 
 /// Validators with readable messages (CLI11's NonNegativeNumber prints a
 /// range up to DBL_MAX).

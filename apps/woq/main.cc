@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   const woq::cli::Run explain = woq::cli::add_explain(app);
   const woq::cli::Run serve = woq::cli::add_serve(app);
   const woq::cli::Run tokenize = woq::cli::add_tokenize(app);
+  const woq::cli::Run chat = woq::cli::add_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("explain")) return explain();
     if (app.got_subcommand("serve")) return serve();
     if (app.got_subcommand("tokenize")) return tokenize();
+    if (app.got_subcommand("chat")) return chat();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "woq: error: {}\n", e.what());

@@ -48,8 +48,10 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
 
   TextStream stream(tokenizer);
   const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();
-  for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i)
-    on_text(stream.push(result.prompt_ids[i]));
+  for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i) {
+    const std::string text = stream.push(result.prompt_ids[i]);
+    if (options.echo_prompt) on_text(text);
+  }
   StopStringFilter filter(options.stop_strings);
   auto emit = [&](std::string_view piece) {
     const std::string text = filter.push(piece);
@@ -57,7 +59,8 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
     on_text(text);
   };
   if (options.max_new_tokens == 0) {
-    on_text(stream.flush());
+    const std::string rest = stream.flush();
+    if (options.echo_prompt) on_text(rest);
     return result;
   }
 

@@ -28,6 +28,8 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;
   /// Repetition penalties over the prompt and generated ids (off by default).
   Penalties penalties;
+  /// Stream the prompt's text to on_text before the generated text (as llama-cli prints it).
+  bool echo_prompt = true;
 };
 
 struct GenerateResult {

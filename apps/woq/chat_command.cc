@@ -1,0 +1,117 @@
+// woq chat: an interactive conversation with the model's chat template.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "generate/chat_template.h"
+#include "generate/generate.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq::cli {
+
+namespace {
+
+struct ChatArgs {
+  std::string model_dir;
+  std::string low_bit = "sym_int4";
+  std::string system;
+  std::int64_t n = -1;
+  float temperature = 0.6f;
+  std::int32_t top_k = 40;
+  float top_p = 0.9f;
+  std::int64_t seed = -1;
+  Penalties penalties;
+  ModelFlags model;
+};
+
+int run_chat(const ChatArgs& a) {
+  GenerateOptions gen;
+  gen.sampling = {a.temperature, a.top_k, a.top_p,
+                  a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
+  validate(gen.sampling);
+  gen.penalties = a.penalties;
+  validate(gen.penalties);
+  gen.echo_prompt = false;
+  const LoadOptions options = load_options(a.model, a.low_bit);
+  read_model_config(a.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
+  const ChatTemplate chat = ChatTemplate::load(a.model_dir);
+  ThreadPool pool(a.model.threads);
+  auto model = load_model(a.model_dir, options, pool);
+  const bool tty = isatty(STDIN_FILENO) != 0;
+  fmt::print(stderr, "woq: chat with {} ({}); type a message and Enter, /clear to forget the conversation, /exit or "
+             "Ctrl-D to quit\n", a.model_dir, chat.is_default() ? "no chat template in the model: ChatML" : "the model's chat template");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  const std::size_t kept = messages.size();
+  for (int turn = 1;; ++turn) {
+    if (tty) fmt::print("> ");
+    std::fflush(stdout);
+    std::string line;
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line == "/clear") {
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(kept), messages.end());
+      fmt::print(stderr, "woq: conversation cleared\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    // Each turn renders the whole history with the template and runs it as one prompt (no KV cache carried over).
+    std::vector<std::int32_t> ids;
+    try {
+      ids = tokenizer.encode_with_special(chat.render(messages, true));
+    } catch (const std::exception& e) {  // e.g. the template's raise_exception: this message is dropped, the chat goes on
+      messages.erase(messages.end() - 1);
+      fmt::print(stderr, "woq: error: the chat template: {}\n", e.what());
+      continue;
+    }
+    const auto room = model->context_limit() - static_cast<std::int64_t>(ids.size());
+    if (room <= 0) {
+      messages.erase(messages.end() - 1);
+      fmt::print(stderr, "woq: the conversation ({} tokens) fills the model's context of {} tokens: /clear to start "
+                 "again\n", ids.size(), model->context_limit());
+      continue;
+    }
+    gen.max_new_tokens = a.n > 0 ? a.n : room;
+    const GenerateResult r = generate(*model, tokenizer, ids, gen, [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+    messages.push_back({{"role", "assistant"}, {"content", r.text}});
+    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} messages), reply {} tokens{}\n", turn, ids.size(),
+               messages.size() - 1, r.generated_ids.size(),
+               r.context_full ? " (the context is full: /clear to start again)" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_chat(CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  CLI::App* cmd = app.add_subcommand("chat", "Chat with the model interactively, with its chat template");
+  cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
+  cmd->add_option("--low-bit", a->low_bit, "Format of the linear layers")->capture_default_str();
+  cmd->add_option("--system", a->system, "System message at the start of the conversation");
+  cmd->add_option("-n,--n-predict", a->n, "Most tokens per reply; default: until the end-of-turn token or the context")
+      ->check(kPositive);
+  cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--top-k", a->top_k, "Sample from the K most likely tokens; 0 = all")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--top-p", a->top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Random seed (default: random)")->check(kNonNegative);
+  cmd->add_option("--repeat-penalty", a->penalties.repeat, "As woq generate's")->capture_default_str();
+  add_model_flags(cmd, a->model);
+  return [a] { return run_chat(*a); };
+}
+
+}  // namespace woq::cli
