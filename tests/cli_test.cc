@@ -89,7 +89,15 @@ TEST(Cli, MakeRandomThenGenerate) {
   const RunResult again = run("make-random --preset tiny --layers 1 --seed 6 -o " + out);
   EXPECT_EQ(again.code, 1);
   EXPECT_NE(again.err.find(out + ": already exists (pass --force"), std::string::npos) << again.err;
-  EXPECT_EQ(run("make-random --preset tiny --layers 1 --seed 6 --force -o " + out).code, 0);
+  // --force replaces the directory whole: no file of the earlier preset (Llama 3's tokenizer.json) is left.
+  ASSERT_EQ(run("make-random --preset tiny-llama3 --layers 1 --force -o " + out).code, 0);
+  ASSERT_EQ(run("make-random --preset tiny --layers 1 --seed 6 --force -o " + out).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(out + "/tokenizer.json"));
+  const RunResult after = run("generate -m " + out + " -p hi -n 2");
+  EXPECT_EQ(after.code, 0) << after.err;
+  const RunResult not_a_model = run("make-random --preset tiny --force -o " + tmp.path());
+  EXPECT_EQ(not_a_model.code, 1);
+  EXPECT_NE(not_a_model.err.find("has no config.json: remove it yourself"), std::string::npos) << not_a_model.err;
 }
 
 TEST(Cli, BadInputExitsNonZeroWithMessage) {
@@ -362,7 +370,7 @@ TEST(Cli, GeneratePromptFileAndRepeatPenalty) {
   EXPECT_NE(r.err.find("none.txt: not found"), std::string::npos) << r.err;
   r = run("generate -m " + kModel + " -p hi --repeat-penalty 0");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("repeat penalty must be finite and > 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("repeat penalty must be in [0.001, 1000]"), std::string::npos) << r.err;
 }
 
 // Flags that would do nothing are refused (usage errors exit 2, others 1) or warned about; -c/--ctx-size is the

@@ -358,3 +358,22 @@ TEST(Recovery, BadInput) {
 
 }  // namespace
 }  // namespace woq
+
+namespace woq {
+namespace {
+
+// Undefined recoveries (a baseline of 0) stay out of the average; one item has no error estimate.
+TEST(Recovery, UndefinedPartsAreLeftOutAndSaySo) {
+  const Recovery zero = task_recovery({0, 0, 0}, {1, 0, 0}, 100, 1);
+  EXPECT_TRUE(std::isnan(zero.percent));
+  EXPECT_TRUE(std::isnan(zero.standard_error));
+  EXPECT_TRUE(std::isnan(task_recovery({1}, {1}, 100, 1).standard_error));
+  EXPECT_TRUE(std::isnan(perplexity_recovery({1.0}, {2.0}).standard_error));
+  const Recovery avg = mean_recovery({zero, {90.0, 4.0}});
+  EXPECT_DOUBLE_EQ(avg.percent, 90.0);
+  EXPECT_DOUBLE_EQ(avg.standard_error, 4.0);
+  EXPECT_TRUE(std::isnan(mean_recovery({zero}).percent));
+}
+
+}  // namespace
+}  // namespace woq

@@ -111,6 +111,8 @@ TEST(Penalties, BadValues) {
   Penalties p;
   p.repeat = 0;
   EXPECT_THROW(validate(p), Error);
+  p.repeat = 1e-45f;  // would turn a logit into inf
+  EXPECT_THROW(validate(p), Error);
   p.repeat = 1;
   p.last_n = -1;
   EXPECT_THROW(validate(p), Error);

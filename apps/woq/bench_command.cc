@@ -63,10 +63,10 @@ void print_json_line(const Row& row, const BenchArgs& a) {
       {"stddev_ts", or_null(a.reps > 1, row.ts.stddev)},
       {"low_bit", row.low_bit},
       {"isa", isa_name(active_isa())},
-      {"bytes_per_token", row.bytes_per_token},
+      {"bytes_per_token", row.is_pp ? nlohmann::json(nullptr) : nlohmann::json(row.bytes_per_token)},
       {"gbps", or_null(!row.is_pp, gbps)},
       {"bw_fraction", or_null(!row.is_pp && !row.in_cache, gbps * 1e9 / row.read_bw)},
-      {"in_cache", row.in_cache},
+      {"in_cache", row.is_pp ? nlohmann::json(nullptr) : nlohmann::json(row.in_cache)},
       {"read_bw_gbps", row.read_bw / 1e9},
       {"first_token_ms", or_null(row.is_pp, row.latency_ms)},
       {"next_token_ms", or_null(!row.is_pp, row.latency_ms)},
@@ -80,7 +80,7 @@ void print_table_row(const Row& row, const BenchArgs& a) {
              row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen), row.ts.mean,
              a.reps > 1 ? fmt::format(" ± {:.2f}", row.ts.stddev) : std::string(),
              row.is_pp ? fmt::format("{:.1f}", row.latency_ms) : "-",
-             row.is_pp ? "-" : fmt::format("{:.2f}", row.latency_ms), bytes_str(row.bytes_per_token),
+             row.is_pp ? "-" : fmt::format("{:.2f}", row.latency_ms), row.is_pp ? "-" : bytes_str(row.bytes_per_token),
              row.is_pp ? "-" : fmt::format("{:.1f}", gbps),
              row.is_pp      ? "-"
              : row.in_cache ? "in cache"

@@ -65,9 +65,10 @@ std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what);
 /// What a loaded model is, for tables and JSON: the report's label and the
 /// file or directory name, e.g. "GPTQ v1 4-bit asym group_size 128 (...) [q]".
 std::string model_label(const std::string& path, const LoadReport& report);
-/// When `report` is a pre-quantized checkpoint compared with itself (no --ref),
-/// says on stderr that its "original" is its own dequantized integers, and how
-/// to compare with the real original.
-void note_self_reference(const std::string& path, const LoadReport& report);
+/// Notes on stderr when a comparison's reference is not a float original:
+/// `ref_dir` empty and the model a pre-quantized checkpoint (compared with its
+/// own integers), --ref naming the model itself, or --ref a quantized
+/// checkpoint. `ref_report` is the loaded reference's.
+void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report);
 
 }  // namespace woq::cli

@@ -61,7 +61,7 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
 }
 
 ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok, std::int64_t context_limit) {
-  if (a.ctx > context_limit) fail("--ctx {} exceeds the model's context of {} tokens", a.ctx, context_limit);
+  if (a.ctx > context_limit) fail("-c/--ctx-size {} exceeds the model's context of {} tokens", a.ctx, context_limit);
   const std::string text = read_text_file(a.file);
   if (!a.per_document.empty()) return document_plan(tok, text, a.per_document, a.ctx, a.chunks);
   const std::int32_t bos = a.no_bos_per_chunk ? -1 : chunk_bos(tok);
@@ -210,6 +210,7 @@ int run_compare(const EvalArgs& a) {
   const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
   std::string ref_label = a.load_ref.empty() ? "" : fmt::format("log-probabilities saved in {}", a.load_ref);
+  bool ref_int8 = false;  // then the f32-activation rerun would not isolate the weights' share
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
@@ -217,7 +218,8 @@ int run_compare(const EvalArgs& a) {
     LoadReport ref_report;
     auto ref_model = load(ref_dir, a, a.ref_low_bit, pool, &ref_report);
     ref_label = model_label(ref_dir, ref_report);
-    if (a.ref_dir.empty()) note_self_reference(ref_dir, ref_report);
+    note_reference(a.model_dir, a.ref_dir, ref_report);
+    ref_int8 = ref_report.int8_activations;
     if (ref_model->config().vocab_size != vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, ref_model->config().vocab_size, vocab);
     ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
@@ -245,7 +247,7 @@ int run_compare(const EvalArgs& a) {
   const CompareStats s = compare_with(*model, "candidate");
   // With int8 activations, the same weights again with f32 activations: the weights' share of the error.
   std::optional<CompareStats> weights_only;
-  if (report.int8_activations) {
+  if (report.int8_activations && !ref_int8) {
     model.reset();
     LoadOptions options = load_options(a.model, a.low_bit);
     options.activations = Activations::kF32;
@@ -267,7 +269,7 @@ int run_compare(const EvalArgs& a) {
              100 * s.rms_dp);
   if (weights_only)
     fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} ± {:.3f} %; "
-               "int8 activations add {:.6f} ({:.0f} % of the KLD)\n",
+               "int8 activations add {:.6f} ({:.1f} % of the KLD)\n",
                weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top, 100 * top_stderr(*weights_only),
                s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
   write_json(a.json, {{"low_bit", report.low_bit},
@@ -344,6 +346,8 @@ int run_tasks_command(const TasksArgs& a) {
 
 // A value and its standard error, e.g. "0.4500 ± 0.0500".
 std::string with_error(double value, double stderr_value, int digits) {
+  if (std::isnan(value)) return "n/a";
+  if (std::isnan(stderr_value)) return fmt::format("{:.{}f} ± n/a", value, digits);
   return fmt::format("{:.{}f} ± {:.{}f}", value, digits, stderr_value, digits);
 }
 
@@ -385,6 +389,15 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
       fail("--ppl-file {}: {}", a.ppl_file, e.what());
     }
   }
+  if (!a.ref_dir.empty()) {  // before any scoring: the two must be the same model
+    const ModelConfig ref = read_model_config(a.ref_dir), model = read_model_config(a.model_dir);
+    if (ref.vocab_size != model.vocab_size || ref.hidden_size != model.hidden_size ||
+        ref.num_hidden_layers != model.num_hidden_layers || ref.intermediate_size != model.intermediate_size)
+      fail("--ref {} is not the original of {}: vocabulary {} vs {}, hidden_size {} vs {}, {} vs {} layers, "
+           "intermediate_size {} vs {}", a.ref_dir, a.model_dir, ref.vocab_size, model.vocab_size, ref.hidden_size,
+           model.hidden_size, ref.num_hidden_layers, model.num_hidden_layers, ref.intermediate_size,
+           model.intermediate_size);
+  }
   std::vector<TaskResult> shapes;  // the baseline's results: task names, shots, items
   std::int64_t baseline_vocab = 0;
   for (std::size_t c = 0; c < columns.size(); ++c) {
@@ -398,7 +411,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
       fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, model->config().vocab_size);
     col.label = model_label(col.path, report);
     col.name = c == 0 && !a.ref_dir.empty() ? "baseline" : report.low_bit;
-    if (c == 0 && a.ref_dir.empty()) note_self_reference(col.path, report);
+    if (c == 0) note_reference(a.model_dir, a.ref_dir, report);
     // A checkpoint stored quantized ignores --low-bit (only float layers are converted): one variant is all there is.
     if (c == 1 && report.prequantized() && report.linear_matrices == 0 && columns.size() > 2) {
       fmt::print(stderr, "woq: note: {} stores its linear layers quantized ({}); --low-bit does not change them, so "
@@ -416,9 +429,12 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
       });
     }
   }
-  for (std::size_t c = 1; c < columns.size(); ++c)
-    if (columns[c].name == columns[0].name || (c > 1 && columns[c].name == columns[c - 1].name))
-      columns[c].name = fmt::format("{} [{}]", columns[c].name, c);  // names that collide get the column's number
+  for (std::size_t c = 1; c < columns.size(); ++c)  // names that collide get the column's number
+    for (std::size_t d = 0; d < c; ++d)
+      if (columns[c].name == columns[d].name) {
+        columns[c].name = fmt::format("{} [{}]", columns[c].name, c);
+        break;
+      }
   const std::size_t nv = columns.size() - 1;
   std::string md;
   for (const RecoveryColumn& col : columns) md += fmt::format("- {}: {}\n", col.name, col.label);
@@ -446,7 +462,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
       const TaskMetric& m = columns[c].metrics[t];
       const Recovery rec = task_recovery(columns[0].metrics[t].per_item, m.per_item, task_options(a).bootstrap, a.seed + t);
       per_variant[c - 1].push_back(rec);
-      md += fmt::format(" | {} %", with_error(rec.percent, rec.standard_error, 1));
+      md += std::isnan(rec.percent) ? " | n/a (baseline 0)" : fmt::format(" | {} %", with_error(rec.percent, rec.standard_error, 1));
       nlohmann::ordered_json v = {{"value", m.value}, {"stderr", m.standard_error}};
       v.update(recovery_json(rec));
       row["variants"].push_back(v);
@@ -456,12 +472,15 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   }
   md += fmt::format("| average recovery over the {} task{}", shapes.size(), shapes.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < columns.size(); ++i) md += " |";
+  bool undefined = false;
   for (const auto& recs : per_variant) {
     const Recovery avg = mean_recovery(recs);
-    md += fmt::format(" | {} %", with_error(avg.percent, avg.standard_error, 1));
+    for (const Recovery& r : recs) undefined |= std::isnan(r.percent);
+    md += std::isnan(avg.percent) ? " | n/a" : fmt::format(" | {} %", with_error(avg.percent, avg.standard_error, 1));
     j["average_recovery"].push_back(recovery_json(avg));
   }
   md += " |\n";
+  if (undefined) md += "\n(n/a: the baseline scores 0 on that task, so recovery is undefined there; the average leaves it out)\n";
   j["perplexity"] = nullptr;
   if (ppl_plan) {
     md += fmt::format("\nPerplexity of {} (ctx {}, {} tokens; lower is better, not in the average):\n\n| model | perplexity | "

@@ -41,7 +41,7 @@ int run_explain(const ExplainArgs& a) {
   const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
   LoadReport ref_report, report;
   auto original = load_model(ref_dir, ref_options, pool, &ref_report);
-  if (a.ref_dir.empty()) note_self_reference(ref_dir, ref_report);
+  note_reference(a.model_dir, a.ref_dir, ref_report);
   auto quantized = load_model(a.model_dir, options, pool, &report);
   const Explanation e = explain(*original, *quantized, tok, a.prompt, a.n);
   const std::string original_label = model_label(ref_dir, ref_report), quantized_label = model_label(a.model_dir, report);
@@ -60,8 +60,8 @@ int run_explain(const ExplainArgs& a) {
     const TokenProb& o2 = e.original_top[1];
     fmt::print("They first differ at generated token {} (after {} identical tokens): the original chose {}, the "
                "quantized model {}.\n",
-               e.diverges_at + 1, e.diverges_at, quoted(tok.decode({e.original_ids[static_cast<std::size_t>(e.diverges_at)]})),
-               quoted(tok.decode({e.quantized_ids[static_cast<std::size_t>(e.diverges_at)]})));
+               e.diverges_at + 1, e.diverges_at, quoted(tok.token_text(e.original_ids[static_cast<std::size_t>(e.diverges_at)])),
+               quoted(tok.token_text(e.quantized_ids[static_cast<std::size_t>(e.diverges_at)])));
     fmt::print("  original's top-2 there:  {} {:.3f}, {} {:.3f} (margin {:.3f})\n", quoted(o1.text), o1.p, quoted(o2.text),
                o2.p, o1.p - o2.p);
     fmt::print("  quantized's top-2 there: {} {:.3f}, {} {:.3f}\n", quoted(e.quantized_top[0].text), e.quantized_top[0].p,

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "generate/generate.h"
@@ -51,13 +52,19 @@ int run_generate(const GenerateArgs& a) {
   gen.stop_strings = a.stop;
   gen.penalties = a.penalties;
   validate(gen.penalties);
-  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
   gen.sampling = {a.temperature, a.top_k, a.top_p,
                   a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
   validate(gen.sampling);
   const LoadOptions options = load_options(a.model, a.low_bit);
-  read_model_config(a.model_dir);  // the plainest error for a wrong directory comes first
+  const ModelConfig config = read_model_config(a.model_dir);  // the plainest error for a wrong directory comes first
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
+  // A prompt longer than the context's tokens times the longest piece cannot fit: refused before it is
+  // read whole or tokenized (tokenizing takes far more memory than the text).
+  const auto most_bytes =
+      static_cast<std::uintmax_t>(config.context_limit()) * static_cast<std::uintmax_t>(tokenizer.max_piece_bytes());
+  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file, most_bytes);
+  if (prompt.size() > most_bytes)
+    fail("the prompt ({} bytes) cannot fit in the model's context of {} tokens", prompt.size(), config.context_limit());
   ThreadPool pool(a.model.threads);
   auto model = load_model(a.model_dir, options, pool);
   const GenerateResult r = generate(*model, tokenizer, prompt, gen, [](std::string_view text) {

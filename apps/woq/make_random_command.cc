@@ -32,14 +32,22 @@ int run_make_random(MakeRandomArgs& a) {
   } else {
     fail("--dtype '{}' is not one of: f16, bf16, f32", a.dtype);
   }
-  if (std::filesystem::exists(std::filesystem::symlink_status(a.out_dir)) && !a.force)
-    fail("{}: already exists (pass --force to write into it)", a.out_dir);
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::symlink_status(a.out_dir))) {
+    if (!a.force) fail("{}: already exists (pass --force to replace it)", a.out_dir);
+    // Replaced whole, so that no file of an earlier preset (a tokenizer.json, a shard) is left to be read.
+    if (!fs::is_directory(a.out_dir) || !fs::exists(fs::path(a.out_dir) / "config.json"))
+      fail("{}: --force replaces a model directory, and this has no config.json: remove it yourself", a.out_dir);
+    std::error_code ec;
+    fs::remove_all(a.out_dir, ec);
+    if (ec) fail("{}: cannot remove: {}", a.out_dir, ec.message());
+  }
   a.options.progress = progress_bar("tensor");
   ThreadPool pool(a.threads);
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t bytes = write_random_checkpoint(a.out_dir, a.options, pool);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print(stderr, "woq: wrote {} ({} preset{}, {}, seed {}): {:.2f} GiB of tensors in {:.1f} s\n", a.out_dir,
+  fmt::print(stderr, "woq: wrote {} ({} preset{}, {}, seed {}): {:.3f} GiB of tensors in {:.1f} s\n", a.out_dir,
              a.options.preset, a.options.layers > 0 ? fmt::format(", {} layer{}", a.options.layers, a.options.layers == 1 ? "" : "s") : "", a.dtype,
              a.options.seed, static_cast<double>(bytes) / (1u << 30), s);
   return 0;
@@ -65,7 +73,7 @@ Run add_make_random(CLI::App& app) {
                   "Folder holding the presets' tokenizers (llama2/, llama3/, qwen3/; default: the repository's "
                   "assets/tokenizers)");
   cmd->add_option("-o,--output", args->out_dir, "Output directory (created; must not exist unless --force)")->required();
-  cmd->add_flag("--force", args->force, "Write into the output directory even if it exists");
+  cmd->add_flag("--force", args->force, "Replace the output directory (a model directory) if it exists");
   add_threads_flag(cmd, args->threads);
   return [args] { return run_make_random(*args); };
 }

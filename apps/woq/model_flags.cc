@@ -112,12 +112,22 @@ std::string model_label(const std::string& path, const LoadReport& report) {
   return fmt::format("{} [{}]", report.label, p.filename().string());
 }
 
-void note_self_reference(const std::string& path, const LoadReport& report) {
-  if (!report.prequantized()) return;
-  fmt::print(stderr,
-             "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is its own integers "
-             "dequantized, so only the activations and lm_head can differ. Give the original with --ref DIR_OR_FILE.\n",
-             path, report.imported_format);
+void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report) {
+  if (ref_dir.empty()) {
+    if (ref_report.prequantized())
+      fmt::print(stderr,
+                 "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is its own integers "
+                 "dequantized, so only the activations and lm_head can differ. Give the original with --ref "
+                 "DIR_OR_FILE.\n",
+                 model_dir, ref_report.imported_format);
+    return;
+  }
+  std::error_code ec;
+  if (std::filesystem::equivalent(model_dir, ref_dir, ec))
+    fmt::print(stderr, "woq: note: --ref {} is the model itself\n", ref_dir);
+  else if (ref_report.prequantized())
+    fmt::print(stderr, "woq: note: the reference {} is itself quantized ({}): the figures compare with it, not with a "
+               "float original\n", ref_dir, ref_report.imported_format);
 }
 
 }  // namespace woq::cli

@@ -26,7 +26,7 @@ std::vector<TokenProb> top2(const std::vector<double>& p, const Tokenizer& tok) 
   std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(),
                     [&](std::int32_t a, std::int32_t b) { return p[static_cast<std::size_t>(a)] > p[static_cast<std::size_t>(b)]; });
   std::vector<TokenProb> out;
-  for (int i = 0; i < 2; ++i) out.push_back({idx[static_cast<std::size_t>(i)], tok.decode({idx[static_cast<std::size_t>(i)]}),
+  for (int i = 0; i < 2; ++i) out.push_back({idx[static_cast<std::size_t>(i)], tok.token_text(idx[static_cast<std::size_t>(i)]),
                                              p[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)])]});
   return out;
 }

@@ -10,6 +10,8 @@ namespace woq {
 
 namespace {
 
+constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+
 void check_paired(std::size_t b, std::size_t v, const char* what) {
   if (b == 0) fail("{} recovery of zero items", what);
   if (b != v) fail("{} recovery: the baseline has {} items, the variant {}", what, b, v);
@@ -29,8 +31,8 @@ Recovery task_recovery(const std::vector<double>& baseline, const std::vector<do
     sb += baseline[i];
     sv += variant[i];
   }
-  Recovery r{ratio(sv, sb), 0.0};
-  if (baseline.size() < 2 || resamples < 2) return r;
+  Recovery r{ratio(sv, sb), kUnknown};
+  if (baseline.size() < 2 || resamples < 2 || std::isnan(r.percent)) return r;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::size_t> pick(0, baseline.size() - 1);
   double sum = 0, sum2 = 0;
@@ -50,6 +52,7 @@ Recovery task_recovery(const std::vector<double>& baseline, const std::vector<do
   }
   if (n > 1) {
     const double mean = sum / static_cast<double>(n);
+    r.standard_error = 0;
     r.standard_error = std::sqrt(std::max(0.0, (sum2 - static_cast<double>(n) * mean * mean) / static_cast<double>(n - 1)));
   }
   return r;
@@ -66,7 +69,7 @@ Recovery perplexity_recovery(const std::vector<double>& baseline_nll, const std:
     const double d = variant_nll[i] - baseline_nll[i] - mean;
     var += d * d;
   }
-  Recovery r{100.0 * std::exp(-mean), 0.0};
+  Recovery r{100.0 * std::exp(-mean), kUnknown};
   if (baseline_nll.size() > 1) r.standard_error = r.percent * std::sqrt(var / (n - 1) / n);
   return r;
 }
@@ -75,11 +78,15 @@ Recovery mean_recovery(const std::vector<Recovery>& parts) {
   if (parts.empty()) fail("average recovery of no metrics");
   Recovery r;
   double var = 0;
+  std::size_t defined = 0;
   for (const Recovery& p : parts) {
+    if (std::isnan(p.percent)) continue;
+    ++defined;
     r.percent += p.percent;
-    var += p.standard_error * p.standard_error;
+    var += p.standard_error * p.standard_error;  // NaN (unknown) stays NaN
   }
-  const double n = static_cast<double>(parts.size());
+  if (defined == 0) return {kUnknown, kUnknown};
+  const double n = static_cast<double>(defined);
   r.percent /= n;
   r.standard_error = std::sqrt(var) / n;
   return r;

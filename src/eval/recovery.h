@@ -7,7 +7,8 @@
 
 namespace woq {
 
-/// A recovery percentage and its standard error (both in percent).
+/// A recovery percentage and its standard error (both in percent); NaN where
+/// one is undefined (a baseline mean of 0) or cannot be estimated (one item).
 struct Recovery {
   double percent = 0;
   double standard_error = 0;
@@ -20,7 +21,7 @@ struct Recovery {
 /// each draw, seeded by `seed` (so two variants that agree item by item with
 /// the baseline get 0, however noisy the task). Throws woq::Error when the
 /// vectors differ in length or are empty; a zero baseline mean gives percent
-/// = NaN.
+/// = NaN, fewer than two items standard_error = NaN.
 Recovery task_recovery(const std::vector<double>& baseline, const std::vector<double>& variant,
                        std::int64_t resamples, std::uint64_t seed);
 
@@ -32,7 +33,8 @@ Recovery task_recovery(const std::vector<double>& baseline, const std::vector<do
 Recovery perplexity_recovery(const std::vector<double>& baseline_nll, const std::vector<double>& variant_nll);
 
 /// The plain average of independent recoveries (different tasks), with the
-/// standard error sqrt(Σ se²) / n. Throws woq::Error for an empty list.
+/// standard error sqrt(Σ se²) / n, over the parts whose percent is defined
+/// (not NaN); NaN when none is. Throws woq::Error for an empty list.
 Recovery mean_recovery(const std::vector<Recovery>& parts);
 
 }  // namespace woq

@@ -21,10 +21,11 @@ void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int
 }
 
 void validate(const Penalties& p) {
-  if (!(p.repeat > 0.0f && std::isfinite(p.repeat))) fail("the repeat penalty must be finite and > 0, got {}", p.repeat);
+  // Bounded so that a penalized logit stays finite (1e-45 would make it inf and the softmax NaN).
+  if (!(p.repeat >= 1e-3f && p.repeat <= 1e3f)) fail("the repeat penalty must be in [0.001, 1000], got {}", p.repeat);
   if (p.last_n < 0) fail("the repeat window (last_n) must be >= 0, got {}", p.last_n);
-  if (!std::isfinite(p.presence) || !std::isfinite(p.frequency))
-    fail("the presence and frequency penalties must be finite, got {} and {}", p.presence, p.frequency);
+  if (!(std::fabs(p.presence) <= 1e3f) || !(std::fabs(p.frequency) <= 1e3f))
+    fail("the presence and frequency penalties must be in [-1000, 1000], got {} and {}", p.presence, p.frequency);
 }
 
 void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history, const Penalties& p) {

@@ -54,8 +54,8 @@ struct Penalties {
   bool active() const { return last_n != 0 && (repeat != 1.0f || presence != 0.0f || frequency != 0.0f); }
 };
 
-/// Throws woq::Error when repeat is not positive and finite, last_n < 0, or
-/// presence / frequency are not finite.
+/// Throws woq::Error when repeat is outside [0.001, 1000], last_n < 0, or
+/// presence / frequency outside [-1000, 1000] (bounds that keep logits finite).
 void validate(const Penalties& penalties);
 
 /// Applies `penalties` to logits[0, vocab) for the last `penalties.last_n`

@@ -1,5 +1,6 @@
 #include "io/json_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -30,8 +31,33 @@ std::string read_text_file(const std::string& path, std::uintmax_t max_bytes) {
   return buf.str();
 }
 
+namespace {
+
+// The deepest nesting of [ and { outside strings (a scan that builds nothing).
+int json_nesting(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 nlohmann::json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path, kMaxJsonFileBytes);
+  if (json_nesting(text) > kMaxJsonFileDepth) fail("{}: nested deeper than {} levels", path, kMaxJsonFileDepth);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

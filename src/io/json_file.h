@@ -13,8 +13,13 @@ namespace woq {
 /// Largest JSON file read_json_file accepts (bytes).
 inline constexpr std::uintmax_t kMaxJsonFileBytes = 64ull << 20;
 
+/// Deepest nesting of arrays and objects read_json_file accepts: deeper
+/// values would be copied and freed by recursion (a stack overflow).
+inline constexpr int kMaxJsonFileDepth = 256;
+
 /// Parses the JSON file at `path`. Throws woq::Error "PATH: not a regular
-/// file", "PATH: too large", "PATH: cannot open" or "PATH: malformed JSON: ...".
+/// file", "PATH: too large", "PATH: cannot open", "PATH: nested deeper than
+/// kMaxJsonFileDepth levels" or "PATH: malformed JSON: ...".
 nlohmann::json read_json_file(const std::string& path);
 
 /// A short, printable description of a JSON value for error messages: the

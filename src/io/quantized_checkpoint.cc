@@ -46,19 +46,30 @@ QuantizationConfig gptq_config(const JsonFields& q) {
   } else {
     q.field_error("checkpoint_format", fmt::format("is '{}'; woq reads gptq and gptq_v2", format));
   }
-  // Provenance, for labels only: fields of unexpected types are skipped, never an error.
+  // Provenance, for labels only: fields of unexpected types are skipped, never an error; strings are cut to
+  // 64 bytes and control characters (newlines, escapes that would reach a terminal) become '?'.
   std::vector<std::string> made;
+  auto printable = [](std::string s) {
+    if (s.size() > 64) {
+      std::size_t cut = 64;
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+      s = s.substr(0, cut) + "...";
+    }
+    for (char& ch : s)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    return s;
+  };
   bool rtn = false;  // woq's round-to-nearest checkpoints record a damp_percent that played no part
   const nlohmann::json& j = q.json();
   if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
     if (const auto who = meta->find("quantizer"); who != meta->end()) {
-      if (who->is_string()) made.push_back(who->get<std::string>());
+      if (who->is_string()) made.push_back(printable(who->get<std::string>()));
       if (who->is_array())
         for (const auto& w : *who)
-          if (w.is_string()) made.push_back(w.get<std::string>());
+          if (w.is_string() && made.size() < 4) made.push_back(printable(w.get<std::string>()));
     }
     if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string()) {
-      made.push_back(how->get<std::string>());
+      made.push_back(printable(how->get<std::string>()));
       rtn = made.back() == "rtn";
     }
   }
