@@ -209,9 +209,19 @@ TEST_F(BadInputTest, UnsupportedActivationAndAbsurdSizes) {
   EXPECT_MENTIONS(load_error(), "config.json", "'head_dim' is 4000000000, more than");
 }
 
+// Values nested deeper than kMaxJsonFileDepth are refused before parsing: copying one (as reading
+// quantization_config did) recursed once per level and overflowed the stack at 10^6 levels.
 TEST_F(BadInputTest, DeeplyNestedJsonValue) {
-  edit_config("\"hidden_size\": 64", "\"hidden_size\": " + std::string(100000, '[') + std::string(100000, ']'));
-  EXPECT_MENTIONS(load_error(), "config.json", "must be an integer, got an array of 1 elements");
+  edit_config("\"hidden_size\": 64", "\"hidden_size\": " + std::string(257, '[') + std::string(257, ']'));
+  EXPECT_MENTIONS(load_error(), "config.json", "nested deeper than 256 levels");
+  edit_config("\"hidden_size\": " + std::string(257, '[') + std::string(257, ']'),
+              "\"hidden_size\": 64, \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"meta\": " +
+                  std::string(1000000, '[') + std::string(1000000, ']') + "}");
+  EXPECT_MENTIONS(load_error(), "config.json", "nested deeper than 256 levels");
+  // 256 levels, and brackets inside strings, are fine.
+  edit_config("\"meta\": " + std::string(1000000, '[') + std::string(1000000, ']'),
+              "\"meta\": {\"quantizer\": \"[[[[{{{{\\\"[[\", \"x\": " + std::string(250, '[') + std::string(250, ']') + "}");
+  EXPECT_EQ(load_error(), "");  // (the float layers load as such beside a quantization_config)
 }
 
 TEST_F(BadInputTest, FifoInsteadOfFile) {
