@@ -3,7 +3,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <string>
 
 #include <fmt/core.h>
@@ -25,21 +24,14 @@ struct ChatArgs {
   std::string low_bit = "sym_int4";
   std::string system;
   std::int64_t n = -1;
-  float temperature = 0.6f;
-  std::int32_t top_k = 40;
-  float top_p = 0.9f;
-  std::int64_t seed = -1;
-  Penalties penalties;
+  SamplingFlags sampling{0.6f, 40, 0.9f, -1, {}};  // the chat defaults of Llama model cards
   ModelFlags model;
 };
 
 int run_chat(const ChatArgs& a) {
   GenerateOptions gen;
-  gen.sampling = {a.temperature, a.top_k, a.top_p,
-                  a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
-  validate(gen.sampling);
-  gen.penalties = a.penalties;
-  validate(gen.penalties);
+  gen.sampling = a.sampling.params();
+  gen.penalties = a.sampling.penalties;
   gen.echo_prompt = false;
   const LoadOptions options = load_options(a.model, a.low_bit);
   read_model_config(a.model_dir);
@@ -105,11 +97,7 @@ Run add_chat(CLI::App& app) {
   cmd->add_option("--system", a->system, "System message at the start of the conversation");
   cmd->add_option("-n,--n-predict", a->n, "Most tokens per reply; default: until the end-of-turn token or the context")
       ->check(kPositive);
-  cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(kNonNegative);
-  cmd->add_option("--top-k", a->top_k, "Sample from the K most likely tokens; 0 = all")->capture_default_str()->check(kNonNegative);
-  cmd->add_option("--top-p", a->top_p, "Nucleus sampling threshold in (0, 1]")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Random seed (default: random)")->check(kNonNegative);
-  cmd->add_option("--repeat-penalty", a->penalties.repeat, "As woq generate's")->capture_default_str();
+  add_sampling_flags(cmd, a->sampling);
   add_model_flags(cmd, a->model);
   return [a] { return run_chat(*a); };
 }

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "generate/sampler.h"
 #include "model/llama.h"
 
 namespace woq::cli {
@@ -46,6 +47,20 @@ struct ModelFlags {
   std::string activations;      ///< int8 or f32; empty: each format's default
   int threads = 0;
 };
+
+/// Sampling flags shared by generate and chat.
+struct SamplingFlags {
+  float temperature = 0.8f;
+  std::int32_t top_k = 40;
+  float top_p = 0.95f;
+  std::int64_t seed = -1;  ///< -1: random
+  Penalties penalties;
+  /// The sampler's parameters (a random seed when none was given); throws woq::Error on bad values.
+  SamplingParams params() const;
+};
+/// Registers --temperature, --top-k, --top-p, --seed, --repeat-penalty, --repeat-last-n, --presence-penalty and
+/// --frequency-penalty, with `flags`' values as the defaults shown.
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags);
 
 /// Registers -t/--threads (worker threads, 0 = all cores).
 void add_threads_flag(CLI::App* cmd, int& threads);

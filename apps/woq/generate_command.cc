@@ -1,6 +1,5 @@
 // woq generate: load, quantize in memory, generate.
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,14 +23,10 @@ struct GenerateArgs {
   std::string model_dir;
   std::string prompt;
   std::int64_t n = 128;
-  float temperature = 0.8f;
-  std::int32_t top_k = 40;
-  float top_p = 0.95f;
-  std::int64_t seed = -1;
+  SamplingFlags sampling;
   std::string low_bit = "sym_int4";
   std::string prompt_file;
   std::vector<std::string> stop;
-  Penalties penalties;
   ModelFlags model;
 };
 
@@ -50,11 +45,8 @@ int run_generate(const GenerateArgs& a) {
   GenerateOptions gen;
   gen.max_new_tokens = a.n;
   gen.stop_strings = a.stop;
-  gen.penalties = a.penalties;
-  validate(gen.penalties);
-  gen.sampling = {a.temperature, a.top_k, a.top_p,
-                  a.seed >= 0 ? static_cast<std::uint64_t>(a.seed) : std::random_device{}()};
-  validate(gen.sampling);
+  gen.penalties = a.sampling.penalties;
+  gen.sampling = a.sampling.params();
   const LoadOptions options = load_options(a.model, a.low_bit);
   const ModelConfig config = read_model_config(a.model_dir);  // the plainest error for a wrong directory comes first
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
@@ -85,7 +77,7 @@ int run_generate(const GenerateArgs& a) {
   fmt::print(stderr, "woq: prompt {} tokens, generated {} tokens ({}){}; {} thread{}, {} kernels, {}\n",
              r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r, tokenizer, model->context_limit()), speed,
              pool.size(), pool.size() > 1 ? "s" : "", isa_name(active_isa()),
-             a.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
+             a.sampling.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
   return 0;
 }
 
@@ -106,31 +98,9 @@ Run add_generate(CLI::App& app) {
   cmd->add_option("-n,--n-predict", args->n, "Number of tokens to generate (not counting the prompt)")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  cmd->add_option("--top-k", args->top_k, "Sample from the K most likely tokens; 0 = all")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with probability >= P, in (0, 1]")
-      ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Random seed (default: random, printed in the summary)")
-      ->check(kNonNegative);
+  add_sampling_flags(cmd, args->sampling);
   cmd->add_option("--low-bit", args->low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4, asym_int4, sym_int8, fp16, bf16, fp32")
-      ->capture_default_str();
-  cmd->add_option("--repeat-penalty", args->penalties.repeat,
-                  "Penalize the last --repeat-last-n tokens (prompt included), as llama.cpp: logit > 0 divided by "
-                  "it, else multiplied; 1 = off")
-      ->capture_default_str();
-  cmd->add_option("--repeat-last-n", args->penalties.last_n, "Tokens the penalties look back over; 0 = off")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  cmd->add_option("--presence-penalty", args->penalties.presence,
-                  "Subtracted from the logit of each token in that window (OpenAI's presence_penalty)")
-      ->capture_default_str();
-  cmd->add_option("--frequency-penalty", args->penalties.frequency,
-                  "Subtracted per occurrence in that window (OpenAI's frequency_penalty)")
       ->capture_default_str();
   cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },

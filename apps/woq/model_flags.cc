@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <random>
 
 #include <fmt/core.h>
 
@@ -15,6 +16,33 @@ namespace {
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
+
+SamplingParams SamplingFlags::params() const {
+  const SamplingParams p{temperature, top_k, top_p, seed >= 0 ? static_cast<std::uint64_t>(seed) : std::random_device{}()};
+  validate(p);
+  validate(penalties);
+  return p;
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& f) {
+  cmd->add_option("--temperature", f.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--top-k", f.top_k, "Sample from the K most likely tokens; 0 = all")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--top-p", f.top_p, "Nucleus sampling: smallest set with probability >= P, in (0, 1]")->capture_default_str();
+  cmd->add_option("--seed", f.seed, "Random seed (default: random, printed in the summary)")->check(kNonNegative);
+  cmd->add_option("--repeat-penalty", f.penalties.repeat,
+                  "Penalize the last --repeat-last-n tokens (prompt included), as llama.cpp: logit > 0 divided by "
+                  "it, else multiplied; 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", f.penalties.last_n, "Tokens the penalties look back over; 0 = off")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--presence-penalty", f.penalties.presence,
+                  "Subtracted from the logit of each token in that window (OpenAI's presence_penalty)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", f.penalties.frequency,
+                  "Subtracted per occurrence in that window (OpenAI's frequency_penalty)")
+      ->capture_default_str();
+}
 
 void add_threads_flag(CLI::App* cmd, int& threads) {
   cmd->add_option("-t,--threads", threads, "Worker threads; 0 = all cores")
