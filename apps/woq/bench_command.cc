@@ -48,12 +48,13 @@ struct Row {
   double read_bw;
   bool in_cache;  // the weights read per token fit in the last-level cache: no share of memory bandwidth
   std::uint64_t peak_rss;
+  double gbps() const { return ts.mean * static_cast<double>(bytes_per_token) / 1e9; }  // weight bytes read per second
 };
 
 nlohmann::json or_null(bool applies, double value) { return applies ? nlohmann::json(value) : nlohmann::json(nullptr); }
 
 void print_json_line(const Row& row, const BenchArgs& a) {
-  const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
+  const double gbps = row.gbps();
   const nlohmann::ordered_json j = {
       {"test", row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen)},
       {"n_prompt", row.is_pp ? a.n_prompt : 0},
@@ -75,7 +76,7 @@ void print_json_line(const Row& row, const BenchArgs& a) {
 }
 
 void print_table_row(const Row& row, const BenchArgs& a) {
-  const double gbps = row.ts.mean * static_cast<double>(row.bytes_per_token) / 1e9;
+  const double gbps = row.gbps();
   fmt::print("| {} | {} | {} | {:.2f}{} | {} | {} | {} | {} | {} |\n", row.low_bit, row.threads,
              row.is_pp ? fmt::format("pp{}", a.n_prompt) : fmt::format("tg{}", a.n_gen), row.ts.mean,
              a.reps > 1 ? fmt::format(" ± {:.2f}", row.ts.stddev) : std::string(),

@@ -261,16 +261,12 @@ int run_compare(const EvalArgs& a) {
   fmt::print("Mean KLD       = {:.6f} +/- {:.6f}\nMedian KLD     = {:.6f}\n90% KLD        = {:.6f}\n"
              "99% KLD        = {:.6f}\nMaximum KLD    = {:.6f}\n",
              s.mean_kl, s.kl_stderr, s.median_kl, s.p90_kl, s.p99_kl, s.max_kl);
-  // The same-top rate is a mean of 0/1 outcomes: its binomial standard error.
-  auto top_stderr = [](const CompareStats& c) {
-    return c.positions > 1 ? std::sqrt(c.same_top * (1 - c.same_top) / static_cast<double>(c.positions)) : 0.0;
-  };
-  fmt::print("Same top token = {:.3f} ± {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * top_stderr(s),
+  fmt::print("Same top token = {:.3f} ± {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * s.same_top_stderr,
              100 * s.rms_dp);
   if (weights_only)
     fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} ± {:.3f} %; "
                "int8 activations add {:.6f} ({:.1f} % of the KLD)\n",
-               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top, 100 * top_stderr(*weights_only),
+               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top, 100 * weights_only->same_top_stderr,
                s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
   write_json(a.json, {{"low_bit", report.low_bit},
                       {"model", label},
@@ -288,7 +284,7 @@ int run_compare(const EvalArgs& a) {
                       {"p99_kl", s.p99_kl},
                       {"max_kl", s.max_kl},
                       {"same_top", s.same_top},
-                      {"same_top_stderr", top_stderr(s)},
+                      {"same_top_stderr", s.same_top_stderr},
                       {"rms_dp", s.rms_dp},
                       {"activations", report.activations},
                       {"weights_only_mean_kl", weights_only ? nlohmann::ordered_json(weights_only->mean_kl) : nullptr},
@@ -445,9 +441,11 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   for (std::size_t i = 0; i < columns.size() + nv; ++i) md += "---:|";
   md += "\n";
   nlohmann::ordered_json j;
-  for (const RecoveryColumn& col : columns)
-    j[&col == &columns[0] ? "baseline" : "variants"].push_back({{"name", col.name}, {"label", col.label}, {"model", col.path}});
-  j["baseline"] = j["baseline"][0];
+  auto column_json = [](const RecoveryColumn& col) {
+    return nlohmann::ordered_json{{"name", col.name}, {"label", col.label}, {"model", col.path}};
+  };
+  j["baseline"] = column_json(columns[0]);
+  for (std::size_t c = 1; c <= nv; ++c) j["variants"].push_back(column_json(columns[c]));
   j["tasks"] = nlohmann::ordered_json::array();
   std::vector<std::vector<Recovery>> per_variant(nv);
   for (std::size_t t = 0; t < shapes.size(); ++t) {

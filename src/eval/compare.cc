@@ -172,6 +172,7 @@ CompareStats CompareAccumulator::result() const {
   s.p99_kl = quantile(kl_, 0.99);
   s.max_kl = *std::max_element(kl_.begin(), kl_.end());
   s.same_top = static_cast<double>(same_) / n;
+  s.same_top_stderr = n > 1 ? std::sqrt(s.same_top * (1 - s.same_top) / n) : 0.0;
   s.ref = perplexity(nll_ref_);
   s.cand = perplexity(nll_cand_);
   s.ppl_ratio = s.cand.ppl / s.ref.ppl;

@@ -61,6 +61,7 @@ struct CompareStats {
   std::int64_t positions = 0;
   double mean_kl = 0, kl_stderr = 0, median_kl = 0, p90_kl = 0, p99_kl = 0, max_kl = 0;  ///< nats
   double same_top = 0;  ///< fraction of positions whose argmax tokens agree
+  double same_top_stderr = 0;  ///< its binomial standard error sqrt(p (1 - p) / n); 0 for one position
   Perplexity ref, cand;
   double ppl_ratio = 0;  ///< cand / ref
   double rms_dp = 0;     ///< RMS of p_cand(target) - p_ref(target), as a fraction
