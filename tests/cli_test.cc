@@ -234,7 +234,7 @@ TEST(Cli, EvalPerplexityAndCompare) {
 }
 
 // --tasks openllm: the six Open LLM Leaderboard v1 tasks at their shot counts,
-// found under --data-dir in the shared data's layout.
+// found under --data-dir in the bundled files' layout.
 TEST(Cli, EvalTasksOpenLlmPreset) {
   test::TempDir tmp;
   const std::filesystem::path data = WOQ_TEST_DATA, dir = tmp.file("tasks");
@@ -260,11 +260,11 @@ TEST(Cli, EvalTasksOpenLlmPreset) {
   ASSERT_EQ(j.size(), 6u);
   EXPECT_EQ(j[5]["primary_metric"], "mc2");
   EXPECT_TRUE(j[5]["mc2"].is_number());
-  r = run("eval tasks -m " + kModel + " --tasks openllm");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--tasks mmlu: give its folder as mmlu=PATH or the folder holding it with --data-dir"),
-            std::string::npos)
-      << r.err;
+  // With no --data-dir, the full files bundled in assets/tasks (--data-dir above overrode them).
+  r = run("eval tasks -m " + kModel + " --tasks arc_easy,winogrande --limit 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| arc_easy | 3 | 0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| winogrande | 3 | 5 |"), std::string::npos) << r.out;
   // A bad output path fails before any scoring.
   r = run("eval tasks -m " + kModel + " --tasks openllm --data-dir " + dir.string() + " --json " + tmp.file("no/such/dir.json"));
   EXPECT_EQ(r.code, 1);
@@ -283,9 +283,9 @@ TEST(Cli, EvalTasksRecoveryAndExplain) {
   EXPECT_NE(r.out.find("| jsonl | 3 | 2 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| arc_easy | 10 | 2 |"), std::string::npos) << r.out;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(tmp.file("t.json"))).size(), 2u);
-  r = run("eval tasks -m " + kModel + " --tasks arc_easy");
+  r = run("eval tasks -m " + kModel + " --tasks jsonl");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("give its file as arc_easy=PATH or the folder holding it with --data-dir"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--tasks jsonl: give its file as jsonl=PATH"), std::string::npos) << r.err;
 
   r = run("eval recovery -m " + kModel + " --tasks jsonl=" + data + "/three_questions.jsonl,truthfulqa_mc2=" + data +
           "/truthfulqa_slice.json --limit 3 --low-bit sym_int8,sym_int4 " + "--ppl-file " + data +

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -272,6 +273,29 @@ TEST(Tasks, TruthfulQaKeepsKeyOrderAndMc2IsTheTrueProbabilityMass) {
   ASSERT_EQ(r.metrics.size(), 1u);
   EXPECT_NEAR(r.metric("mc2").value, want, 1e-6);
   EXPECT_GT(want, 0.0);
+}
+
+// The full task files bundled in assets/tasks (extracted at build time) load
+// whole, with the item counts their sources publish.
+TEST(Tasks, BundledFilesLoadWholeWithThePublishedCounts) {
+  const std::map<std::string, std::pair<std::size_t, std::size_t>> counts = {
+      {"arc_easy", {2376, 0}},       {"arc_challenge", {1172, 0}}, {"hellaswag", {10042, 0}},
+      {"piqa", {1838, 0}},           {"winogrande", {1267, 0}},    {"mmlu", {14042, 57 * 5}},
+      {"truthfulqa_mc2", {817, 0}},  {"gsm8k", {1319, 7473}}};
+  for (const auto& [name, n] : counts) {
+    const std::string path = std::string(WOQ_TASK_DATA_DIR) + "/" + task_data_path(name);
+    const Task task = load_task(name, path);
+    EXPECT_EQ(task.items.size(), n.first) << name;
+    EXPECT_EQ(task.fewshot.size(), n.second) << name;
+    if (name == "mmlu") {
+      EXPECT_EQ(task.subjects.size(), 57u);
+    }
+    if (name == "gsm8k") {
+      EXPECT_NE(task.items.front().context.find("Janet\u2019s ducks lay 16 eggs per day."), std::string::npos);
+    }
+  }
+  EXPECT_EQ(task_data_path("jsonl"), "");
+  EXPECT_EQ(task_data_path("mmlu5"), "");
 }
 
 TEST(Tasks, MmluReadsQuotedCsvAndTakesTheFirstDevExamples) {

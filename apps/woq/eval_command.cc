@@ -2,7 +2,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 
@@ -95,21 +94,6 @@ struct TasksArgs {
   std::string ref_dir;  // recovery: the original, when --model is a saved checkpoint
 };
 
-// Where each task's file (or folder) is under --data-dir (the layout of woq's shared data).
-const std::map<std::string, std::string>& default_task_files() {
-  static const std::map<std::string, std::string> files = {
-      {"arc_easy", "arc_easy/arc_easy_test.jsonl"},
-      {"arc_challenge", "arc_challenge/arc_challenge_test.jsonl"},
-      {"hellaswag", "hellaswag/hellaswag_val_full.txt"},
-      {"piqa", "piqa/piqa_validation.jsonl"},
-      {"winogrande", "winogrande/winogrande_dev.jsonl"},
-      {"mmlu", "mmlu"},
-      {"truthfulqa_mc1", "truthfulqa/mc_task.json"},
-      {"truthfulqa_mc2", "truthfulqa/mc_task.json"},
-      {"gsm8k", "gsm8k"}};
-  return files;
-}
-
 // The Open LLM Leaderboard v1 tasks (each run at its default shot count).
 constexpr const char* kOpenLlm = "mmlu,arc_challenge,gsm8k,hellaswag,winogrande,truthfulqa_mc2";
 
@@ -133,12 +117,15 @@ std::vector<Task> load_tasks(const TasksArgs& a) {
       path = spec.substr(eq + 1);
       if (path.empty()) fail("--tasks {}: the path after '=' is empty", spec);
     } else {
-      const auto it = default_task_files().find(name);
-      if (it == default_task_files().end() && name != "jsonl") fail("--tasks: unknown task '{}' (available: {}, openllm)", name, task_names());
-      if (it == default_task_files().end() || a.data_dir.empty())
-        fail("--tasks {}: give its {} as {}=PATH{}", name, name == "mmlu" || name == "gsm8k" ? "folder" : "file", name,
-             it == default_task_files().end() ? "" : " or the folder holding it with --data-dir");
-      path = (std::filesystem::path(a.data_dir) / it->second).string();
+      const std::string file = task_data_path(name);
+      if (file.empty() && name != "jsonl") fail("--tasks: unknown task '{}' (available: {}, openllm)", name, task_names());
+      if (file.empty()) fail("--tasks {}: give its file as {}=PATH", name, name);
+      const std::filesystem::path dir = a.data_dir.empty() ? std::filesystem::path(WOQ_TASK_DATA_DIR) : std::filesystem::path(a.data_dir);
+      if (a.data_dir.empty() && !std::filesystem::exists(dir / file))
+        fail("--tasks {}: the bundled task files are not at {} (the build's task_data target extracts them from "
+             "assets/tasks); give its {} as {}=PATH or the folder holding it with --data-dir",
+             name, dir.string(), name == "mmlu" || name == "gsm8k" ? "folder" : "file", name);
+      path = (dir / file).string();
     }
     out.push_back(load_task(name, path));
   }
@@ -514,10 +501,11 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
   add_model_flags(cmd, a.model);
   cmd->add_option("--tasks", a.tasks,
                   "Comma-separated tasks (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, "
-                  "truthfulqa_mc2, gsm8k: found under --data-dir), NAME=PATH (also jsonl=PATH for {context, choices, "
+                  "truthfulqa_mc2, gsm8k: the bundled full files, or those under --data-dir), NAME=PATH (also jsonl=PATH for {context, choices, "
                   "gold} lines), or openllm (the six Open LLM Leaderboard v1 tasks)")
       ->required();
-  cmd->add_option("--data-dir", a.data_dir, "Folder with the task files (e.g. ../shared/data/tasks)");
+  cmd->add_option("--data-dir", a.data_dir, "Folder with the task files in the bundled layout (default: the files "
+                  "extracted from assets/tasks at build time, " WOQ_TASK_DATA_DIR ")");
   cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));

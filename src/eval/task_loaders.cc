@@ -1,6 +1,7 @@
 // Readers of the public task files (formats in tasks.h and the README).
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -320,6 +321,21 @@ void load_gsm8k(Task& task, const std::string& dir) {
 
 std::string_view task_names() {
   return "arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, truthfulqa_mc2, gsm8k, jsonl";
+}
+
+std::string task_data_path(std::string_view name) {
+  static const std::map<std::string_view, std::string_view> files = {
+      {"arc_easy", "arc_easy/arc_easy_test.jsonl"},
+      {"arc_challenge", "arc_challenge/arc_challenge_test.jsonl"},
+      {"hellaswag", "hellaswag/hellaswag_val_full.txt"},
+      {"piqa", "piqa/piqa_validation.jsonl"},
+      {"winogrande", "winogrande/winogrande_dev.jsonl"},
+      {"mmlu", "mmlu"},
+      {"truthfulqa_mc1", "truthfulqa/mc_task.json"},
+      {"truthfulqa_mc2", "truthfulqa/mc_task.json"},
+      {"gsm8k", "gsm8k"}};
+  const auto it = files.find(name);
+  return it == files.end() ? std::string() : std::string(it->second);
 }
 
 Task load_task(const std::string& name, const std::string& path) {

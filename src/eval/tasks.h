@@ -99,6 +99,12 @@ Task load_task(const std::string& name, const std::string& path);
 /// The names load_task accepts, comma-separated (for messages).
 std::string_view task_names();
 
+/// Where task `name`'s file (or folder, for mmlu and gsm8k) sits inside a task
+/// data folder laid out as assets/tasks/lm-eval-tasks.tar.xz is (and as
+/// `--data-dir` expects): "arc_easy" -> "arc_easy/arc_easy_test.jsonl". Empty
+/// for a name with no standard file (jsonl) or one load_task does not know.
+std::string task_data_path(std::string_view name);
+
 /// How to run a task.
 struct TaskOptions {
   int shots = -1;            ///< few-shot examples; -1 = the task's default
