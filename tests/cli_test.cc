@@ -124,6 +124,17 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.err.find("woq: error: --model is required"), std::string::npos) << usage.err;
   EXPECT_NE(usage.err.find("Run 'woq generate --help' for the flags"), std::string::npos) << usage.err;
+  // A mistyped word or flag is named, before any missing required flag.
+  const std::pair<std::string, std::string> typos[] = {
+      {"genrate -m x", "unknown command 'genrate' (commands: generate, bench,"},
+      {"eval perplexty -m x", "unknown command 'perplexty' (commands: perplexity, compare, tasks, recovery)"},
+      {"eval perplexity -m " + kModel + " --bogus", "unknown flag '--bogus'\nRun 'woq eval perplexity --help'"},
+      {"generate -m " + kModel + " -p hi extra", "unknown argument 'extra'"}};
+  for (const auto& [args, expect] : typos) {
+    const RunResult r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.err.find("woq: error: " + expect), std::string::npos) << r.err;
+  }
   // -n past the context is not an error: generation stops there (or earlier at a stop token) and says why.
   const RunResult big = run("generate -m " + kModel + " -p hi -n 9223372036854775807 --temperature 0");
   EXPECT_EQ(big.code, 0) << big.err;

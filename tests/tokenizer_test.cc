@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "model/random_checkpoint.h"
 #include "test_files.h"
 #include "tokenizer/text_pipeline.h"
@@ -694,6 +695,25 @@ TEST(TokenizerBadInput, ErrorsNameTheFileAndField) {
   std::filesystem::remove(dir.file("tokenizer_config.json"));
   std::filesystem::remove(path);
   EXPECT_MENTIONS(load_error(dir.path()), dir.path(), "no tokenizer found");
+}
+
+}  // namespace
+}  // namespace woq
+
+namespace woq {
+namespace {
+
+// Labels print names read from files: nothing in them may steer the terminal.
+TEST(Utf8, PrintableTextReplacesControlsBidiAndBadBytes) {
+  EXPECT_EQ(printable_text("llama-7b \xc3\xa9t\xc3\xa9"), "llama-7b \xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(printable_text("a\nb\x1b[31mc\x7f"), "a?b?[31mc?");
+  EXPECT_EQ(printable_text("x\xc2\x9b" "y"), "x?y");                        // C1 CSI
+  EXPECT_EQ(printable_text("fdp.\xe2\x80\xae" "ftxt"), "fdp.?ftxt");        // U+202E RIGHT-TO-LEFT OVERRIDE
+  EXPECT_EQ(printable_text("\xe2\x81\xa6" "q\xe2\x81\xa9\xe2\x80\x8f"), "?q??");  // U+2066, U+2069, U+200F
+  EXPECT_EQ(printable_text("ok\xff\xc3"), "ok??");                        // ill-formed and truncated bytes
+  EXPECT_EQ(printable_text("\xe2\x80\x94" " dash"), "\xe2\x80\x94" " dash");    // U+2014 is printable
+  EXPECT_EQ(printable_text(std::string(10, 'a') + "\xc3\xa9", 11), std::string(10, 'a') + "...");  // whole characters
+  EXPECT_EQ(printable_text(std::string(64, 'b')), std::string(64, 'b'));
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "core/cpu.h"
@@ -20,7 +22,20 @@ int main(int argc, char** argv) {
       cmd = cmd->get_subcommands().back();
       name += " " + cmd->get_name();
     }
-    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", e.what(), name);
+    // An unknown flag or word is the likelier mistake than the missing flag CLI11 checks first.
+    std::string what = e.what();
+    for (const CLI::App* cmd = failed;; cmd = cmd->get_subcommands().back()) {
+      if (const std::vector<std::string> extra = cmd->remaining(); !extra.empty()) {
+        what = fmt::format("unknown {} '{}'", extra[0].starts_with('-') ? "flag" : "argument", extra[0]);
+        std::vector<std::string> names;
+        for (const CLI::App* sub : cmd->get_subcommands({})) names.push_back(sub->get_name());
+        if (!names.empty() && !extra[0].starts_with('-'))
+          what = fmt::format("unknown command '{}' (commands: {})", extra[0], fmt::join(names, ", "));
+        break;
+      }
+      if (cmd->get_subcommands().empty()) break;
+    }
+    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", what, name);
   });
   const woq::cli::Run generate = woq::cli::add_generate(app);
   const woq::cli::Run bench = woq::cli::add_bench(app);

@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "core/utf8.h"
 
 namespace woq::cli {
 
@@ -137,7 +138,7 @@ std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
 std::string model_label(const std::string& path, const LoadReport& report) {
   std::filesystem::path p = std::filesystem::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  return fmt::format("{} [{}]", report.label, p.filename().string());
+  return fmt::format("{} [{}]", report.label, printable_text(p.filename().string(), 128));
 }
 
 void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report) {

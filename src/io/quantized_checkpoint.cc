@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/mmap_file.h"
+#include "core/utf8.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
 
@@ -47,18 +48,9 @@ QuantizationConfig gptq_config(const JsonFields& q) {
     q.field_error("checkpoint_format", fmt::format("is '{}'; woq reads gptq and gptq_v2", format));
   }
   // Provenance, for labels only: fields of unexpected types are skipped, never an error; strings are cut to
-  // 64 bytes and control characters (newlines, escapes that would reach a terminal) become '?'.
+  // 64 bytes and control characters (newlines, escapes that would reach a terminal) become '?' (printable_text).
   std::vector<std::string> made;
-  auto printable = [](std::string s) {
-    if (s.size() > 64) {
-      std::size_t cut = 64;
-      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
-      s = s.substr(0, cut) + "...";
-    }
-    for (char& ch : s)
-      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
-    return s;
-  };
+  const auto printable = [](const std::string& s) { return printable_text(s); };
   bool rtn = false;  // woq's round-to-nearest checkpoints record a damp_percent that played no part
   const nlohmann::json& j = q.json();
   if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
