@@ -359,6 +359,30 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["low_bit"].get<std::string>().rfind("sym_int8", 0), 0u) << r.out;
 }
 
+// GGUF -> GPTQ -> GGUF from the CLI: the GPTQ checkpoint made from the bundled model's F32 GGUF (GPTQ
+// calibration included) tells the same greedy story as the one made from the directory, and goes back to GGUF.
+TEST(Cli, QuantizeGgufToGptqAndBack) {
+  test::TempDir tmp;
+  const std::string gguf = tmp.file("f32.gguf"), greedy = " -p 'Once upon a time' -n 40 --temperature 0";
+  RunResult r = run("quantize -m " + kModel + " -o " + gguf + " --low-bit fp32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string gptq = " --method gptq --low-bit sym_int8 --group-size -1 --calib random:8x32";
+  r = run("quantize -m " + gguf + " -o " + tmp.file("from_gguf") + gptq);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("woq: wrote " + tmp.file("from_gguf") + " (GPTQ v1, sym_int8 per channel, gptq)"), std::string::npos) << r.err;
+  ASSERT_EQ(run("quantize -m " + kModel + " -o " + tmp.file("from_dir") + gptq).code, 0);
+  for (const char* f : {"config.json", "generation_config.json", "tokenizer.model", "tokenizer_config.json", "model.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(tmp.file("from_gguf/") + f)) << f;
+  const RunResult a = run("generate -m " + tmp.file("from_gguf") + greedy), b = run("generate -m " + tmp.file("from_dir") + greedy);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(test::read_file(tmp.file("from_gguf/model.safetensors")), test::read_file(tmp.file("from_dir/model.safetensors")));
+  // Back to GGUF, dequantized exactly (F32): the same story when run unquantized.
+  r = run("quantize -m " + tmp.file("from_gguf") + " -o " + tmp.file("back.gguf") + " --low-bit fp32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(run("generate -m " + tmp.file("back.gguf") + greedy + " --low-bit fp32").out, a.out);
+}
+
 // generate -f reads the prompt from a file; --repeat-penalty changes a greedy story (stories260K repeats itself).
 TEST(Cli, GeneratePromptFileAndRepeatPenalty) {
   test::TempDir tmp;

@@ -23,6 +23,9 @@
 #include "io/gguf.h"
 #include "io/gguf_model.h"
 #include "io/gguf_writer.h"
+#include "io/hf_config_writer.h"
+#include "io/json_file.h"
+#include "io/quantized_checkpoint.h"
 #include "core/half.h"
 #include "model/llama.h"
 #include "model/random_checkpoint.h"
@@ -135,6 +138,116 @@ TEST_P(GgufRoundTrip, TokenizerAndChatTemplateSurvive) {
   const ChatTemplate ta = ChatTemplate::load(dir), tb = ChatTemplate::load(gguf);
   EXPECT_EQ(ta.is_default(), tb.is_default());
   EXPECT_EQ(ta.render(messages, true), tb.render(messages, true));
+}
+
+// woq quantize from a GGUF to GPTQ: config.json, tokenizer files and tensors written from the GGUF equal
+// those written from the Hugging Face directory the GGUF was made of.
+TEST_P(GgufRoundTrip, GptqFromTheGgufEqualsGptqFromTheDirectory) {
+  const std::string preset = GetParam();
+  if (preset == "tiny-llama3" || preset == "tiny-qwen2") GTEST_SKIP() << "covered by tiny-mistral and tiny-qwen3";
+  test::TempDir tmp;
+  ThreadPool pool(2);
+  const std::string dir = write_model(tmp, preset, DType::kF32);
+  const std::string gguf = export_to(dir, tmp.file("m.gguf"), LowBit::kFp32, Rounding::kWoq);
+  QuantizeOptions o;
+  o.spec = {LowBit::kAsymInt4, 32, Int4Range::kFull, Rounding::kWoq};
+  quantize_checkpoint(dir, tmp.file("from_dir"), o, pool);
+  const QuantizeReport r = quantize_checkpoint(gguf, tmp.file("from_gguf"), o, pool);
+  EXPECT_EQ(r.matrices, 7 * read_model_config(dir).num_hidden_layers);
+  const TensorStore a = TensorStore::open(tmp.file("from_dir")), b = TensorStore::open(tmp.file("from_gguf"));
+  ASSERT_EQ(a.names(), b.names());
+  for (const std::string& name : a.names()) {
+    const TensorView &ta = a.get(name), &tb = b.get(name);
+    EXPECT_EQ(ta.dtype, tb.dtype) << name;
+    EXPECT_EQ(ta.shape, tb.shape) << name;
+    EXPECT_TRUE(ta.bytes.size() == tb.bytes.size() && std::memcmp(ta.bytes.data(), tb.bytes.data(), ta.bytes.size()) == 0)
+        << name;
+  }
+  const ModelConfig ca = read_model_config(tmp.file("from_dir")), cb = read_model_config(tmp.file("from_gguf"));
+  EXPECT_EQ(cb.architecture, read_model_config(gguf).architecture);  // Mistral is "llama" in GGUF: LlamaForCausalLM
+  EXPECT_EQ(ca.num_key_value_heads, cb.num_key_value_heads);
+  EXPECT_EQ(ca.head_dim, cb.head_dim);
+  EXPECT_EQ(static_cast<float>(ca.rms_norm_eps), static_cast<float>(cb.rms_norm_eps));
+  EXPECT_EQ(ca.rope_theta, cb.rope_theta);
+  EXPECT_EQ(ca.tie_word_embeddings, cb.tie_word_embeddings);
+  EXPECT_EQ(ca.bos_token_id, cb.bos_token_id);
+  EXPECT_EQ(ca.eos_token_ids.front(), cb.eos_token_ids.front());
+  EXPECT_EQ(read_quantization_config(tmp.file("from_gguf"))->describe(), read_quantization_config(tmp.file("from_dir"))->describe());
+  EXPECT_TRUE(bit_identical(logits_of(tmp.file("from_gguf"), kFp32), logits_of(tmp.file("from_dir"), kFp32)));
+  const Tokenizer ta = Tokenizer::load(tmp.file("from_dir")), tb = Tokenizer::load(tmp.file("from_gguf"));
+  for (const char* text : {"Hello world", "Ünïcödé 日本語 🙂 123456789 don't", "a\n\nb\tc", "<s>x<|im_start|>y</s>"})
+    EXPECT_EQ(ta.encode(text, true), tb.encode(text, true)) << text;
+  EXPECT_EQ(ta.eos_id(), tb.eos_id());
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  EXPECT_EQ(ChatTemplate::load(tmp.file("from_dir")).render(messages, true),
+            ChatTemplate::load(tmp.file("from_gguf")).render(messages, true));
+}
+
+// A Q4_0 GGUF to GPTQ sym_int4 group 32: the blocks become the same integers and scales, so the
+// checkpoint computes the GGUF's own logits; the other ggml types around them are written as F32.
+TEST(GgufToGptq, Q4_0BlocksBecomeTheSameSymInt4Groups) {
+  test::TempDir tmp;
+  ThreadPool pool(2);
+  const std::string dir = write_model(tmp, "tiny-mistral", DType::kF16);
+  const std::string gguf = export_to(dir, tmp.file("q.gguf"), LowBit::kSymInt4, Rounding::kGgml);
+  QuantizeOptions o;
+  o.spec = {LowBit::kSymInt4, 32, Int4Range::kFull, Rounding::kWoq};
+  const QuantizeReport r = quantize_checkpoint(gguf, tmp.file("gptq"), o, pool);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("the GGUF's q4_0 linear layers are dequantized and quantized again"), std::string::npos)
+      << r.notes.back();
+  EXPECT_TRUE(bit_identical(logits_of(tmp.file("gptq"), kFp32), logits_of(gguf, kFp32)));
+  // Group 64 cannot hold Q4_0's scales: other logits (the comparison can fail).
+  o.spec.group_size = 64;
+  quantize_checkpoint(gguf, tmp.file("gptq64"), o, pool);
+  EXPECT_FALSE(bit_identical(logits_of(tmp.file("gptq64"), kFp32), logits_of(gguf, kFp32)));
+}
+
+// config.json written from a ModelConfig reads back as it; a GGUF's RoPE factors become the rope_scaling that
+// gives them (Llama 3.x: llama3 with its parameters), or an error when none does.
+TEST(HfConfigJson, ReadsBackAndRecoversRopeScalingFromFactors) {
+  test::TempDir tmp;
+  for (const ModelPreset& p : model_presets()) {
+    for (const bool as_factors : {false, true}) {
+      ModelConfig c = p.config;
+      if (as_factors) {
+        c.rope_scaling.freq_factors = rope_freq_factors(c);
+        c.rope_scaling.type = RopeScaling::Type::kFactors;
+      }
+      const std::string dir = tmp.file(p.name + (as_factors ? "-factors" : ""));
+      std::filesystem::create_directories(dir);
+      write_json_file(dir + "/config.json", hf_config_json(c, "float16"));
+      const ModelConfig back = read_model_config(dir);
+      SCOPED_TRACE(p.name + (as_factors ? " from factors" : ""));
+      EXPECT_EQ(back.architecture, p.config.architecture);
+      EXPECT_EQ(back.hidden_size, c.hidden_size);
+      EXPECT_EQ(back.num_key_value_heads, c.num_key_value_heads);
+      EXPECT_EQ(back.head_dim, c.head_dim);
+      for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) EXPECT_EQ(back.window(l), c.window(l)) << l;
+      EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps);
+      EXPECT_EQ(back.rope_theta, c.rope_theta);
+      EXPECT_EQ(back.rope_scaling.type, p.config.rope_scaling.type);
+      EXPECT_EQ(back.rope_scaling.original_max_position_embeddings, p.config.rope_scaling.original_max_position_embeddings);
+      EXPECT_EQ(rope_freq_factors(back), rope_freq_factors(p.config));
+      EXPECT_EQ(back.bos_token_id, c.bos_token_id);
+      EXPECT_EQ(back.eos_token_ids, c.eos_token_ids);
+    }
+  }
+  ModelConfig odd = find_preset("tiny-llama3").config;
+  odd.rope_scaling.freq_factors = rope_freq_factors(odd);
+  odd.rope_scaling.freq_factors[3] *= 1.5f;  // no rule gives these
+  odd.rope_scaling.type = RopeScaling::Type::kFactors;
+  EXPECT_THROW(
+      {
+        try {
+          hf_config_json(odd, "float16");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("follow no rope_scaling config.json can express"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, GgufRoundTrip,

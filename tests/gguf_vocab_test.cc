@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <functional>
 
+#include <sys/wait.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -68,6 +70,27 @@ TEST_P(RealGguf, EveryCaseMatchesLlamaCpp) {
   const Tokenizer tok = Tokenizer::load(base);
   EXPECT_TRUE(tok.describe().starts_with(GetParam().describe)) << tok.describe();
   expect_vocab_cases(tok, base);
+}
+
+// The Hugging Face files written from the GGUF (woq quantize from a GGUF to GPTQ) load as the same tokenizer:
+// llama.cpp's cases, the special tokens around a sequence, BOS/EOS.
+TEST_P(RealGguf, HuggingFaceFilesWrittenFromItTokenizeTheSame) {
+  const std::string base = vocab_base(GetParam().name);
+  if (base.empty()) GTEST_SKIP() << "ggml-vocab-" << GetParam().name << ".gguf is absent";
+  const test::TempDir dir;
+  const std::vector<std::string> files = write_hf_tokenizer(GgufFile(base), dir.path());
+  const bool spm = std::string_view(GetParam().describe).starts_with("GGUF llama");
+  EXPECT_EQ(files, (std::vector<std::string>{spm ? "tokenizer.model" : "tokenizer.json", "tokenizer_config.json"}));
+  const Tokenizer gguf = Tokenizer::load(base), hf = Tokenizer::load(dir.path());
+  EXPECT_TRUE(hf.describe().starts_with(spm ? "SentencePiece tokenizer.model" : "tokenizer.json BPE")) << hf.describe();
+  expect_vocab_cases(hf, base);
+  EXPECT_EQ(hf.bos_id(), gguf.bos_id());
+  EXPECT_EQ(hf.eos_id(), gguf.eos_id());
+  EXPECT_EQ(hf.add_bos(), gguf.add_bos());
+  for (const auto& [text, ids] : test::llama_cpp_vocab_cases(base)) {
+    EXPECT_EQ(hf.encode(text), gguf.encode(text)) << "text: '" << printable(text) << "'";
+    EXPECT_EQ(hf.encode_with_special(text), gguf.encode_with_special(text)) << "text: '" << printable(text) << "'";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -138,6 +161,57 @@ TEST(GgufVocab, Llama3AndQwen2PreTokenizersMatchLlamaCpp) {
   EXPECT_FALSE(q.add_bos());
   EXPECT_EQ(q.encode("<|im_start|>user"), (Ids{151644, 872}));
   EXPECT_EQ(q.encode("caf" "e\xCC\x81"), q.encode("caf\xC3\xA9"));  // Qwen2 normalizes to NFC
+}
+
+// The tokenizer.json written from llama.cpp's byte-level BPE GGUFs, run by Hugging Face's own
+// implementation (@huggingface/tokenizers, tests/tokenizer/hf_oracle.mjs): llama.cpp's expected ids.
+TEST(GgufVocab, TokenizerJsonWrittenFromGgufMatchesHuggingFaceTokenizers) {
+  const test::TempDir dir;
+  std::vector<std::string> bases;
+  json cases = json::array();
+  // Llama 3 and Qwen2 from GGUFs made of the bundled tokenizer.json files, and llama.cpp's own files.
+  GgufWriter llama3 = gguf_from_tokenizer_json(kAssets + "/tokenizers/llama3", "llama-bpe");
+  llama3.set_u32("tokenizer.ggml.bos_token_id", 128000);
+  llama3.write(dir.file("llama-bpe.gguf"));
+  gguf_from_tokenizer_json(kAssets + "/tokenizers/qwen3", "qwen2").write(dir.file("qwen2.gguf"));
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {dir.file("llama-bpe.gguf"), kVocabDir + "/ggml-vocab-llama-bpe.gguf"},
+      {dir.file("qwen2.gguf"), kVocabDir + "/ggml-vocab-qwen2.gguf"},
+      {vocab_base("gpt-2"), vocab_base("gpt-2")},
+      {vocab_base("deepseek-coder"), vocab_base("deepseek-coder")},
+      {vocab_base("mpt"), vocab_base("mpt")}};
+  std::vector<std::vector<std::pair<std::string, Ids>>> want;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string out = dir.file("hf" + std::to_string(i));
+    std::filesystem::create_directories(out);
+    write_hf_tokenizer(GgufFile(files[i].first), out);
+    want.push_back(test::llama_cpp_vocab_cases(files[i].second));
+    json texts = json::array();
+    for (const auto& c : want.back()) texts.push_back(c.first);
+    cases.push_back({{"dir", out}, {"texts", texts}});
+  }
+  test::write_file(dir.file("cases.json"), cases.dump());
+  const std::string cmd = "node " WOQ_TEST_SOURCE "/tokenizer/hf_oracle.mjs " + dir.file("cases.json") + " " +
+                          dir.file("out.json") + " 2> " + dir.file("err");
+  const int status = std::system(cmd.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77 || code == 127) GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
+  ASSERT_EQ(code, 0) << test::read_file(dir.file("err"));
+  const json got = json::parse(test::read_file(dir.file("out.json")));
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const Tokenizer gguf = Tokenizer::load(files[i].first);
+    int same = 0;
+    for (std::size_t c = 0; c < want[i].size(); ++c) {
+      const std::string& text = want[i][c].first;
+      const Ids ids = got[i][c]["plain_ids"].get<Ids>();
+      EXPECT_EQ(ids, want[i][c].second) << files[i].second << ": '" << printable(text) << "'";
+      same += ids == want[i][c].second;
+      // With the special tokens around the sequence (BOS where llama.cpp adds it): as the GGUF's own.
+      EXPECT_EQ(got[i][c]["ids"].get<Ids>(), gguf.encode(text)) << files[i].second << ": '" << printable(text) << "'";
+    }
+    std::printf("%s: %d/%zu cases as @huggingface/tokenizers encodes the written tokenizer.json\n",
+                files[i].second.c_str(), same, want[i].size());
+  }
 }
 
 // ---- special tokens and decoding on the real files ----

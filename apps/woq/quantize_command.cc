@@ -88,9 +88,6 @@ int run_quantize(const QuantizeArgs& a) {
   if (format == "gguf") return run_export_gguf(a);
   if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", a.format);
   if (a.cmd->count("--rounding") > 0) fail("--rounding applies to --format gguf only");
-  if (is_gguf_path(a.in_dir))
-    fail("{}: a GPTQ checkpoint cannot be written from a GGUF file yet (it needs the config.json and tokenizer files "
-         "of a Hugging Face directory); start from the Hugging Face directory, or write GGUF (-o FILE.gguf)", a.in_dir);
   QuantizeOptions options;
   options.spec = {parse_low_bit(a.low_bit), a.group_size, parse_int4_range(a.int4_range)};
   if (a.method != "rtn" && a.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", a.method);

@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "io/architecture.h"
+#include "io/hf_config_writer.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
 
@@ -23,13 +24,12 @@ extern const std::size_t kStoriesTokenizerModel_size;
 
 namespace {
 
-ModelPreset preset(std::string name, std::string arch, std::string model_type, std::string tokenizer,
+ModelPreset preset(std::string name, std::string arch, std::string tokenizer,
                    std::int64_t hidden, std::int64_t inter, std::int64_t layers, std::int64_t heads,
                    std::int64_t kv_heads, std::int64_t vocab, std::int64_t max_pos, double theta, double eps,
                    std::int64_t bos, std::vector<std::int64_t> eos) {
   ModelPreset p;
   p.name = std::move(name);
-  p.model_type = std::move(model_type);
   p.tokenizer = std::move(tokenizer);
   ModelConfig& c = p.config;
   c.architecture = std::move(arch);
@@ -118,63 +118,9 @@ void fill_tensor(std::span<std::uint8_t> out, DType dtype, Fill how, std::uint64
   });
 }
 
-nlohmann::ordered_json rope_scaling_json(const RopeScaling& rs) {
-  switch (rs.type) {
-    case RopeScaling::Type::kNone: return nullptr;
-    case RopeScaling::Type::kLinear: return {{"rope_type", "linear"}, {"factor", rs.factor}};
-    case RopeScaling::Type::kLlama3:
-      return {{"rope_type", "llama3"},
-              {"factor", rs.factor},
-              {"low_freq_factor", rs.low_freq_factor},
-              {"high_freq_factor", rs.high_freq_factor},
-              {"original_max_position_embeddings", rs.original_max_position_embeddings}};
-    case RopeScaling::Type::kFactors: fail("config.json cannot express per-frequency RoPE factors (a GGUF's rope_freqs)");
-  }
-  return nullptr;
-}
-
-nlohmann::ordered_json token_id_json(const std::vector<std::int64_t>& ids) {
-  if (ids.size() == 1) return ids[0];
-  return ids;
-}
-
-nlohmann::ordered_json config_json(const ModelPreset& p, const ModelConfig& c, DType dtype) {
-  const ArchitectureSpec& spec = *find_architecture(c.architecture);
-  nlohmann::ordered_json j;
-  j["architectures"] = {c.architecture};
-  j["model_type"] = p.model_type;
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["num_key_value_heads"] = c.num_key_value_heads;
-  j["head_dim"] = c.head_dim;
-  j["vocab_size"] = c.vocab_size;
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["hidden_act"] = "silu";
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
-  if (spec.attention_bias_field) j["attention_bias"] = c.o_bias;
-  switch (spec.sliding_window) {
-    case SlidingWindowRule::kNone: break;
-    case SlidingWindowRule::kAllLayers:
-      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-      break;
-    case SlidingWindowRule::kFromMaxWindow: {
-      // The presets' windows cover layers [first, num_hidden_layers): max_window_layers = first.
-      std::int64_t first = 0;
-      while (first < c.num_hidden_layers && !c.window(first)) ++first;
-      j["use_sliding_window"] = c.sliding_window > 0;
-      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-      j["max_window_layers"] = first;
-      break;
-    }
-  }
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kF16 ? "float16" : "bfloat16";
-  j["bos_token_id"] = c.bos_token_id;
-  j["eos_token_id"] = token_id_json(c.eos_token_ids);
+nlohmann::ordered_json hf_random_config_json(const ModelConfig& c, DType dtype) {
+  nlohmann::ordered_json j =
+      hf_config_json(c, dtype == DType::kF32 ? "float32" : dtype == DType::kF16 ? "float16" : "bfloat16");
   j["initializer_range"] = 0.02;
   j["woq_random_weights"] = true;
   return j;
@@ -192,33 +138,33 @@ const std::vector<ModelPreset>& model_presets() {
     const std::string llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM",
                       qwen3 = "Qwen3ForCausalLM";
     std::vector<ModelPreset> v;
-    v.push_back(preset("llama-2-7b", llama, "llama", "llama2", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("llama-2-7b", llama, "llama2", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5, 1, {2}));
     v.back().chat_template = "llama2_chat_template.jinja";
-    v.push_back(preset("llama-3-8b", llama, "llama", "llama3", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, 1e-5, 128000,
+    v.push_back(preset("llama-3-8b", llama, "llama3", 4096, 14336, 32, 32, 8, 128256, 8192, 5e5, 1e-5, 128000,
                        {128001, 128009}));
-    v.push_back(preset("mistral-7b", mistral, "mistral", "llama2", 4096, 14336, 32, 32, 8, 32000, 32768, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("mistral-7b", mistral, "llama2", 4096, 14336, 32, 32, 8, 32000, 32768, 1e4, 1e-5, 1, {2}));
     v.back().config.sliding_window = 4096;
     v.back().chat_template = "mistral_v0.1_chat_template.jinja";
-    v.push_back(preset("qwen2-7b", qwen2, "qwen2", "qwen3", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 1e-6, 151643,
+    v.push_back(preset("qwen2-7b", qwen2, "qwen3", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 1e-6, 151643,
                        {151645, 151643}));
-    v.push_back(preset("qwen3-8b", qwen3, "qwen3", "qwen3", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, 1e-6, 151643,
+    v.push_back(preset("qwen3-8b", qwen3, "qwen3", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, 1e-6, 151643,
                        {151645, 151643}));
-    v.push_back(preset("tiny", llama, "llama", "stories", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("tiny", llama, "stories", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5, 1, {2}));
     // Small models whose every architecture feature is on, for the reference tests.
-    v.push_back(preset("tiny-llama3", llama, "llama", "llama3", 64, 160, 2, 4, 2, 128256, 256, 5e5, 1e-5, 128000,
+    v.push_back(preset("tiny-llama3", llama, "llama3", 64, 160, 2, 4, 2, 128256, 256, 5e5, 1e-5, 128000,
                        {128001, 128009}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 64, {}};
     v.back().config.tie_word_embeddings = true;
     v.back().config.attention_bias = v.back().config.o_bias = true;  // LlamaConfig attention_bias: q/k/v/o
-    v.push_back(preset("tiny-mistral", mistral, "mistral", "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
+    v.push_back(preset("tiny-mistral", mistral, "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
     v.back().config.sliding_window = 16;
     v.back().chat_template = "mistral_v0.1_chat_template.jinja";
-    v.push_back(preset("tiny-qwen2", qwen2, "qwen2", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
+    v.push_back(preset("tiny-qwen2", qwen2, "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.back().config.rope_scaling = {RopeScaling::Type::kLinear, 4.0, 1.0, 4.0, 8192, {}};
     v.back().config.sliding_window = 12;
     v.back().config.sliding_layers = {false, true};  // from layer 1 (max_window_layers 1)
-    v.push_back(preset("tiny-qwen3", qwen3, "qwen3", "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
+    v.push_back(preset("tiny-qwen3", qwen3, "qwen3", 64, 160, 2, 4, 2, 151936, 256, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.back().config.head_dim = 32;
     v.back().config.tie_word_embeddings = true;
@@ -341,9 +287,9 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
     if (options.progress) options.progress(static_cast<std::int64_t>(i) + 1, static_cast<std::int64_t>(specs.size()));
   }, options.max_shard_bytes);
 
-  write_json_file((fs::path(dir) / "config.json").string(), config_json(p, c, options.dtype));
+  write_json_file((fs::path(dir) / "config.json").string(), hf_random_config_json(c, options.dtype));
   write_json_file((fs::path(dir) / "generation_config.json").string(),
-                  {{"bos_token_id", c.bos_token_id}, {"eos_token_id", token_id_json(c.eos_token_ids)}});
+                  hf_generation_config_json(c));
   std::uint64_t total = 0;
   for (const auto& s : specs) total += s.bytes();
   return total;

@@ -18,7 +18,6 @@ class ThreadPool;
 struct ModelPreset {
   std::string name;         ///< e.g. "llama-2-7b"
   ModelConfig config;       ///< full-size shapes
-  std::string model_type;   ///< config.json model_type
   /// The tokenizer written with it: "stories" (the bundled 512-piece
   /// SentencePiece model, built in) or a folder of assets/tokenizers
   /// ("llama2", "llama3", "qwen3").

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string_view>
 
 #include <fcntl.h>
@@ -18,12 +19,16 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "io/gguf.h"
+#include "io/hf_config_writer.h"
 #include "io/json_file.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors_writer.h"
+#include "tokenizer/gguf_vocab.h"
 
 namespace woq {
 
@@ -37,6 +42,7 @@ constexpr std::string_view kGptqParts[4] = {"qweight", "qzeros", "scales", "g_id
 // `linear` of block `layer`.
 struct Source {
   const TensorView* copy = nullptr;
+  bool to_f32 = false;  ///< copy converted to F32 (a GGUF's ggml-typed or row-permuted tensors)
   std::int64_t layer = -1;
   int linear = 0;
   int part = 0;
@@ -264,9 +270,20 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const ModelConfig config = read_model_config(in_dir);
   if (const auto q = read_quantization_config(in_dir))
     fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
-  const std::string config_path = (in / "config.json").string();
-  nlohmann::ordered_json config_json = nlohmann::ordered_json::parse(read_json_file(config_path).dump());
+  const bool from_gguf = is_gguf_path(in_dir);
   const TensorStore store = TensorStore::open(in_dir);
+  // A GGUF has no config.json: it is written from the GGUF's metadata, in the embeddings' float type.
+  nlohmann::ordered_json config_json;
+  if (from_gguf) {
+    const DType embed = store.get("model.embed_tokens.weight").dtype;
+    try {
+      config_json = hf_config_json(config, embed == DType::kF32 ? "float32" : embed == DType::kBF16 ? "bfloat16" : "float16");
+    } catch (const Error& e) {
+      fail("{}: no GPTQ checkpoint can be written from it: {}", in_dir, e.what());
+    }
+  } else {
+    config_json = nlohmann::ordered_json::parse(read_json_file((in / "config.json").string()).dump());
+  }
   const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
   const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
 
@@ -287,10 +304,14 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   std::vector<TensorSpec> specs;
   std::vector<Source> sources;
   std::vector<std::string> names = store.names();
+  std::set<std::string> converted_types;  // ggml types of copied tensors, dequantized to F32
   auto add_copy = [&](const std::string& name) {
     const TensorView& t = store.get(name);
-    specs.push_back({name, t.dtype, t.shape});
-    sources.push_back({&t});
+    // safetensors holds float types in HF row order: a GGUF's other types and permuted rows become F32 (exact).
+    const bool to_f32 = t.dtype == DType::kGgml || t.row_order != nullptr;
+    if (t.dtype == DType::kGgml) converted_types.insert(std::string(t.type_name()));
+    specs.push_back({name, to_f32 ? DType::kF32 : t.dtype, t.shape});
+    sources.push_back({&t, to_f32});
     report.bytes_before += t.bytes.size();
   };
   std::vector<bool> used(names.size(), false);
@@ -317,12 +338,26 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const auto parts = gptq_specs(name, n, k, bits, g);
       for (int p = 0; p < 4; ++p) {
         specs.push_back(parts[static_cast<std::size_t>(p)]);
-        sources.push_back({nullptr, l, j, p});
+        sources.push_back({nullptr, false, l, j, p});
       }
     }
   }
   take("");
   for (const auto& s : specs) report.bytes_after += s.bytes();
+  if (!converted_types.empty())
+    report.notes.push_back(fmt::format("the GGUF's {} tensors outside the linear layers are written as F32 "
+                                       "(dequantized exactly; safetensors has no ggml block types)",
+                                       fmt::join(converted_types, ", ")));
+  std::set<std::string> linear_types;
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l)
+    for (int j = 0; j < 7; ++j)
+      if (const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", l, kBlockLinears[j]));
+          t.dtype == DType::kGgml)
+        linear_types.insert(std::string(t.type_name()));
+  if (!linear_types.empty())
+    report.notes.push_back(fmt::format("the GGUF's {} linear layers are dequantized and quantized again as {} "
+                                       "(a Q4_0 block becomes the same integers and scale in sym_int4 g32 full range)",
+                                       fmt::join(linear_types, ", "), describe(options.spec)));
 
   // Blocks are quantized when their first tensor is written, one at a time.
   std::int64_t current = -1;
@@ -331,6 +366,11 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const auto first_block = block_start;
   const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) {
     const Source& s = sources[i];
+    if (s.copy != nullptr && s.to_f32) {
+      tensor_to_f32(*s.copy, reinterpret_cast<float*>(dst.data()), 0, -1);
+      release_pages(s.copy->bytes);
+      return;
+    }
     if (s.copy != nullptr) {
       std::memcpy(dst.data(), s.copy->bytes.data(), dst.size());
       release_pages(s.copy->bytes);
@@ -384,9 +424,15 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     }
     config_json["quantization_config"] = q;
     write_json_file((tmp / "config.json").string(), config_json);
-    for (const auto& entry : fs::directory_iterator(in))
-      if (entry.is_regular_file() && !is_weight_file(entry.path()))
-        fs::copy_file(entry.path(), tmp / entry.path().filename());
+    if (from_gguf) {
+      // The GGUF's tokenizer, chat template and BOS/EOS as the Hugging Face files.
+      write_hf_tokenizer(GgufFile(gguf_split_paths(in_dir).front()), tmp.string());
+      write_json_file((tmp / "generation_config.json").string(), hf_generation_config_json(config));
+    } else {
+      for (const auto& entry : fs::directory_iterator(in))
+        if (entry.is_regular_file() && !is_weight_file(entry.path()))
+          fs::copy_file(entry.path(), tmp / entry.path().filename());
+    }
     publish(tmp, out, options.force);
   } catch (...) {
     std::error_code ignored;

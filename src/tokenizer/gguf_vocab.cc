@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_backend.h"
@@ -135,13 +137,15 @@ class ProtoWriter {
 namespace spm {
 constexpr int kModelPieces = 1, kModelTrainerSpec = 2, kModelNormalizerSpec = 3;
 constexpr int kPiecePiece = 1, kPieceScore = 2, kPieceType = 3;
-constexpr int kTrainerModelType = 3, kTrainerByteFallback = 35, kTrainerUnkPiece = 45;
+constexpr int kTrainerModelType = 3, kTrainerByteFallback = 35, kTrainerUnkPiece = 45, kTrainerBosPiece = 46,
+              kTrainerEosPiece = 47;
 constexpr int kModelTypeBpe = 2;
 constexpr int kNormalizerName = 1, kNormalizerAddDummyPrefix = 3, kNormalizerRemoveExtraWhitespaces = 4,
               kNormalizerEscapeWhitespaces = 5;
 }  // namespace spm
 
-std::unique_ptr<TokenizerBackend> load_llama(const GgufFile& f, const GgufVocab& v) {
+// The SentencePiece ModelProto (serialized) that tokens + scores + token_type stand for.
+std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   const std::size_t n = v.tokens.size();
   const std::string scores_key = key_name("scores");
   const auto scores = f.get_floats(scores_key);
@@ -168,6 +172,9 @@ std::unique_ptr<TokenizerBackend> load_llama(const GgufFile& f, const GgufVocab&
   trainer.varint(spm::kTrainerModelType, spm::kModelTypeBpe);
   trainer.varint(spm::kTrainerByteFallback, byte_fallback);
   trainer.bytes(spm::kTrainerUnkPiece, v.tokens[static_cast<std::size_t>(unk)]);
+  // SentencePiece finds BOS/EOS by piece text (default "<s>", "</s>").
+  if (v.bos) trainer.bytes(spm::kTrainerBosPiece, v.tokens[static_cast<std::size_t>(*v.bos)]);
+  if (v.eos) trainer.bytes(spm::kTrainerEosPiece, v.tokens[static_cast<std::size_t>(*v.eos)]);
   model.bytes(spm::kModelTrainerSpec, trainer.str());
   ProtoWriter normalizer;  // no precompiled_charsmap: the text is not normalized (Llama's "identity")
   normalizer.bytes(spm::kNormalizerName, "identity");
@@ -176,12 +183,19 @@ std::unique_ptr<TokenizerBackend> load_llama(const GgufFile& f, const GgufVocab&
                     f.get_bool(key_name("remove_extra_whitespaces")).value_or(false));
   normalizer.varint(spm::kNormalizerEscapeWhitespaces, 1);
   model.bytes(spm::kModelNormalizerSpec, normalizer.str());
+  return model.str();
+}
 
-  const auto fallback = [&](std::int32_t id) { return static_cast<std::size_t>(id) < n ? id : -1; };
-  SpecialTokens s = sequence_specials(f, v.bos.value_or(fallback(1)), v.eos.value_or(fallback(2)),
+// llama.cpp's defaults for a llama vocabulary: BOS 1, EOS 2 (when they exist), BOS added.
+std::int32_t llama_default_id(const GgufVocab& v, std::int32_t id) {
+  return static_cast<std::size_t>(id) < v.tokens.size() ? id : -1;
+}
+
+std::unique_ptr<TokenizerBackend> load_llama(const GgufFile& f, const GgufVocab& v) {
+  SpecialTokens s = sequence_specials(f, v.bos.value_or(llama_default_id(v, 1)), v.eos.value_or(llama_default_id(v, 2)),
                                       v.add_bos.value_or(true), v.add_eos.value_or(false));
-  return load_sentencepiece_proto(model.str(), f.path() + ": tokenizer.ggml.tokens/scores/token_type", std::move(s),
-                                  fmt::format("GGUF llama (SentencePiece, {} tokens)", n));
+  return load_sentencepiece_proto(llama_model_proto(f, v), f.path() + ": tokenizer.ggml.tokens/scores/token_type",
+                                  std::move(s), fmt::format("GGUF llama (SentencePiece, {} tokens)", v.tokens.size()));
 }
 
 // ---- "gpt2": byte-level BPE ----
@@ -275,46 +289,129 @@ Json pre_tokenizer_json(const PreTokenizerSpec& spec) {
   return {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}};
 }
 
-std::unique_ptr<TokenizerBackend> load_gpt2(const GgufFile& f, const GgufVocab& v) {
-  const std::size_t n = v.tokens.size();
-  const std::string_view pre = f.get_string(key_name("pre")).value_or("default");  // llama.cpp's fallback
-  const PreTokenizerSpec& spec = pre_tokenizer_spec(f, pre);
+// What a gpt2 vocabulary adds to the tokens: the pre-tokenizer and the merges.
+struct Gpt2Vocab {
+  std::string_view pre;
+  const PreTokenizerSpec* spec = nullptr;
+  std::vector<std::pair<std::string, std::string>> merges;
+  bool add_bos = false, add_eos = false;
+};
+
+Gpt2Vocab read_gpt2(const GgufFile& f, const GgufVocab& v) {
+  Gpt2Vocab g;
+  g.pre = f.get_string(key_name("pre")).value_or("default");  // llama.cpp's fallback
+  g.spec = &pre_tokenizer_spec(f, g.pre);
   const std::string merges_key = key_name("merges");
   const auto* merges_kv = f.get_strings(merges_key);
   if (merges_kv == nullptr)
     fail("{}: metadata '{}' is missing (a byte-level BPE vocabulary needs its merges)", f.path(), merges_key);
-  std::vector<std::pair<std::string, std::string>> merges;
-  merges.reserve(merges_kv->size());
+  g.merges.reserve(merges_kv->size());
   for (std::size_t i = 0; i < merges_kv->size(); ++i) {
     const std::string_view m = (*merges_kv)[i];
     const std::size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;  // as llama.cpp splits them
     if (sp == std::string_view::npos)
       fail("{}: metadata '{}'[{}] = '{}' is not two tokens separated by a space", f.path(), merges_key, i, printable(m));
-    merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
+    g.merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
   }
+  g.add_bos = v.add_bos.value_or(g.spec->add_bos);
+  g.add_eos = v.add_eos.value_or(false);
+  return g;
+}
+
+// llama.cpp matches control, unknown and user-defined tokens in the raw text; the first two are
+// special (decode drops them). User-defined tokens are stored as their text.
+bool is_added(std::int32_t type) { return type == kControl || type == kUnknown || type == kUserDefined; }
+
+std::unique_ptr<TokenizerBackend> load_gpt2(const GgufFile& f, const GgufVocab& v) {
+  const std::size_t n = v.tokens.size();
+  Gpt2Vocab g = read_gpt2(f, v);
   std::vector<std::pair<std::string, std::int32_t>> vocab;
   vocab.reserve(n);
   HfTokenizerParts parts;
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = static_cast<std::int32_t>(i);
     vocab.emplace_back(v.tokens[i], id);
-    // llama.cpp matches control, unknown and user-defined tokens in the raw text; the first two
-    // are special (decode drops them). User-defined tokens are stored as their text.
-    const std::int32_t t = v.types[i];
-    if (t == kControl || t == kUnknown || t == kUserDefined)
-      parts.added.push_back({v.tokens[i], id, false, false, false, false, t != kUserDefined});
+    if (is_added(v.types[i])) parts.added.push_back({v.tokens[i], id, false, false, false, false, v.types[i] != kUserDefined});
   }
   BpeOptions options;
-  options.ignore_merges = spec.ignore_merges;
-  parts.model = std::make_unique<BpeModel>(vocab, merges, std::move(options), f.path() + ": " + merges_key);
-  const std::string where = fmt::format("{}: {} '{}'", f.path(), key_name("pre"), pre);
-  if (spec.nfc) parts.normalizer = hf::make_normalizer({{"type", "NFC"}}, where);
-  parts.pre_tokenizer = hf::make_pre_tokenizer(pre_tokenizer_json(spec), where);
+  options.ignore_merges = g.spec->ignore_merges;
+  parts.model = std::make_unique<BpeModel>(vocab, g.merges, std::move(options), f.path() + ": " + key_name("merges"));
+  const std::string where = fmt::format("{}: {} '{}'", f.path(), key_name("pre"), g.pre);
+  if (g.spec->nfc) parts.normalizer = hf::make_normalizer({{"type", "NFC"}}, where);
+  parts.pre_tokenizer = hf::make_pre_tokenizer(pre_tokenizer_json(*g.spec), where);
   parts.decoder = hf::gpt2_decoder();
-  parts.specials = sequence_specials(f, v.bos.value_or(-1), v.eos.value_or(-1), v.add_bos.value_or(spec.add_bos),
-                                     v.add_eos.value_or(false));
-  parts.description = fmt::format("GGUF gpt2 (byte-level BPE, pre-tokenizer {}, {} tokens)", pre, n);
+  parts.specials = sequence_specials(f, v.bos.value_or(-1), v.eos.value_or(-1), g.add_bos, g.add_eos);
+  parts.description = fmt::format("GGUF gpt2 (byte-level BPE, pre-tokenizer {}, {} tokens)", g.pre, n);
   return std::make_unique<HfTokenizer>(std::move(parts), f.path());
+}
+
+// tokenizer.json (the tokenizers library's serialization) of a gpt2 vocabulary: the same parts load_gpt2 builds.
+Json gpt2_tokenizer_json(const GgufFile& f, const GgufVocab& v) {
+  const Gpt2Vocab g = read_gpt2(f, v);
+  Json added = Json::array(), vocab = Json::object(), merges = Json::array();
+  for (std::size_t i = 0; i < v.tokens.size(); ++i) {
+    vocab[v.tokens[i]] = i;
+    if (is_added(v.types[i]))
+      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", v.types[i] != kUserDefined}});
+  }
+  for (const auto& [a, b] : g.merges) merges.push_back(Json::array({a, b}));
+  // BOS/EOS around each sequence as a TemplateProcessing, as Llama 3's tokenizer.json adds BOS.
+  Json post = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
+  if (g.add_bos || g.add_eos) {
+    const std::optional<std::int32_t> bos = g.add_bos ? v.bos : std::nullopt, eos = g.add_eos ? v.eos : std::nullopt;
+    if ((g.add_bos && !bos) || (g.add_eos && !eos))
+      fail("{}: BOS/EOS is to be added but its tokenizer.ggml.*_token_id is missing", f.path());
+    Json specials = Json::object();
+    // One sequence with its BOS/EOS (as Llama 3's tokenizer.json: a pair is the two one after the other).
+    auto sequence = [&](const char* id, int type_id) {
+      Json out = Json::array();
+      auto special = [&](std::int32_t token) {
+        const std::string& t = v.tokens[static_cast<std::size_t>(token)];
+        specials[t] = {{"id", t}, {"ids", {token}}, {"tokens", {t}}};
+        out.push_back({{"SpecialToken", {{"id", t}, {"type_id", type_id}}}});
+      };
+      if (bos) special(*bos);
+      out.push_back({{"Sequence", {{"id", id}, {"type_id", type_id}}}});
+      if (eos) special(*eos);
+      return out;
+    };
+    const Json single = sequence("A", 0);
+    Json pair = single;
+    for (const Json& step : sequence("B", 1)) pair.push_back(step);
+    post = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+  }
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", std::move(added)},
+          {"normalizer", g.spec->nfc ? Json{{"type", "NFC"}} : Json()},
+          {"pre_tokenizer", pre_tokenizer_json(*g.spec)},
+          {"post_processor", std::move(post)},
+          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", g.spec->ignore_merges},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)}}}};
+}
+
+// tokenizer.ggml.model, checked to be one woq has.
+std::string_view vocab_model(const GgufFile& file) {
+  const std::string model_key = key_name("model");
+  const auto model = file.get_string(model_key);
+  if (!model) fail("{}: metadata '{}' is missing (a GGUF without a vocabulary has no tokenizer)", file.path(), model_key);
+  if (*model != "llama" && *model != "gpt2")
+    fail("{}: metadata '{}' is '{}', a tokenizer woq does not have (woq has llama = SentencePiece, gpt2 = byte-level "
+         "BPE)",
+         file.path(), model_key, printable(*model));
+  return *model;
 }
 
 }  // namespace
@@ -326,15 +423,43 @@ std::vector<std::string_view> gguf_pre_tokenizers() {
 }
 
 std::unique_ptr<TokenizerBackend> load_gguf_vocab(const GgufFile& file) {
-  const std::string model_key = key_name("model");
-  const auto model = file.get_string(model_key);
-  if (!model) fail("{}: metadata '{}' is missing (a GGUF without a vocabulary has no tokenizer)", file.path(), model_key);
-  if (*model != "llama" && *model != "gpt2")
-    fail("{}: metadata '{}' is '{}', a tokenizer woq does not have (woq has llama = SentencePiece, gpt2 = byte-level "
-         "BPE)",
-         file.path(), model_key, printable(*model));
+  const std::string_view model = vocab_model(file);
   const GgufVocab vocab = read_vocab(file);
-  return *model == "llama" ? load_llama(file, vocab) : load_gpt2(file, vocab);
+  return model == "llama" ? load_llama(file, vocab) : load_gpt2(file, vocab);
+}
+
+std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::string& dir) {
+  const std::string_view model = vocab_model(file);
+  const GgufVocab v = read_vocab(file);
+  const auto token = [&](std::optional<std::int32_t> id) {
+    return id ? nlohmann::ordered_json(v.tokens[static_cast<std::size_t>(*id)]) : nlohmann::ordered_json();
+  };
+  const std::filesystem::path out(dir);
+  nlohmann::ordered_json config;
+  std::vector<std::string> written;
+  if (model == "llama") {
+    write_text_file((out / "tokenizer.model").string(), llama_model_proto(file, v));
+    written.push_back("tokenizer.model");
+    const std::optional<std::int32_t> bos = v.bos ? v.bos : std::optional(llama_default_id(v, 1)),
+                                      eos = v.eos ? v.eos : std::optional(llama_default_id(v, 2));
+    config["tokenizer_class"] = "LlamaTokenizer";
+    config["add_bos_token"] = v.add_bos.value_or(true);
+    config["add_eos_token"] = v.add_eos.value_or(false);
+    config["bos_token"] = token(bos >= 0 ? bos : std::nullopt);
+    config["eos_token"] = token(eos >= 0 ? eos : std::nullopt);
+    config["unk_token"] = token(v.unk.value_or(0));
+  } else {
+    write_json_file((out / "tokenizer.json").string(), gpt2_tokenizer_json(file, v));
+    written.push_back("tokenizer.json");
+    config["tokenizer_class"] = "PreTrainedTokenizerFast";
+    config["bos_token"] = token(v.bos);
+    config["eos_token"] = token(v.eos);
+  }
+  config["clean_up_tokenization_spaces"] = false;
+  if (const auto t = file.get_string("tokenizer.chat_template")) config["chat_template"] = *t;
+  write_json_file((out / "tokenizer_config.json").string(), config);
+  written.push_back("tokenizer_config.json");
+  return written;
 }
 
 std::unique_ptr<TokenizerBackend> load_gguf_vocab(const std::string& path) {

@@ -39,6 +39,18 @@ std::unique_ptr<TokenizerBackend> load_gguf_vocab(const std::string& path);
 /// The same for a GGUF file already open.
 std::unique_ptr<TokenizerBackend> load_gguf_vocab(const GgufFile& file);
 
+/// Writes the tokenizer of GGUF file `file` into directory `dir` as the Hugging
+/// Face files transformers and woq load: model "llama" as tokenizer.model (the
+/// SentencePiece ModelProto load_gguf_vocab runs, BOS/EOS pieces set) and
+/// tokenizer_config.json (LlamaTokenizer, add_bos_token / add_eos_token, the
+/// BOS/EOS/UNK texts); model "gpt2" as tokenizer.json (BPE vocab and merges,
+/// the pre-tokenizer tokenizer.ggml.pre names, control / user-defined tokens
+/// as added tokens, BOS/EOS in a TemplateProcessing post-processor) and
+/// tokenizer_config.json. tokenizer.chat_template goes into
+/// tokenizer_config.json. Returns the names of the files written. Throws
+/// woq::Error as load_gguf_vocab does, and when a file cannot be written.
+std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::string& dir);
+
 /// The tokenizer.ggml.pre values woq reads for tokenizer.ggml.model "gpt2".
 std::vector<std::string_view> gguf_pre_tokenizers();
 
