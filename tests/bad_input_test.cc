@@ -145,6 +145,7 @@ TEST_F(BadInputTest, WrongShape) {
   const std::string msg = load_error();
   EXPECT_MENTIONS(msg, "model.layers.3.mlp.gate_proj.weight", "has shape [64, 172], expected [172, 64]");
   EXPECT_MENTIONS(msg, "intermediate_size", "model.safetensors");
+  EXPECT_MENTIONS(msg, "(from config.json", "model.safetensors");
 }
 
 TEST_F(BadInputTest, MissingTensor) {

@@ -1153,6 +1153,14 @@ TEST_F(GgufTest, TensorSourceErrors) {
   TinyModel bad = m;
   bad.weights["model.layers.0.self_attn.q_proj.weight"] = {{4, 8}, pattern(32, 0)};
   EXPECT_MENTIONS(open_gguf_tensors(write(bad.gguf(), "bad.gguf")), "'blk.0.attn_q.weight'", "expected 8 rows");
+  // A tensor whose shape disagrees with the metadata: the message says where the expected shape comes from.
+  bad = m;
+  bad.weights["model.layers.0.mlp.gate_proj.weight"] = {{10, 8}, pattern(80, 0)};
+  ThreadPool pool(1);
+  LoadOptions f32;
+  f32.linear.type = LowBit::kFp32;
+  EXPECT_MENTIONS(LlamaModel::load(write(bad.gguf(), "bad.gguf"), f32, pool), "'blk.0.ffn_gate.weight' has shape [10, 8]",
+                  "expected [12, 8] (from the GGUF metadata");
   bad = m;
   bad.weights["model.layers.0.self_attn.k_proj.weight"] = {{2, 4, 8}, pattern(64, 0)};
   EXPECT_MENTIONS(open_gguf_tensors(write(bad.gguf(), "bad.gguf")), "'blk.0.attn_k.weight'");
@@ -1169,7 +1177,6 @@ TEST_F(GgufTest, TensorSourceErrors) {
     EXPECT_MENTIONS(open_gguf_tensors(write(h, "huge.gguf")), "'blk.0.attn_q.weight'", "rows");
   }
   // The loader refuses fused projections by name.
-  ThreadPool pool(1);
   GgufBuilder fused = m.gguf();
   fused.tensor("blk.0.attn_qkv.weight", {8, 16}, kTypeF32, f32_bytes(pattern(128, 0)));
   EXPECT_MENTIONS(LlamaModel::load(write(fused, "fused.gguf"), {}, pool), "'model.layers.0.self_attn.qkv_proj.weight'",

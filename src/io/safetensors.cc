@@ -251,6 +251,8 @@ void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, 
     fail("{}: tensor '{}' has shape {}, expected [{}] ({})", t.file, t.name, t.shape_str(), fmt::join(shape, ", "), why);
 }
 
+std::string_view shape_source(const TensorView& t) { return is_gguf_path(t.file) ? "the GGUF metadata" : "config.json"; }
+
 void require_float_dtype(const TensorView& t) {
   if (t.dtype == DType::kGgml && t.ggml->to_float == nullptr)
     fail("{}: tensor '{}' has ggml type {}, which woq cannot decode yet", t.file, t.name, t.ggml->name);

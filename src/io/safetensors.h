@@ -109,6 +109,10 @@ class TensorStore {
 /// unless t.shape == shape.
 void require_shape(const TensorView& t, const std::vector<std::int64_t>& shape, std::string_view why);
 
+/// Where the shapes a model's tensors must have come from, for require_shape's
+/// WHY: "config.json", or "the GGUF metadata" for a tensor of a GGUF file.
+std::string_view shape_source(const TensorView& t);
+
 /// Throws woq::Error naming the tensor and its file unless its dtype is
 /// F32, F16, BF16 or F64, or a ggml type woq can dequantize.
 void require_float_dtype(const TensorView& t);

@@ -25,7 +25,7 @@ namespace {
 
 // Checks that `t` has exactly `shape`, naming the config fields it comes from.
 void expect_shape(const TensorView& t, const std::vector<std::int64_t>& shape, const char* from) {
-  require_shape(t, shape, fmt::format("from config.json {}", from));
+  require_shape(t, shape, fmt::format("from {} {}", shape_source(t), from));
 }
 
 std::vector<float> to_f32(const TensorView& t) {

@@ -225,7 +225,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
     for (int i = 0; i < 7; ++i) {
       const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
       const auto [n, k] = block_linear_shape(config, i);
-      require_shape(t, {n, k}, "from config.json");
+      require_shape(t, {n, k}, fmt::format("from {}", shape_source(t)));
       require_float_dtype(t);
       const std::int64_t cols = k;
       try {
