@@ -9,8 +9,6 @@
 #include <filesystem>
 #include <functional>
 
-#include <sys/wait.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -190,14 +188,9 @@ TEST(GgufVocab, TokenizerJsonWrittenFromGgufMatchesHuggingFaceTokenizers) {
     for (const auto& c : want.back()) texts.push_back(c.first);
     cases.push_back({{"dir", out}, {"texts", texts}});
   }
-  test::write_file(dir.file("cases.json"), cases.dump());
-  const std::string cmd = "node " WOQ_TEST_SOURCE "/tokenizer/hf_oracle.mjs " + dir.file("cases.json") + " " +
-                          dir.file("out.json") + " 2> " + dir.file("err");
-  const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 77 || code == 127) GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
-  ASSERT_EQ(code, 0) << test::read_file(dir.file("err"));
-  const json got = json::parse(test::read_file(dir.file("out.json")));
+  const std::string out = test::run_hf_oracle(cases.dump(), dir);
+  if (out.empty()) GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
+  const json got = json::parse(out);
   for (std::size_t i = 0; i < files.size(); ++i) {
     const Tokenizer gguf = Tokenizer::load(files[i].first);
     int same = 0;

@@ -1,6 +1,7 @@
 #include "test_files.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -102,6 +103,17 @@ void copy_model(const std::string& src_dir, const std::string& dir) {
   fs::create_directories(dir);
   for (const auto& entry : fs::directory_iterator(src_dir))
     fs::copy_file(entry.path(), fs::path(dir) / entry.path().filename(), fs::copy_options::overwrite_existing);
+}
+
+std::string run_hf_oracle(const std::string& cases_json, const TempDir& dir) {
+  write_file(dir.file("oracle_cases.json"), cases_json);
+  const std::string cmd = "node " WOQ_TEST_SOURCE "/tokenizer/hf_oracle.mjs " + dir.file("oracle_cases.json") + " " +
+                          dir.file("oracle_out.json") + " 2> " + dir.file("oracle_err");
+  const int status = std::system(cmd.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77 || code == 127) return "";
+  if (code != 0) throw std::runtime_error("hf_oracle.mjs failed: " + read_file(dir.file("oracle_err")));
+  return read_file(dir.file("oracle_out.json"));
 }
 
 }  // namespace woq::test

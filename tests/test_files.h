@@ -42,6 +42,12 @@ void write_safetensors(const std::string& path, const std::vector<RawTensor>& te
 /// by "\n__ggml_vocab_test__\n", `base`.out one line of expected ids per text.
 std::vector<std::pair<std::string, std::vector<std::int32_t>>> llama_cpp_vocab_cases(const std::string& base);
 
+/// Runs tests/tokenizer/hf_oracle.mjs (Hugging Face's own @huggingface/tokenizers) on `cases_json`
+/// ([{"dir": TOKENIZER_DIR, "texts": [...]}]) with its files in `dir`; returns its output JSON text
+/// (see the script), or "" when node or the package is missing (the caller skips). Throws
+/// std::runtime_error with the script's stderr when it fails otherwise.
+std::string run_hf_oracle(const std::string& cases_json, const TempDir& dir);
+
 /// Copies the files of a model directory (e.g. the bundled stories260K) into
 /// `dir`, creating it if needed.
 void copy_model(const std::string& src_dir, const std::string& dir);

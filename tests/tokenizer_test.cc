@@ -4,8 +4,6 @@
 // round trips on random Unicode, streaming, and malformed tokenizer files.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <filesystem>
 #include <random>
 
@@ -210,15 +208,9 @@ TEST(HfTokenizersOracle, SameIdsAndTextAsHuggingFaceJs) {
     cases.push_back({{"dir", t.dir}, {"texts", v}});
     texts.push_back(v);
   }
-  test::write_file(tmp.file("cases.json"), cases.dump());
-  const std::string cmd = "node " WOQ_TEST_SOURCE "/tokenizer/hf_oracle.mjs " + tmp.file("cases.json") + " " +
-                          tmp.file("out.json") + " 2> " + tmp.file("err");
-  const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 77 || code == 127)
-    GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
-  ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
-  const json out = json::parse(test::read_file(tmp.file("out.json")));
+  const std::string oracle = test::run_hf_oracle(cases.dump(), tmp);
+  if (oracle.empty()) GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
+  const json out = json::parse(oracle);
   for (std::size_t t = 0; t < toks.size(); ++t) {
     const Tokenizer tok = Tokenizer::load(toks[t].dir);
     int same = 0;
