@@ -107,6 +107,8 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
   };
   const Bad cases[] = {
       {"generate -m " + empty.path() + " -p hi", "", "config.json: not found"},
+      {"generate -m " + empty.path() + "/missing -p hi", "", empty.path() + "/missing: no such file or directory"},
+      {"generate -m " WOQ_MODEL_DIR "/config.json -p hi", "", "config.json: not a model directory"},
       {"generate -m " + kModel + " -p hi --low-bit int3", "", "unknown low-bit type 'int3'"},
       {"generate -m " + kModel + " -p hi --group-size 0", "", "group_size 0 is invalid"},
       {"generate -m " + kModel + " -p hi --int4-range half", "", "unknown int4 range"},
@@ -129,7 +131,9 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
       {"genrate -m x", "unknown command 'genrate' (commands: generate, bench,"},
       {"eval perplexty -m x", "unknown command 'perplexty' (commands: perplexity, compare, tasks, recovery)"},
       {"eval perplexity -m " + kModel + " --bogus", "unknown flag '--bogus'\nRun 'woq eval perplexity --help'"},
-      {"generate -m " + kModel + " -p hi extra", "unknown argument 'extra'"}};
+      {"generate -m " + kModel + " -p hi extra", "unknown argument 'extra'"},
+      {"", "a command is required (generate, bench, make-random,"},
+      {"eval", "a command is required (perplexity, compare, tasks, recovery)\nRun 'woq eval --help' for the commands."}};
   for (const auto& [args, expect] : typos) {
     const RunResult r = run(args);
     EXPECT_EQ(r.code, 2) << args;
@@ -377,6 +381,18 @@ TEST(Cli, QuantizeGgufToGptqAndBack) {
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(test::read_file(tmp.file("from_gguf/model.safetensors")), test::read_file(tmp.file("from_dir/model.safetensors")));
+  // From a Q4_0 file the group size defaults to Q4_0's 32: the checkpoint keeps the blocks, so the same story.
+  ASSERT_EQ(run("quantize -m " + kModel + " -o " + tmp.file("q4_0.gguf") + " --low-bit sym_int4").code, 0);
+  r = run("quantize -m " + tmp.file("q4_0.gguf") + " -o " + tmp.file("from_q4_0"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("linear layers are ggml blocks of 32: --group-size 32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(GPTQ v1, sym_int4 group_size 32, rtn)"), std::string::npos) << r.err;
+  EXPECT_EQ(run("generate -m " + tmp.file("from_q4_0") + greedy).out, run("generate -m " + tmp.file("q4_0.gguf") + greedy).out);
+  // An existing output is refused before any work.
+  r = run("quantize -m " + gguf + " -o " + tmp.file("from_gguf") + gptq);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.find("GPTQ calibration"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("already exists (pass --force to replace it)"), std::string::npos) << r.err;
   // Back to GGUF, dequantized exactly (F32): the same story when run unquantized.
   r = run("quantize -m " + tmp.file("from_gguf") + " -o " + tmp.file("back.gguf") + " --low-bit fp32");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -233,6 +233,14 @@ TEST(HfConfigJson, ReadsBackAndRecoversRopeScalingFromFactors) {
       EXPECT_EQ(back.eos_token_ids, c.eos_token_ids);
     }
   }
+  // Biases config.json has no switch for, and linear factors below 1 (which no config.json accepts).
+  ModelConfig qkv_only = find_preset("tiny").config;
+  qkv_only.attention_bias = true;
+  EXPECT_THROW(hf_config_json(qkv_only, "float16"), Error);
+  ModelConfig shrink = find_preset("tiny").config;
+  shrink.rope_scaling.type = RopeScaling::Type::kFactors;
+  shrink.rope_scaling.freq_factors.assign(static_cast<std::size_t>(shrink.head_dim / 2), 0.5f);
+  EXPECT_THROW(hf_config_json(shrink, "float16"), Error);
   ModelConfig odd = find_preset("tiny-llama3").config;
   odd.rope_scaling.freq_factors = rope_freq_factors(odd);
   odd.rope_scaling.freq_factors[3] *= 1.5f;  // no rule gives these

@@ -24,6 +24,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "quantize/quantize_checkpoint.h"
 #include "test_files.h"
 
 namespace woq {
@@ -668,6 +669,16 @@ TEST_F(GgufTest, SplitSetMerged) {
   const ModelConfig c = read_model_config(path("tiny-00001-of-00002.gguf"));
   EXPECT_EQ(c.vocab_size, 6);
   EXPECT_FALSE(c.tie_word_embeddings);  // output.weight is in part 2
+  // woq quantize -o one of the other parts would replace it: refused, the part untouched.
+  {
+    ThreadPool pool(1);
+    QuantizeOptions q;
+    q.spec = {LowBit::kSymInt8, 32, Int4Range::kFull};
+    q.force = true;
+    EXPECT_MENTIONS(quantize_checkpoint(path("tiny-00001-of-00002.gguf"), path("tiny-00002-of-00002.gguf"), q, pool),
+                    "the output would replace", "tiny-00002-of-00002.gguf, a part of the input");
+    EXPECT_TRUE(std::filesystem::is_regular_file(path("tiny-00002-of-00002.gguf")));
+  }
 
   // A part missing.
   std::filesystem::remove(path("tiny-00002-of-00002.gguf"));

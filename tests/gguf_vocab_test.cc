@@ -304,6 +304,20 @@ TEST(GgufVocab, SmallVocabularies) {
   EXPECT_EQ(l.encode("ab a"), (Ids{1, 262, 261, 262, 2}));  // ▁a b ▁a with BOS and EOS; "ab" loses to "▁a"
   EXPECT_EQ(l.encode("c", false), (Ids{259, 3 + 'c'}));     // byte fallback
   EXPECT_EQ(l.decode(l.encode("ab ca")), "ab ca");
+  // BOS/EOS typed normal (as in a GGUF without token types): the tokenizer.model written from it still adds BOS.
+  with(tiny_llama(), [](GgufWriter& w) {
+    std::vector<std::int32_t> types(264, 1);
+    types[0] = 2;
+    std::fill(types.begin() + 3, types.begin() + 259, 6);
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  }).write(dir.file("normal_bos.gguf"));
+  std::filesystem::create_directories(dir.file("normal_bos"));
+  write_hf_tokenizer(GgufFile(dir.file("normal_bos.gguf")), dir.file("normal_bos"));
+  const Tokenizer nb = Tokenizer::load(dir.file("normal_bos.gguf")), nb_hf = Tokenizer::load(dir.file("normal_bos"));
+  EXPECT_EQ(nb_hf.encode("ab a"), nb.encode("ab a"));
+  EXPECT_EQ(nb_hf.encode("ab a").front(), 1);
+  EXPECT_EQ(nb_hf.bos_id(), 1);
   with(tiny_llama(), [](GgufWriter& w) { w.set_bool("tokenizer.ggml.add_space_prefix", false); }).write(dir.file("np.gguf"));
   EXPECT_EQ(Tokenizer::load(dir.file("np.gguf")).encode("a", false), (Ids{260}));
 

@@ -573,9 +573,10 @@ TEST(QuantizeWriting, NextRunRemovesWhatASigkilledRunLeft) {
     _exit(0);
   }
   ASSERT_GT(child, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  // Dead but not reaped (WNOWAIT): a zombie, as a killed process is until its parent waits; still "dead".
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  ASSERT_EQ(info.si_code, CLD_KILLED);
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().string());
   ASSERT_EQ(left.size(), 1u);
@@ -589,6 +590,9 @@ TEST(QuantizeWriting, NextRunRemovesWhatASigkilledRunLeft) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines[0], fmt::format("removed {}, left by woq quantize process {}, which is no longer running", left[0], child));
   EXPECT_FALSE(fs::exists(left[0]));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);  // only q
   EXPECT_EQ(logits_of(out, options.spec, pool), logits_of(WOQ_MODEL_DIR, options.spec, pool));
 }

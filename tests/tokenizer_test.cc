@@ -703,6 +703,8 @@ TEST(Utf8, PrintableTextReplacesControlsBidiAndBadBytes) {
   EXPECT_EQ(printable_text("fdp.\xe2\x80\xae" "ftxt"), "fdp.?ftxt");        // U+202E RIGHT-TO-LEFT OVERRIDE
   EXPECT_EQ(printable_text("\xe2\x81\xa6" "q\xe2\x81\xa9\xe2\x80\x8f"), "?q??");  // U+2066, U+2069, U+200F
   EXPECT_EQ(printable_text("ok\xff\xc3"), "ok??");                        // ill-formed and truncated bytes
+  EXPECT_EQ(printable_text("a\xd8\x9c" "b\xe2\x80\xa8" "c\xe2\x80\xa9"), "a?b?c?");  // U+061C, U+2028, U+2029
+  EXPECT_EQ(printable_text(std::string(3, '\xff'), 2), "??...");            // '?' counts toward max_bytes
   EXPECT_EQ(printable_text("\xe2\x80\x94" " dash"), "\xe2\x80\x94" " dash");    // U+2014 is printable
   EXPECT_EQ(printable_text(std::string(10, 'a') + "\xc3\xa9", 11), std::string(10, 'a') + "...");  // whole characters
   EXPECT_EQ(printable_text(std::string(64, 'b')), std::string(64, 'b'));

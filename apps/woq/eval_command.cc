@@ -128,6 +128,7 @@ std::vector<Task> load_tasks(const TasksArgs& a) {
       path = (dir / file).string();
     }
     out.push_back(load_task(name, path));
+    fmt::print(stderr, "woq: task {}: {} ({} items)\n", name, path, out.back().items.size());
   }
   if (out.empty()) fail("--tasks is empty");
   return out;

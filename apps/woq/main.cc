@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/cpu.h"
+#include "core/utf8.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"woq: weight-only-quantized LLM inference for Llama-family models"};
@@ -23,19 +24,31 @@ int main(int argc, char** argv) {
       name += " " + cmd->get_name();
     }
     // An unknown flag or word is the likelier mistake than the missing flag CLI11 checks first.
-    std::string what = e.what();
+    std::string what = e.what(), help = "flags";
+    const CLI::App* leaf = failed;
+    while (!leaf->get_subcommands().empty()) leaf = leaf->get_subcommands().back();
+    const auto commands = [](const CLI::App* cmd) {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : cmd->get_subcommands({})) names.push_back(sub->get_name());
+      return names;
+    };
+    if (what == "A subcommand is required") {
+      what = fmt::format("a command is required ({})", fmt::join(commands(leaf), ", "));
+      help = "commands";
+    }
     for (const CLI::App* cmd = failed;; cmd = cmd->get_subcommands().back()) {
       if (const std::vector<std::string> extra = cmd->remaining(); !extra.empty()) {
-        what = fmt::format("unknown {} '{}'", extra[0].starts_with('-') ? "flag" : "argument", extra[0]);
-        std::vector<std::string> names;
-        for (const CLI::App* sub : cmd->get_subcommands({})) names.push_back(sub->get_name());
-        if (!names.empty() && !extra[0].starts_with('-'))
-          what = fmt::format("unknown command '{}' (commands: {})", extra[0], fmt::join(names, ", "));
+        const std::string word = woq::printable_text(extra[0], 80);  // argv may hold terminal escapes
+        what = fmt::format("unknown {} '{}'", extra[0].starts_with('-') ? "flag" : "argument", word);
+        if (const auto names = commands(cmd); !names.empty() && !extra[0].starts_with('-')) {
+          what = fmt::format("unknown command '{}' (commands: {})", word, fmt::join(names, ", "));
+          help = "commands";
+        }
         break;
       }
       if (cmd->get_subcommands().empty()) break;
     }
-    return fmt::format("woq: error: {}\nRun '{} --help' for the flags.\n", what, name);
+    return fmt::format("woq: error: {}\nRun '{} --help' for the {}.\n", what, name, help);
   });
   const woq::cli::Run generate = woq::cli::add_generate(app);
   const woq::cli::Run bench = woq::cli::add_bench(app);

@@ -1,5 +1,6 @@
 // woq quantize: write a GPTQ-format checkpoint.
 #include <charconv>
+#include <filesystem>
 #include <memory>
 #include <tuple>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "bench/bench.h"
 #include "io/json_file.h"
 #include "io/gguf.h"
+#include "io/safetensors.h"
 #include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
@@ -88,8 +90,18 @@ int run_quantize(const QuantizeArgs& a) {
   if (format == "gguf") return run_export_gguf(a);
   if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", a.format);
   if (a.cmd->count("--rounding") > 0) fail("--rounding applies to --format gguf only");
+  // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
+  std::int64_t group_size = a.group_size;
+  if (is_gguf_path(a.in_dir) && a.cmd->count("--group-size") == 0 &&
+      TensorStore::open(a.in_dir).get("model.layers.0.self_attn.q_proj.weight").dtype == DType::kGgml) {
+    group_size = 32;
+    fmt::print(stderr, "woq: note: {}'s linear layers are ggml blocks of 32: --group-size 32 (not GPTQ's usual 128), "
+               "so that Q4_0 / Q8_0 blocks keep their integers and scales\n", a.in_dir);
+  }
+  if (std::error_code ec; std::filesystem::exists(std::filesystem::symlink_status(a.out_dir, ec)) && !a.force)
+    fail("{}: already exists (pass --force to replace it)", a.out_dir);  // before any calibration
   QuantizeOptions options;
-  options.spec = {parse_low_bit(a.low_bit), a.group_size, parse_int4_range(a.int4_range)};
+  options.spec = {parse_low_bit(a.low_bit), group_size, parse_int4_range(a.int4_range)};
   if (a.method != "rtn" && a.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", a.method);
   if (a.method == "rtn")
     for (const char* flag : {"--damp-percent", "--desc-act", "--static-groups", "--true-sequential", "--block-size",
@@ -163,7 +175,7 @@ int run_quantize(const QuantizeArgs& a) {
              "woq: wrote {} (GPTQ {}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
              "{:.2f} s\n",
              a.out_dir, a.gptq_format, a.low_bit,
-             a.group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", a.group_size), a.method,
+             group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size), a.method,
              r.matrices, mib(r.bytes_before), mib(r.bytes_after),
              100.0 * static_cast<double>(r.bytes_after) / static_cast<double>(r.bytes_before), r.seconds);
   fmt::print(stderr, "woq: peak RSS {:.2f} GiB\n", static_cast<double>(peak_rss_bytes()) / (1u << 30));

@@ -2,6 +2,7 @@
 // from files before they reach messages, JSON or tokenizers.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -41,23 +42,25 @@ inline bool is_valid_utf8(std::string_view text) {
 
 /// `text` made safe to print on a terminal inside a label or message: at most
 /// `max_bytes` bytes of whole characters ("..." appended when cut), and every
-/// ill-formed byte, C0/C1 control character, DEL, and bidirectional control
-/// (U+200E/F, U+202A-E, U+2066-9, which reorder what a terminal shows) is '?'.
+/// ill-formed byte, C0/C1 control character, DEL, line/paragraph separator
+/// (U+2028/9) and bidirectional control (U+061C, U+200E/F, U+202A-E,
+/// U+2066-9, which reorder what a terminal shows) is '?'.
 inline std::string printable_text(std::string_view text, std::size_t max_bytes = 64) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t n = utf8_sequence_length(text, i);
+    if (out.size() + std::max<std::size_t>(n, 1) > max_bytes) return out + "...";
     if (n == 0) {
       out += '?';
       ++i;
       continue;
     }
-    if (out.size() + n > max_bytes) return out + "...";
     const auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
     const bool control = (n == 1 && (b(0) < 0x20 || b(0) == 0x7f)) || (n == 2 && b(0) == 0xc2 && b(1) < 0xa0);
-    const bool bidi = n == 3 && b(0) == 0xe2 &&
-                      ((b(1) == 0x80 && (b(2) == 0x8e || b(2) == 0x8f || (b(2) >= 0xaa && b(2) <= 0xae))) ||
-                       (b(1) == 0x81 && b(2) >= 0xa6 && b(2) <= 0xa9));
+    const bool bidi = (n == 2 && b(0) == 0xd8 && b(1) == 0x9c) ||  // U+061C ARABIC LETTER MARK
+                      (n == 3 && b(0) == 0xe2 &&
+                       ((b(1) == 0x80 && (b(2) == 0x8e || b(2) == 0x8f || (b(2) >= 0xa8 && b(2) <= 0xae))) ||
+                        (b(1) == 0x81 && b(2) >= 0xa6 && b(2) <= 0xa9)));
     if (control || bidi)
       out += '?';
     else

@@ -113,6 +113,9 @@ ModelConfig read_model_config(const std::string& dir) {
   if (is_gguf_path(dir)) return gguf_model_config(open_gguf(dir));
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code exists_ec;
+  if (!fs::exists(dir, exists_ec)) fail("{}: no such file or directory", dir);
+  if (!fs::is_directory(dir, exists_ec))
+    fail("{}: not a model directory (config.json, *.safetensors, tokenizer files) nor a .gguf file", dir);
   if (!fs::exists(path, exists_ec)) {
     std::string hint;
     if (fs::is_directory(dir, exists_ec))

@@ -53,6 +53,7 @@ std::optional<RopeScaling> scaling_of_factors(const ModelConfig& c) {
   const float top = *std::max_element(want.begin(), want.end());
   RopeScaling rs;
   rs.factor = shortest(top);
+  if (!(rs.factor >= 1 && rs.factor <= 1024)) return std::nullopt;  // the factors read_model_config accepts
   if (rs.factor == 1.0 && fits(RopeScaling{})) return RopeScaling{};
   rs.type = RopeScaling::Type::kLinear;
   if (fits(rs)) return rs;
@@ -106,6 +107,13 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, std::string_view tor
   } else {
     j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   }
+  // config.json has one switch for the biases: q/k/v always (Qwen2) or q/k/v/o together (attention_bias).
+  const bool expressible = spec.qkv_bias ? c.attention_bias && !c.o_bias
+                           : spec.attention_bias_field ? c.attention_bias == c.o_bias
+                                                       : !c.attention_bias && !c.o_bias;
+  if (!expressible)
+    fail("its attention biases (q/k/v {}, o {}) are a combination {} config.json cannot express", c.attention_bias ? "yes" : "no",
+         c.o_bias ? "yes" : "no", c.architecture);
   if (spec.attention_bias_field) j["attention_bias"] = c.o_bias;
   switch (spec.sliding_window) {
     case SlidingWindowRule::kNone: break;

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -111,8 +112,16 @@ std::optional<pid_t> temp_dir_owner(const fs::path& out, const std::string& name
   return static_cast<pid_t>(pid);
 }
 
-// False only when no process `pid` exists (kill(2) refused with EPERM means it does).
-bool process_alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+// False when no process `pid` exists (kill(2) refused with EPERM means it does) or it is a zombie (killed and
+// not yet reaped by its parent: it holds no lock and writes nothing more).
+bool process_alive(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat_file(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(stat_file, stat);
+  const std::size_t name_end = stat.rfind(')');  // "PID (COMMAND) STATE ..."; COMMAND may hold ')'
+  return name_end == std::string::npos || name_end + 2 >= stat.size() || stat[name_end + 2] != 'Z';
+}
 
 // An open directory with an exclusive flock(2), or -1 when another process
 // holds one (a live quantize writing into it). Other failures (a file system
@@ -248,6 +257,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
          low_bit_name(options.spec.type));
   validate(options.spec);
   const fs::path in = fs::path(in_dir);
+  if (out_dir.empty()) fail("the output directory name is empty");
   const fs::path out = fs::absolute(fs::path(out_dir)).lexically_normal();
   if (out.filename().empty()) fail("{}: not a directory name", out_dir);
   std::error_code ec;
@@ -263,6 +273,10 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (within(in_real, out_real))
     fail("{}: the output directory is or contains the input directory {}", out_dir, in_dir);
   if (within(out_real, in_real)) fail("{}: the output directory is inside the input directory {}", out_dir, in_dir);
+  if (is_gguf_path(in_dir))  // every part of a split set, not only the first
+    for (const std::string& part : gguf_split_paths(in_dir))
+      if (within(fs::weakly_canonical(part, ec), out_real))
+        fail("{}: the output would replace {}, a part of the input", out_dir, part);
   if (!fs::exists(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
   if (!fs::is_directory(out.parent_path())) fail("{}: parent {} is not a directory", out_dir, out.parent_path().string());
   remove_stale_temp_dirs(out, in_real, options.progress);
@@ -409,6 +423,12 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const WorkDir work(out);
   const fs::path& tmp = work.path();
   try {
+    if (from_gguf) {
+      // The GGUF's tokenizer, chat template and BOS/EOS as the Hugging Face files: first, so that a vocabulary
+      // they cannot hold fails before the tensors are written.
+      write_hf_tokenizer(GgufFile(gguf_split_paths(in_dir).front()), tmp.string());
+      write_json_file((tmp / "generation_config.json").string(), hf_generation_config_json(config));
+    }
     write_checkpoint_tensors(tmp.string(), specs, fill, options.max_shard_bytes);
     nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);
     q["meta"] = {{"quantizer", {"woq 0.1.0"}},
@@ -424,11 +444,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     }
     config_json["quantization_config"] = q;
     write_json_file((tmp / "config.json").string(), config_json);
-    if (from_gguf) {
-      // The GGUF's tokenizer, chat template and BOS/EOS as the Hugging Face files.
-      write_hf_tokenizer(GgufFile(gguf_split_paths(in_dir).front()), tmp.string());
-      write_json_file((tmp / "generation_config.json").string(), hf_generation_config_json(config));
-    } else {
+    if (!from_gguf) {
       for (const auto& entry : fs::directory_iterator(in))
         if (entry.is_regular_file() && !is_weight_file(entry.path()))
           fs::copy_file(entry.path(), tmp / entry.path().filename());

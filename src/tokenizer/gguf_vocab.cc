@@ -144,6 +144,11 @@ constexpr int kNormalizerName = 1, kNormalizerAddDummyPrefix = 3, kNormalizerRem
               kNormalizerEscapeWhitespaces = 5;
 }  // namespace spm
 
+// llama.cpp's defaults for a llama vocabulary: BOS 1, EOS 2 (when they exist), BOS added.
+std::int32_t llama_default_id(const GgufVocab& v, std::int32_t id) {
+  return static_cast<std::size_t>(id) < v.tokens.size() ? id : -1;
+}
+
 // The SentencePiece ModelProto (serialized) that tokens + scores + token_type stand for.
 std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   const std::size_t n = v.tokens.size();
@@ -155,12 +160,16 @@ std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   // SentencePiece wants exactly one unknown piece: tokenizer.ggml.unknown_token_id (llama.cpp's
   // default 0); other tokens typed unknown (padding such as Phi-3's [PAD32011]) become unused.
   const std::int32_t unk = v.unk.value_or(0);
+  const std::int32_t bos = v.bos.value_or(llama_default_id(v, 1)), eos = v.eos.value_or(llama_default_id(v, 2));
   bool byte_fallback = false;
   ProtoWriter model;
   for (std::size_t i = 0; i < n; ++i) {
     std::int32_t type = v.types[i];
-    if (static_cast<std::int32_t>(i) == unk) type = kUnknown;
+    const auto id = static_cast<std::int32_t>(i);
+    if (id == unk) type = kUnknown;
     else if (type == kUnknown) type = kUnused;
+    // SentencePiece takes its BOS/EOS piece for BOS/EOS only when it is a control piece.
+    else if (type == kNormal && (id == bos || id == eos)) type = kControl;
     byte_fallback |= type == kByte;
     ProtoWriter piece;
     piece.bytes(spm::kPiecePiece, v.tokens[i]);
@@ -173,8 +182,8 @@ std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   trainer.varint(spm::kTrainerByteFallback, byte_fallback);
   trainer.bytes(spm::kTrainerUnkPiece, v.tokens[static_cast<std::size_t>(unk)]);
   // SentencePiece finds BOS/EOS by piece text (default "<s>", "</s>").
-  if (v.bos) trainer.bytes(spm::kTrainerBosPiece, v.tokens[static_cast<std::size_t>(*v.bos)]);
-  if (v.eos) trainer.bytes(spm::kTrainerEosPiece, v.tokens[static_cast<std::size_t>(*v.eos)]);
+  if (bos >= 0) trainer.bytes(spm::kTrainerBosPiece, v.tokens[static_cast<std::size_t>(bos)]);
+  if (eos >= 0) trainer.bytes(spm::kTrainerEosPiece, v.tokens[static_cast<std::size_t>(eos)]);
   model.bytes(spm::kModelTrainerSpec, trainer.str());
   ProtoWriter normalizer;  // no precompiled_charsmap: the text is not normalized (Llama's "identity")
   normalizer.bytes(spm::kNormalizerName, "identity");
@@ -184,11 +193,6 @@ std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   normalizer.varint(spm::kNormalizerEscapeWhitespaces, 1);
   model.bytes(spm::kModelNormalizerSpec, normalizer.str());
   return model.str();
-}
-
-// llama.cpp's defaults for a llama vocabulary: BOS 1, EOS 2 (when they exist), BOS added.
-std::int32_t llama_default_id(const GgufVocab& v, std::int32_t id) {
-  return static_cast<std::size_t>(id) < v.tokens.size() ? id : -1;
 }
 
 std::unique_ptr<TokenizerBackend> load_llama(const GgufFile& f, const GgufVocab& v) {
@@ -431,8 +435,8 @@ std::unique_ptr<TokenizerBackend> load_gguf_vocab(const GgufFile& file) {
 std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::string& dir) {
   const std::string_view model = vocab_model(file);
   const GgufVocab v = read_vocab(file);
-  const auto token = [&](std::optional<std::int32_t> id) {
-    return id ? nlohmann::ordered_json(v.tokens[static_cast<std::size_t>(*id)]) : nlohmann::ordered_json();
+  const auto token = [&](std::optional<std::int32_t> id) {  // its text; null for none (or -1)
+    return id && *id >= 0 ? nlohmann::ordered_json(v.tokens[static_cast<std::size_t>(*id)]) : nlohmann::ordered_json();
   };
   const std::filesystem::path out(dir);
   nlohmann::ordered_json config;
@@ -440,13 +444,11 @@ std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::str
   if (model == "llama") {
     write_text_file((out / "tokenizer.model").string(), llama_model_proto(file, v));
     written.push_back("tokenizer.model");
-    const std::optional<std::int32_t> bos = v.bos ? v.bos : std::optional(llama_default_id(v, 1)),
-                                      eos = v.eos ? v.eos : std::optional(llama_default_id(v, 2));
     config["tokenizer_class"] = "LlamaTokenizer";
     config["add_bos_token"] = v.add_bos.value_or(true);
     config["add_eos_token"] = v.add_eos.value_or(false);
-    config["bos_token"] = token(bos >= 0 ? bos : std::nullopt);
-    config["eos_token"] = token(eos >= 0 ? eos : std::nullopt);
+    config["bos_token"] = token(v.bos.value_or(llama_default_id(v, 1)));
+    config["eos_token"] = token(v.eos.value_or(llama_default_id(v, 2)));
     config["unk_token"] = token(v.unk.value_or(0));
   } else {
     write_json_file((out / "tokenizer.json").string(), gpt2_tokenizer_json(file, v));
@@ -456,7 +458,12 @@ std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::str
     config["eos_token"] = token(v.eos);
   }
   config["clean_up_tokenization_spaces"] = false;
-  if (const auto t = file.get_string("tokenizer.chat_template")) config["chat_template"] = *t;
+  if (const auto t = file.get_string("tokenizer.chat_template")) {
+    if (t->size() > kMaxJsonFileBytes / 2)
+      fail("{}: metadata 'tokenizer.chat_template' is {} bytes, more than tokenizer_config.json can hold ({} MiB)",
+           file.path(), t->size(), kMaxJsonFileBytes / 2 >> 20);
+    config["chat_template"] = *t;
+  }
   write_json_file((out / "tokenizer_config.json").string(), config);
   written.push_back("tokenizer_config.json");
   return written;
