@@ -9,14 +9,9 @@
 
 #include "commands.h"
 #include "core/utf8.h"
+#include "model/load_request.h"
 
 namespace woq::cli {
-
-namespace {
-
-double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
-}  // namespace
 
 SamplingParams SamplingFlags::params() const {
   const SamplingParams p{temperature, top_k, top_p, seed >= 0 ? static_cast<std::uint64_t>(seed) : std::random_device{}()};
@@ -71,56 +66,18 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
 }
 
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
-  const Int4Range range = parse_int4_range(flags.int4_range);
-  LoadOptions options;
-  const Rounding rounding = parse_rounding(flags.rounding);
-  options.linear = {parse_low_bit(low_bit), flags.group_size, range, rounding};
-  validate(options.linear);
-  if (!flags.lm_head_low_bit.empty()) {
-    options.lm_head = QuantSpec{parse_low_bit(flags.lm_head_low_bit), flags.group_size, range, rounding};
-    validate(*options.lm_head);
-  }
-  if (!flags.activations.empty()) options.activations = parse_activations(flags.activations);
-  const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
-                        (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
-  if (range == Int4Range::kClip && !any_int4)
-    fmt::print(stderr, "woq: note: --int4-range applies to sym_int4 only; ignored for {}\n", low_bit);
+  std::vector<std::string> notes;
+  const LoadOptions options = parse_load_request(
+      {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations}, &notes);
+  for (const std::string& line : notes) fmt::print(stderr, "woq: {}\n", line);
   return options;
 }
-
-namespace {
-
-void print_load_report(const LoadReport& r, const LoadOptions& options) {
-  for (const auto& w : r.warnings) fmt::print(stderr, "woq: warning: {}\n", w);
-  if (options.activations && r.activations.empty())
-    fmt::print(stderr, "woq: warning: --activations {} has no effect: no layer is in an integer format\n",
-               activations_name(*options.activations));
-  if (r.linear_imported > 0)
-    fmt::print(stderr,
-               "woq: {} linear layers used as stored in the {} checkpoint (repacked into woq's layout in {:.2f} s, "
-               "not re-quantized): {:.2f} MiB\n",
-               r.linear_imported, r.imported_format, r.repack_seconds, mib(r.linear_imported_bytes));
-  const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
-                                                         mib(r.lm_head_bytes))
-                                           : "";
-  const std::string converted =
-      r.linear_matrices > 0 ? fmt::format("{} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
-                                          r.linear_matrices, r.source_dtype, describe(options.linear),
-                                          mib(r.linear_source_bytes), mib(r.linear_bytes))
-                            : std::string();
-  fmt::print(stderr, "woq: {}embeddings, norms{} {} ({:.2f} MiB){}; {}loaded in {:.2f} s\n", converted,
-             options.lm_head ? "" : " and lm_head",
-             r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored", mib(r.other_bytes), head,
-             r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds);
-}
-
-}  // namespace
 
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* out) {
   LoadReport report;
   auto model = LlamaModel::load(dir, options, pool, &report);
-  print_load_report(report, options);
+  for (const std::string& line : load_summary(report, options)) fmt::print(stderr, "woq: {}\n", line);
   if (out != nullptr) *out = report;
   return model;
 }

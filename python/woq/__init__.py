@@ -1,0 +1,199 @@
+"""woq from Python: weight-only-quantized Llama-family models on the CPU.
+
+    import woq
+    model = woq.optimize_model("assets/models/stories260K")   # sym_int4, group 32, as the CLI
+    print(model.generate("Once upon a time", max_new_tokens=40))
+
+The C++ engine (woq._woq) does the work, with the same library calls as the
+`woq` command line; this module adds defaults, docstrings and streaming.
+Errors are woq.Error (a RuntimeError) with the CLI's messages, and ValueError
+for bad arguments. Every call that runs the model releases the GIL; Ctrl-C
+during generate() raises KeyboardInterrupt and leaves the model usable.
+"""
+
+import json
+import queue
+import sys
+import threading
+
+from . import _woq
+
+Error = _woq.Error
+Tokenizer = _woq.Tokenizer
+
+__all__ = ["Error", "Model", "Tokenizer", "optimize_model"]
+
+
+def _say(lines, progress):
+    if progress:
+        for line in lines:
+            print("woq: " + line, file=sys.stderr)
+
+
+class Model:
+    """A loaded model (make one with woq.optimize_model)."""
+
+    def __init__(self, engine, progress):
+        self._engine = engine
+        self._progress = progress
+
+    @property
+    def low_bit(self):
+        """The woq format(s) of the transformer blocks' linear layers as loaded, e.g. "sym_int4"."""
+        return self._engine.low_bit
+
+    @property
+    def label(self):
+        """What the linear layers are, from the checkpoint and the load options (as the CLI's tables say)."""
+        return self._engine.label
+
+    @property
+    def config(self):
+        """The model's configuration as a dict of Hugging Face config.json fields."""
+        return json.loads(self._engine.config_json)
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer: encode(text, add_special=True) -> list[int], decode(ids) -> str."""
+        return self._engine.tokenizer
+
+    @property
+    def context_limit(self):
+        """The longest sequence (prompt + generated tokens) the model runs."""
+        return self._engine.context_limit
+
+    def generate(self, prompt, max_new_tokens=64, temperature=0.0, top_k=40, top_p=0.95, seed=None, stop=None,
+                 stream=False, repeat_penalty=1.0, repeat_last_n=64, presence_penalty=0.0, frequency_penalty=0.0):
+        """Continues `prompt` (a str, tokenized with BOS as the tokenizer adds it, or a list of token ids).
+
+        Returns the generated text (str), without the prompt; greedy when temperature == 0 (the default), else
+        sampled with top_k / top_p and `seed` (None: random). Stops at the model's end-of-generation tokens, at
+        any string of `stop` (not included), after max_new_tokens, or at the context. With stream=True, returns an
+        iterator of str pieces (whole UTF-8 characters) that join to the same text. The penalties are llama.cpp's
+        (repeat over the last repeat_last_n ids, prompt included) and OpenAI's presence / frequency penalties.
+        """
+        args = self._args(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty,
+                          repeat_last_n, presence_penalty, frequency_penalty)
+        if stream:
+            return self._stream(args)
+        return self._engine.generate(*args, None)["text"]
+
+    def chat(self, messages, max_new_tokens=256, temperature=0.6, top_k=40, top_p=0.9, seed=None, stop=None,
+             stream=False, **penalties):
+        """Replies to `messages` ([{"role": ..., "content": ...}, ...]) rendered with the model's chat template
+        (ChatML when it has none) with the generation prompt, as woq serve and woq chat do. Returns the reply
+        (or, with stream=True, an iterator of its pieces); the sampling defaults are the Llama model cards'."""
+        ids = self.tokenizer.encode_with_special(self.chat_prompt(messages))  # BOS unless the template wrote it
+        return self.generate(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, stream, **penalties)
+
+    def chat_prompt(self, messages):
+        """The text `messages` render to with the model's chat template and the generation prompt."""
+        if not isinstance(messages, (list, tuple)):
+            raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        return self._engine.chat_prompt(json.dumps(list(messages)), True)
+
+    def logits(self, ids):
+        """Logits of one forward pass over `ids` (list of ints) from an empty KV cache, as a NumPy float32
+        array [len(ids), vocab]."""
+        return self._engine.logits(_ids(ids))
+
+    def _args(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty, repeat_last_n,
+              presence_penalty, frequency_penalty):
+        if not isinstance(prompt, str):
+            prompt = _ids(prompt)
+        if isinstance(stop, str):
+            stop = [stop]
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        penalties = _woq.Penalties()
+        penalties.repeat = float(repeat_penalty)
+        penalties.last_n = int(repeat_last_n)
+        penalties.presence = float(presence_penalty)
+        penalties.frequency = float(frequency_penalty)
+        return (prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p), seed, list(stop or []),
+                penalties)
+
+    def _stream(self, args):
+        """Runs generate on a worker thread; yields its pieces as they come. Closing the iterator (or Ctrl-C while
+        waiting) stops the worker at its next piece."""
+        pieces = queue.Queue()
+        cancel = threading.Event()
+        done = object()
+
+        class _Cancelled(Exception):
+            pass
+
+        def on_text(piece):
+            if cancel.is_set():
+                raise _Cancelled()
+            pieces.put(piece)
+
+        failure = []
+
+        def work():
+            try:
+                self._engine.generate(*args, on_text)
+            except _Cancelled:
+                pass
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(e)
+            finally:
+                pieces.put(done)
+
+        def iterate():
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+            try:
+                while True:
+                    piece = pieces.get()
+                    if piece is done:
+                        break
+                    yield piece
+            finally:
+                cancel.set()
+                worker.join()
+            if failure:
+                raise failure[0]
+
+        return iterate()
+
+
+def _ids(ids):
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            try:
+                import numpy  # noqa: F401 - integer scalars of NumPy arrays are accepted
+                if hasattr(i, "dtype") and i.dtype.kind in "iu":
+                    out.append(int(i))
+                    continue
+            except ImportError:
+                pass
+            raise ValueError(f"token ids must be ints, got {i!r}")
+        out.append(i)
+    return out
+
+
+def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
+                   activations=None, threads=0, progress=True):
+    """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
+
+    path: a Hugging Face directory (float, GPTQ or compressed-tensors checkpoint) or a .gguf file.
+    low_bit: sym_int4 (default; ipex-llm's optimize_model, ggml's Q4_0 with int4_range="full"), asym_int4,
+        sym_int8, fp16, bf16 or fp32; a pre-quantized checkpoint's layers are used as stored.
+    group_size: weights per scale (32; -1 = per output channel). int4_range: "full" [-8, 7] or "clip" [-7, 7].
+    rounding: "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule). lm_head_low_bit: also convert lm_head (None:
+        keep it as stored). activations: None (each format's default), "int8" or "f32".
+    threads: worker threads (0: all cores). progress: print what loading did to stderr, as the CLI does.
+    Raises woq.Error for files that cannot be loaded, ValueError for bad arguments.
+    """
+    request = _woq.LoadRequest()
+    request.low_bit = str(low_bit)
+    request.group_size = int(group_size)
+    request.int4_range = str(int4_range)
+    request.rounding = str(rounding)
+    request.lm_head_low_bit = "" if lm_head_low_bit is None else str(lm_head_low_bit)
+    request.activations = "" if activations is None else str(activations)
+    engine = _woq.load(str(path), request, int(threads))
+    _say(engine.summary, progress)
+    return Model(engine, progress)

@@ -1,0 +1,57 @@
+#include "model/load_request.h"
+
+#include <fmt/format.h>
+
+namespace woq {
+
+namespace {
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+}  // namespace
+
+LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes) {
+  const Int4Range range = parse_int4_range(request.int4_range);
+  const Rounding rounding = parse_rounding(request.rounding);
+  LoadOptions options;
+  options.linear = {parse_low_bit(request.low_bit), request.group_size, range, rounding};
+  validate(options.linear);
+  if (!request.lm_head_low_bit.empty()) {
+    options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size, range, rounding};
+    validate(*options.lm_head);
+  }
+  if (!request.activations.empty()) options.activations = parse_activations(request.activations);
+  const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
+                        (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
+  if (range == Int4Range::kClip && !any_int4 && notes != nullptr)
+    notes->push_back(fmt::format("note: --int4-range applies to sym_int4 only; ignored for {}", request.low_bit));
+  return options;
+}
+
+std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& options) {
+  std::vector<std::string> lines;
+  for (const auto& w : r.warnings) lines.push_back("warning: " + w);
+  if (options.activations && r.activations.empty())
+    lines.push_back(fmt::format("warning: --activations {} has no effect: no layer is in an integer format",
+                                activations_name(*options.activations)));
+  if (r.linear_imported > 0)
+    lines.push_back(fmt::format("{} linear layers used as stored in the {} checkpoint (repacked into woq's layout in "
+                                "{:.2f} s, not re-quantized): {:.2f} MiB",
+                                r.linear_imported, r.imported_format, r.repack_seconds, mib(r.linear_imported_bytes)));
+  const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
+                                                         mib(r.lm_head_bytes))
+                                           : "";
+  const std::string converted =
+      r.linear_matrices > 0 ? fmt::format("{} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
+                                          r.linear_matrices, r.source_dtype, describe(options.linear),
+                                          mib(r.linear_source_bytes), mib(r.linear_bytes))
+                            : std::string();
+  lines.push_back(fmt::format("{}embeddings, norms{} {} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted,
+                              options.lm_head ? "" : " and lm_head",
+                              r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored",
+                              mib(r.other_bytes), head,
+                              r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds));
+  return lines;
+}
+
+}  // namespace woq

@@ -1,0 +1,39 @@
+// Load options as the CLI's flags and the Python API's keyword arguments spell
+// them (names of woq's formats), parsed in one place, and the lines that say
+// what loading did.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace woq {
+
+/// The model-loading choices by name: `low_bit` sym_int4 | asym_int4 |
+/// sym_int8 | fp16 | bf16 | fp32; `int4_range` full | clip; `rounding` woq |
+/// ggml; `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
+/// `activations` empty (each format's default), int8 or f32.
+struct LoadRequest {
+  std::string low_bit = "sym_int4";
+  std::int64_t group_size = 32;
+  std::string int4_range = "full";
+  std::string rounding = "woq";
+  std::string lm_head_low_bit;
+  std::string activations;
+};
+
+/// The LoadOptions `request` names. Appends to `notes` (when given) what is
+/// ignored (--int4-range for a format without int4). Throws woq::Error for an
+/// unknown name or an invalid group size (formats/low_bit.h's parse_* and
+/// validate).
+LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes = nullptr);
+
+/// What loading with `options` did, one line each: the report's warnings
+/// ("warning: ..."), then the summary ("35 linear layers (q/k/v/o/gate/up/down)
+/// F32 -> sym_int4 ...: 0.95 MiB -> 0.14 MiB; embeddings, norms and lm_head kept
+/// as stored (0.13 MiB); loaded in 0.01 s").
+std::vector<std::string> load_summary(const LoadReport& report, const LoadOptions& options);
+
+}  // namespace woq

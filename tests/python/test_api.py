@@ -1,0 +1,184 @@
+"""The Python API (python/woq) against the CLI, an independent NumPy forward and woq serve.
+
+Run by ctest (python_api) with PYTHONPATH=build/python, WOQ_BIN and WOQ_SOURCE set."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import woq
+
+SOURCE = os.environ["WOQ_SOURCE"]
+BIN = os.environ["WOQ_BIN"]
+MODEL = os.path.join(SOURCE, "assets", "models", "stories260K")
+PROMPT = "Once upon a time"
+sys.path.insert(0, os.path.join(SOURCE, "tests", "reference"))
+sys.path.insert(0, os.path.join(SOURCE, "tools"))
+
+
+def cli(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return woq.optimize_model(MODEL, progress=False)
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    return woq.optimize_model(MODEL, low_bit="fp32", progress=False)
+
+
+@pytest.mark.parametrize("low_bit,group_size", [("sym_int4", 32), ("asym_int4", 64), ("sym_int8", -1), ("fp32", 32)])
+def test_greedy_generate_equals_the_cli_byte_for_byte(low_bit, group_size):
+    m = woq.optimize_model(MODEL, low_bit=low_bit, group_size=group_size, progress=False)
+    text = m.generate(PROMPT, max_new_tokens=80)
+    r = cli("generate", "-m", MODEL, "-p", PROMPT, "-n", "80", "--temperature", "0", "--low-bit", low_bit,
+            "--group-size", str(group_size))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PROMPT + text + "\n"
+    assert m.low_bit == low_bit
+    assert len(text) > 40
+
+
+def test_sampling_with_a_seed_equals_the_cli(model):
+    text = model.generate(PROMPT, max_new_tokens=50, temperature=0.9, top_k=20, top_p=0.9, seed=7, repeat_penalty=1.2)
+    r = cli("generate", "-m", MODEL, "-p", PROMPT, "-n", "50", "--temperature", "0.9", "--top-k", "20", "--top-p",
+            "0.9", "--seed", "7", "--repeat-penalty", "1.2")
+    assert r.stdout == PROMPT + text + "\n"
+    assert text != model.generate(PROMPT, max_new_tokens=50)  # not the greedy story: the parameters arrived
+
+
+def test_stream_pieces_join_to_the_text_and_closing_early_is_clean(model):
+    text = model.generate(PROMPT, max_new_tokens=60)
+    pieces = list(model.generate(PROMPT, max_new_tokens=60, stream=True))
+    assert len(pieces) > 10 and all(isinstance(p, str) and p for p in pieces)
+    assert "".join(pieces) == text
+    it = model.generate(PROMPT, max_new_tokens=400, stream=True)
+    next(it)
+    it.close()  # stops the worker at its next piece
+    assert model.generate(PROMPT, max_new_tokens=60) == text
+
+
+def test_stop_strings_and_prompt_ids(model):
+    text = model.generate(PROMPT, max_new_tokens=60)
+    cut = text[5:12]
+    assert model.generate(PROMPT, max_new_tokens=60, stop=cut) == text[: text.index(cut)]
+    assert model.generate(model.tokenizer.encode(PROMPT), max_new_tokens=60) == text
+
+
+def test_tokenizer_as_the_cli(model):
+    tok = model.tokenizer
+    ids = tok.encode(PROMPT)
+    r = cli("tokenize", "-m", MODEL, "-p", PROMPT, "--json")
+    assert ids == json.loads(r.stdout)
+    assert ids[0] == tok.bos_id and tok.encode(PROMPT, add_special=False) == ids[1:]
+    assert tok.decode(ids) == PROMPT
+    assert tok.vocab_size == model.config["vocab_size"] == 512
+
+
+def test_config(model):
+    c = model.config
+    assert c["architectures"] == ["LlamaForCausalLM"]
+    assert (c["hidden_size"], c["num_hidden_layers"], c["num_key_value_heads"]) == (64, 5, 4)
+    assert model.context_limit == 512
+
+
+def test_logits_equal_the_numpy_reference(fp32):
+    np = pytest.importorskip("numpy")
+    import llama_reference
+    ids = fp32.tokenizer.encode("Once upon a time, there was a little girl named Lily. She")
+    got = fp32.logits(ids)
+    assert got.dtype == np.float32 and got.shape == (len(ids), 512)
+    want = llama_reference.Model(MODEL, set()).logits(ids)
+    assert np.abs(got - want).max() < 1e-4
+    # The reference sees a different model when a feature is off: the comparison can fail.
+    assert np.abs(llama_reference.Model(MODEL, {"bias", "rope_scaling"}).logits(ids[:3]) - got[:3]).max() < 1e-4
+    assert np.abs(fp32.logits(ids[:5]) - got[:5]).max() == 0  # a shorter prefix: the same rows
+
+
+def test_chat_replies_as_woq_serve(fp32):
+    from serve_attack import Server, request
+    messages = [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me one."}]
+    reply = fp32.chat(messages, max_new_tokens=30, temperature=0)
+    assert fp32.chat_prompt(messages).startswith("<|im_start|>system\nYou tell stories.<|im_end|>")  # ChatML
+    server = Server(BIN, MODEL)
+    try:
+        status, body = request(server.port, "POST", "/v1/chat/completions",
+                               {"messages": messages, "max_tokens": 30, "temperature": 0})
+    finally:
+        server.stop()
+    assert status == 200, body
+    assert json.loads(body)["choices"][0]["message"]["content"] == reply
+    assert "".join(fp32.chat(messages, max_new_tokens=30, temperature=0, stream=True)) == reply
+
+
+def test_bad_arguments_raise_clear_exceptions(model):
+    missing = "/nonexistent/model"
+    with pytest.raises(woq.Error) as e:
+        woq.optimize_model(missing, progress=False)
+    assert "woq: error: " + str(e.value) + "\n" in cli("generate", "-m", missing, "-p", "x").stderr
+    assert isinstance(e.value, RuntimeError)
+    for kwargs, message in [({"low_bit": "int3"}, "unknown low-bit type 'int3'"),
+                            ({"group_size": 0}, "group_size 0 is invalid"),
+                            ({"int4_range": "half"}, "unknown int4 range"),
+                            ({"activations": "int4"}, "int4"),
+                            ({"threads": -1}, "threads must be >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            woq.optimize_model(MODEL, progress=False, **kwargs)
+    for kwargs, message in [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p must be in"),
+                            ({"max_new_tokens": -1}, "max_new_tokens must be >= 0"), ({"stop": [""]}, "must not be empty"),
+                            ({"seed": -3}, "seed must be None or an int"), ({"repeat_penalty": 0}, "repeat")]:
+        with pytest.raises(ValueError, match=message):
+            model.generate(PROMPT, **kwargs)
+    with pytest.raises(ValueError, match="ids is empty"):
+        model.logits([])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.logits([1, 512])
+    with pytest.raises(ValueError, match="exceed the model's context"):
+        model.logits([1] * 513)
+    with pytest.raises(ValueError, match="token ids must be ints"):
+        model.logits([1, "a"])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.tokenizer.decode([-1])
+    with pytest.raises(ValueError, match="messages must be a list"):
+        model.chat("hello")
+
+
+def test_two_threads_on_two_models_at_once(model, fp32):
+    want = {id(m): m.generate(PROMPT, max_new_tokens=120) for m in (model, fp32)}
+    got = {}
+
+    def run(m):
+        got[id(m)] = [m.generate(PROMPT, max_new_tokens=120) for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in (model, fp32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for m in (model, fp32):
+        assert got[id(m)] == [want[id(m)]] * 3
+    assert want[id(model)] != want[id(fp32)]
+
+
+def test_ctrl_c_raises_keyboard_interrupt_and_the_model_stays_usable(model):
+    text = model.generate(PROMPT, max_new_tokens=60)
+    # SIGINT while a piece is being handed over (the engine's check between tokens).
+    engine_args = model._args(PROMPT, 400, 0.0, 40, 0.95, None, None, 1.0, 64, 0.0, 0.0)
+    with pytest.raises(KeyboardInterrupt):
+        model._engine.generate(*engine_args, lambda piece: signal.raise_signal(signal.SIGINT))
+    assert model.generate(PROMPT, max_new_tokens=60) == text
+    # SIGINT from another thread while generation runs with the GIL released.
+    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(10000):
+            model.generate(PROMPT, max_new_tokens=500)
+    timer.join()
+    assert model.generate(PROMPT, max_new_tokens=60) == text
