@@ -1,6 +1,7 @@
 // woq._woq: the C++ engine for Python (pybind11). Thin: every call is one of
 // the library calls the CLI makes (model/load_request.h, generate/generate.h,
-// generate/chat_template.h, LlamaModel::forward); python/woq/__init__.py adds
+// generate/chat_template.h, LlamaModel::forward, quantize_checkpoint);
+// python/woq/__init__.py adds
 // the docstrings, defaults and the streaming generator.
 //
 // Threads: every call that runs the model releases the GIL. generate() takes it
@@ -20,6 +21,7 @@
 #include <variant>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -29,6 +31,7 @@
 #include "io/hf_config_writer.h"
 #include "model/llama.h"
 #include "model/load_request.h"
+#include "quantize/quantize_checkpoint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
@@ -147,6 +150,32 @@ py::array_t<float> logits(Model& m, const std::vector<std::int32_t>& ids) {
   return a;
 }
 
+// The model's float checkpoint with its linear layers in the model's format, written as woq quantize writes
+// GPTQ (round to nearest: the integers the model runs with). Returns what woq quantize prints.
+std::vector<std::string> save_pretrained(Model& m, const std::string& out_dir, bool force) {
+  if (m.report.prequantized())
+    throw py::value_error(m.path + " is already quantized (" + m.report.imported_format +
+                          "): save_pretrained writes a float checkpoint's layers in the loaded format");
+  if (!is_quantized(m.options.linear.type))
+    throw py::value_error("save_pretrained writes GPTQ checkpoints of integer formats (sym_int4, asym_int4, "
+                          "sym_int8); this model's linear layers are " + std::string(low_bit_name(m.options.linear.type)));
+  QuantizeOptions options;
+  options.spec = m.options.linear;
+  options.force = force;
+  std::vector<std::string> lines;
+  options.progress = [&lines](const std::string& line) { lines.push_back(line); };
+  QuantizeReport r;
+  {
+    py::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(m.busy);
+    r = quantize_checkpoint(m.path, out_dir, options, *m.pool);
+  }
+  for (const std::string& note : r.notes) lines.push_back("note: " + note);
+  lines.push_back(fmt::format("wrote {} (GPTQ, {}, rtn): {} linear layers in {:.2f} s", out_dir,
+                              describe(options.spec), r.matrices, r.seconds));
+  return lines;
+}
+
 std::string chat_prompt(const Model& m, const std::string& messages_json, bool add_generation_prompt) {
   nlohmann::ordered_json messages;
   try {
@@ -216,6 +245,7 @@ PYBIND11_MODULE(_woq, mod) {
            py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("stop"), py::arg("penalties"),
            py::arg("on_text"))
       .def("logits", &logits, py::arg("ids"))
+      .def("save_pretrained", &save_pretrained, py::arg("out_dir"), py::arg("force"))
       .def("chat_prompt", &chat_prompt, py::arg("messages_json"), py::arg("add_generation_prompt") = true);
 
   mod.def("load", &load, py::arg("path"), py::arg("request"), py::arg("threads"));

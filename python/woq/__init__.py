@@ -97,6 +97,13 @@ class Model:
         array [len(ids), vocab]."""
         return self._engine.logits(_ids(ids))
 
+    def save_pretrained(self, out_dir, force=False):
+        """Writes the model as a GPTQ checkpoint in `out_dir`, as `woq quantize` does with the model's format and
+        group size (round to nearest: the integers this model runs with); woq, transformers and vLLM load it.
+        The output goes through a temporary directory renamed into place; an existing `out_dir` is replaced only
+        with force=True. Raises ValueError for a model loaded from a quantized checkpoint or in a float format."""
+        _say(self._engine.save_pretrained(str(out_dir), bool(force)), self._progress)
+
     def _args(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty, repeat_last_n,
               presence_penalty, frequency_penalty):
         if not isinstance(prompt, str):

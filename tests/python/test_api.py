@@ -118,6 +118,26 @@ def test_chat_replies_as_woq_serve(fp32):
     assert "".join(fp32.chat(messages, max_new_tokens=30, temperature=0, stream=True)) == reply
 
 
+def test_save_pretrained_loads_in_the_cli_with_the_same_greedy_output(tmp_path):
+    m = woq.optimize_model(MODEL, low_bit="asym_int4", group_size=64, progress=False)
+    out = tmp_path / "gptq"
+    m.save_pretrained(out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization_config"]["bits"] == 4 and config["quantization_config"]["group_size"] == 64
+    assert config["quantization_config"]["sym"] is False
+    r = cli("generate", "-m", str(out), "-p", PROMPT, "-n", "80", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PROMPT + m.generate(PROMPT, max_new_tokens=80) + "\n"
+    assert woq.optimize_model(str(out), progress=False).generate(PROMPT, max_new_tokens=80) == m.generate(PROMPT, max_new_tokens=80)
+    with pytest.raises(woq.Error, match="already exists"):
+        m.save_pretrained(out)
+    m.save_pretrained(out, force=True)
+    with pytest.raises(ValueError, match="already quantized"):
+        woq.optimize_model(str(out), progress=False).save_pretrained(tmp_path / "again")
+    with pytest.raises(ValueError, match="integer formats"):
+        woq.optimize_model(MODEL, low_bit="fp16", progress=False).save_pretrained(tmp_path / "f16")
+
+
 def test_bad_arguments_raise_clear_exceptions(model):
     missing = "/nonexistent/model"
     with pytest.raises(woq.Error) as e:
