@@ -53,14 +53,20 @@ struct Model {
   std::mutex busy;
 };
 
-std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request, int threads) {
-  auto m = std::make_unique<Model>();
-  m->path = path;
+// Runs `check` (a validation of arguments), turning its woq::Error into ValueError.
+template <class Check>
+auto argument_check(Check check) {
   try {
-    m->options = parse_load_request(request, &m->summary);
+    return check();
   } catch (const Error& e) {
     throw py::value_error(e.what());
   }
+}
+
+std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request, int threads) {
+  auto m = std::make_unique<Model>();
+  m->path = path;
+  m->options = argument_check([&] { return parse_load_request(request, &m->summary); });
   if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
   py::gil_scoped_release unlocked;
   read_model_config(path);  // the plainest error for a wrong path comes first, as in the CLI
@@ -74,11 +80,7 @@ std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request,
 
 SamplingParams sampling(float temperature, std::int32_t top_k, float top_p, std::optional<std::uint64_t> seed) {
   SamplingParams p{temperature, top_k, top_p, seed.value_or(std::random_device{}())};
-  try {
-    validate(p);
-  } catch (const Error& e) {
-    throw py::value_error(e.what());
-  }
+  argument_check([&] { validate(p); });
   return p;
 }
 
@@ -92,11 +94,7 @@ py::dict generate(Model& m, const std::variant<std::string, std::vector<std::int
   gen.max_new_tokens = max_new_tokens;
   gen.sampling = sampling(temperature, top_k, top_p, seed);
   gen.penalties = penalties;
-  try {
-    validate(gen.penalties);
-  } catch (const Error& e) {
-    throw py::value_error(e.what());
-  }
+  argument_check([&] { validate(gen.penalties); });
   for (const std::string& s : stop)
     if (s.empty()) throw py::value_error("stop strings must not be empty");
   gen.stop_strings = stop;

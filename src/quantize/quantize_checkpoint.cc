@@ -273,7 +273,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (within(in_real, out_real))
     fail("{}: the output directory is or contains the input directory {}", out_dir, in_dir);
   if (within(out_real, in_real)) fail("{}: the output directory is inside the input directory {}", out_dir, in_dir);
-  if (is_gguf_path(in_dir))  // every part of a split set, not only the first
+  const bool from_gguf = is_gguf_path(in_dir);
+  if (from_gguf)  // every part of a split set, not only the first
     for (const std::string& part : gguf_split_paths(in_dir))
       if (within(fs::weakly_canonical(part, ec), out_real))
         fail("{}: the output would replace {}, a part of the input", out_dir, part);
@@ -284,7 +285,6 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const ModelConfig config = read_model_config(in_dir);
   if (const auto q = read_quantization_config(in_dir))
     fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
-  const bool from_gguf = is_gguf_path(in_dir);
   const TensorStore store = TensorStore::open(in_dir);
   // A GGUF has no config.json: it is written from the GGUF's metadata, in the embeddings' float type.
   nlohmann::ordered_json config_json;
@@ -319,6 +319,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   std::vector<Source> sources;
   std::vector<std::string> names = store.names();
   std::set<std::string> converted_types;  // ggml types of copied tensors, dequantized to F32
+  std::set<std::string> linear_types;     // ggml types of the linear layers, quantized again
   auto add_copy = [&](const std::string& name) {
     const TensorView& t = store.get(name);
     // safetensors holds float types in HF row order: a GGUF's other types and permuted rows become F32 (exact).
@@ -347,6 +348,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const std::string name = prefix + kBlockLinears[j];
       const TensorView& t = store.get(name + ".weight");
       report.bytes_before += t.bytes.size();
+      if (t.dtype == DType::kGgml) linear_types.insert(std::string(t.type_name()));
       const auto [n, k] = block_linear_shape(config, j);
       const std::int64_t g = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
       const auto parts = gptq_specs(name, n, k, bits, g);
@@ -362,12 +364,6 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     report.notes.push_back(fmt::format("the GGUF's {} tensors outside the linear layers are written as F32 "
                                        "(dequantized exactly; safetensors has no ggml block types)",
                                        fmt::join(converted_types, ", ")));
-  std::set<std::string> linear_types;
-  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l)
-    for (int j = 0; j < 7; ++j)
-      if (const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", l, kBlockLinears[j]));
-          t.dtype == DType::kGgml)
-        linear_types.insert(std::string(t.type_name()));
   if (!linear_types.empty())
     report.notes.push_back(fmt::format("the GGUF's {} linear layers are dequantized and quantized again as {} "
                                        "(a Q4_0 block becomes the same integers and scale in sym_int4 g32 full range)",
