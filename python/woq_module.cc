@@ -1,13 +1,13 @@
 // woq._woq: the C++ engine for Python (pybind11). Thin: every call is one of
 // the library calls the CLI makes (model/load_request.h, generate/generate.h,
-// generate/chat_template.h, LlamaModel::forward, quantize_checkpoint);
-// python/woq/__init__.py adds
-// the docstrings, defaults and the streaming generator.
+// generate/chat_template.h, LlamaModel::forward, quantize/quantize_request.h,
+// eval/reports.h); python/woq/__init__.py and eval.py add the docstrings,
+// defaults, progress bars and the streaming generator.
 //
 // Threads: every call that runs the model releases the GIL. generate() takes it
-// back for each piece of text (to call the Python callback and to let a pending
-// Ctrl-C raise KeyboardInterrupt, which ends generation; the model stays
-// usable). One model runs one call at a time (a mutex); two models run in
+// back for each piece of text, and the long calls (load, quantize, eval) for
+// each progress step, to call the Python callback and to let a pending Ctrl-C
+// raise KeyboardInterrupt, which ends the call; the model stays usable. One model runs one call at a time (a mutex); two models run in
 // parallel from two Python threads.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -25,13 +25,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
+#include "eval/reports.h"
 #include "generate/chat_template.h"
 #include "generate/generate.h"
 #include "io/hf_config_writer.h"
 #include "model/llama.h"
 #include "model/load_request.h"
 #include "quantize/quantize_checkpoint.h"
+#include "quantize/quantize_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
@@ -63,10 +66,43 @@ auto argument_check(Check check) {
   }
 }
 
-std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request, int threads) {
+// The engine's side of a progress argument: None or False -> no progress; True -> the engine's own terminal line
+// (terminal_progress); a callable -> called as progress(done, total) with the GIL, after which a pending Ctrl-C
+// raises KeyboardInterrupt (error_already_set unwinds the engine).
+// A Python object the engine may copy and drop without the GIL (std::function copies): the copies share one
+// reference, released with the GIL.
+std::shared_ptr<py::object> shared_object(const py::object& o) {
+  return {new py::object(o), [](py::object* p) {
+            py::gil_scoped_acquire locked;
+            delete p;
+          }};
+}
+
+Progress progress_of(const py::object& progress, const char* what) {
+  if (progress.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(progress)) return progress.cast<bool>() ? terminal_progress(what) : nullptr;
+  if (!PyCallable_Check(progress.ptr())) throw py::value_error("progress must be None, a bool or a callable");
+  return [f = shared_object(progress)](std::int64_t done, std::int64_t total) {
+    py::gil_scoped_acquire locked;
+    (*f)(done, total);
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  };
+}
+
+// Lines for a Python callable (with the GIL); null for None.
+std::function<void(const std::string&)> log_of(const py::object& log) {
+  if (log.is_none()) return nullptr;
+  return [f = shared_object(log)](const std::string& line) {
+    py::gil_scoped_acquire locked;
+    (*f)(py::bytes(line).attr("decode")("utf-8", "replace"));
+  };
+}
+
+std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request, int threads, const py::object& progress) {
   auto m = std::make_unique<Model>();
   m->path = path;
   m->options = argument_check([&] { return parse_load_request(request, &m->summary); });
+  m->options.progress = progress_of(progress, "layer");
   if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
   py::gil_scoped_release unlocked;
   read_model_config(path);  // the plainest error for a wrong path comes first, as in the CLI
@@ -74,8 +110,103 @@ std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request,
   m->chat_template = ChatTemplate::load(path);
   m->pool = std::make_unique<ThreadPool>(threads);
   m->model = LlamaModel::load(path, m->options, *m->pool, &m->report);
+  m->options.progress = nullptr;  // the callback is for this load only
   for (std::string& line : load_summary(m->report, m->options)) m->summary.push_back(std::move(line));
   return m;
+}
+
+ModelIdentity identity(const Model& m) { return {model_label(m.path, m.report), m.report.low_bit}; }
+
+// A report as (text, JSON text) for woq/eval.py.
+std::pair<std::string, std::string> as_pair(const EvalReport& r) {
+  return {r.text, r.json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
+
+ScoringPlan plan_of(const Model& m, const std::string& text, const std::string& source, const ScoringRequest& request) {
+  if (request.ctx <= 0) throw py::value_error("ctx must be > 0, got " + std::to_string(request.ctx));
+  if (request.batch < 0 || request.chunks < 0) throw py::value_error("batch and chunks must be >= 0");
+  return scoring_plan(*m.tokenizer, text, source, request, m.model->context_limit());
+}
+
+std::pair<std::string, std::string> perplexity(Model& m, const std::string& text, const std::string& source,
+                                               const ScoringRequest& request, const py::object& progress) {
+  const Progress bar = progress_of(progress, "chunk");
+  py::gil_scoped_release unlocked;
+  const std::lock_guard<std::mutex> lock(m.busy);
+  const ScoringPlan plan = plan_of(m, text, source, request);
+  return as_pair(perplexity_report(*m.model, identity(m), plan, request, bar));
+}
+
+// eval compare with both models loaded: the reference's log-probabilities through an anonymous temporary file,
+// then the candidate, and (int8 activations against a reference without) the candidate's weights again with f32
+// activations, as the CLI does.
+std::pair<std::string, std::string> compare(Model& m, Model& ref, const std::string& text, const std::string& source,
+                                            const ScoringRequest& request, const py::object& progress) {
+  const Progress ref_bar = progress_of(progress, "reference"), bar = progress_of(progress, "candidate"),
+                 f32_bar = progress_of(progress, "f32 activations");
+  py::gil_scoped_release unlocked;
+  std::unique_lock<std::mutex> lock_m(m.busy, std::defer_lock), lock_ref(ref.busy, std::defer_lock);
+  if (&m == &ref) {
+    lock_m.lock();
+  } else {
+    std::lock(lock_m, lock_ref);
+  }
+  const std::int64_t vocab = m.model->config().vocab_size;
+  if (ref.model->config().vocab_size != vocab)
+    fail("the reference {} has a vocabulary of {}, the model {}", ref.path, ref.model->config().vocab_size, vocab);
+  const ScoringPlan plan = plan_of(m, text, source, request);
+  RefLogprobFile file = RefLogprobFile::create("", plan, vocab);
+  write_reference(*ref.model, plan, request.batch, file, ref_bar);
+  const CompareStats s = compare_with_reference(*m.model, plan, request.batch, file, bar);
+  std::optional<CompareStats> weights_only;
+  if (m.report.int8_activations && !ref.report.int8_activations) {
+    LoadOptions options = m.options;
+    options.activations = Activations::kF32;
+    auto f32 = LlamaModel::load(m.path, options, *m.pool);
+    weights_only = compare_with_reference(*f32, plan, request.batch, file, f32_bar);
+  }
+  return as_pair(compare_report(s, weights_only ? &*weights_only : nullptr, identity(m), model_label(ref.path, ref.report),
+                                m.report.activations, plan, request));
+}
+
+std::pair<std::string, std::string> tasks(Model& m, const std::string& specs, const std::string& data_dir,
+                                          const TaskOptions& options, const py::object& log, const py::object& progress) {
+  if (options.shots < -1) throw py::value_error("num_fewshot must be None or >= 0, got " + std::to_string(options.shots));
+  if (options.limit < 0) throw py::value_error("limit must be None or > 0, got " + std::to_string(options.limit));
+  const auto say = log_of(log);
+  std::vector<std::pair<std::string, Progress>> bars;
+  py::gil_scoped_release unlocked;
+  const std::vector<Task> list = load_task_list(specs, data_dir, say);
+  for (const Task& t : list) check_fewshot(t, options);
+  {
+    py::gil_scoped_acquire locked;  // the callbacks are Python objects
+    for (const Task& t : list) bars.emplace_back(t.name, progress_of(progress, t.name.c_str()));
+  }
+  const std::lock_guard<std::mutex> lock(m.busy);
+  std::vector<TaskResult> results;
+  for (std::size_t i = 0; i < list.size(); ++i) results.push_back(run_task(*m.model, *m.tokenizer, list[i], options, bars[i].second));
+  return as_pair(tasks_report(results, model_label(m.path, m.report)));
+}
+
+std::pair<std::string, std::string> explain(Model& original, Model& quantized, const std::string& prompt,
+                                            std::int64_t max_new_tokens, std::int64_t top) {
+  if (max_new_tokens <= 0) throw py::value_error("max_new_tokens must be > 0, got " + std::to_string(max_new_tokens));
+  if (top <= 0) throw py::value_error("top must be > 0, got " + std::to_string(top));
+  if (&original == &quantized)
+    throw py::value_error("explain needs two models: the original and the quantized one (the same object was given twice)");
+  py::gil_scoped_release unlocked;
+  std::scoped_lock lock(original.busy, quantized.busy);
+  const Explanation e = woq::explain(*original.model, *quantized.model, *quantized.tokenizer, prompt, max_new_tokens);
+  return as_pair(explain_report(e, *quantized.tokenizer, prompt, identity(original), identity(quantized), top));
+}
+
+void quantize(const QuantizeRequest& request, int threads, const py::object& log, const py::object& progress) {
+  if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  argument_check([&] { validate(request); });
+  const QuantizeCallbacks callbacks{log_of(log), progress_of(progress, "layer")};
+  py::gil_scoped_release unlocked;
+  ThreadPool pool(threads);
+  run_quantize_request(request, pool, callbacks);
 }
 
 SamplingParams sampling(float temperature, std::int32_t top_k, float top_p, std::optional<std::uint64_t> seed) {
@@ -246,7 +377,55 @@ PYBIND11_MODULE(_woq, mod) {
       .def("save_pretrained", &save_pretrained, py::arg("out_dir"), py::arg("force"))
       .def("chat_prompt", &chat_prompt, py::arg("messages_json"), py::arg("add_generation_prompt") = true);
 
-  mod.def("load", &load, py::arg("path"), py::arg("request"), py::arg("threads"));
+  py::class_<ScoringRequest>(mod, "ScoringRequest")
+      .def(py::init<>())
+      .def_readwrite("ctx", &ScoringRequest::ctx)
+      .def_readwrite("batch", &ScoringRequest::batch)
+      .def_readwrite("chunks", &ScoringRequest::chunks)
+      .def_readwrite("bos_per_chunk", &ScoringRequest::bos_per_chunk)
+      .def_readwrite("per_document", &ScoringRequest::per_document);
+
+  py::class_<TaskOptions>(mod, "TaskOptions")
+      .def(py::init<>())
+      .def_readwrite("shots", &TaskOptions::shots)
+      .def_readwrite("limit", &TaskOptions::limit)
+      .def_readwrite("seed", &TaskOptions::seed);
+
+  py::class_<QuantizeRequest>(mod, "QuantizeRequest")
+      .def(py::init<>())
+      .def_readwrite("input", &QuantizeRequest::input)
+      .def_readwrite("output", &QuantizeRequest::output)
+      .def_readwrite("format", &QuantizeRequest::format)
+      .def_readwrite("low_bit", &QuantizeRequest::low_bit)
+      .def_readwrite("method", &QuantizeRequest::method)
+      .def_readwrite("force", &QuantizeRequest::force)
+      .def_readwrite("group_size", &QuantizeRequest::group_size)
+      .def_readwrite("int4_range", &QuantizeRequest::int4_range)
+      .def_readwrite("rounding", &QuantizeRequest::rounding)
+      .def_readwrite("gptq_format", &QuantizeRequest::gptq_format)
+      .def_readwrite("max_shard_gb", &QuantizeRequest::max_shard_gb)
+      .def_readwrite("damp_percent", &QuantizeRequest::damp_percent)
+      .def_readwrite("desc_act", &QuantizeRequest::desc_act)
+      .def_readwrite("static_groups", &QuantizeRequest::static_groups)
+      .def_readwrite("true_sequential", &QuantizeRequest::true_sequential)
+      .def_readwrite("block_size", &QuantizeRequest::block_size)
+      .def_readwrite("calib", &QuantizeRequest::calib)
+      .def_readwrite("calib_file", &QuantizeRequest::calib_file)
+      .def_readwrite("nsamples", &QuantizeRequest::nsamples)
+      .def_readwrite("seqlen", &QuantizeRequest::seqlen)
+      .def_readwrite("seed", &QuantizeRequest::seed);
+
+  mod.def("load", &load, py::arg("path"), py::arg("request"), py::arg("threads"), py::arg("progress"));
+  mod.def("quantize", &quantize, py::arg("request"), py::arg("threads"), py::arg("log"), py::arg("progress"));
+  mod.def("perplexity", &perplexity, py::arg("model"), py::arg("text"), py::arg("source"), py::arg("request"),
+          py::arg("progress"));
+  mod.def("compare", &compare, py::arg("model"), py::arg("reference"), py::arg("text"), py::arg("source"),
+          py::arg("request"), py::arg("progress"));
+  mod.def("tasks", &tasks, py::arg("model"), py::arg("specs"), py::arg("data_dir"), py::arg("options"), py::arg("log"),
+          py::arg("progress"));
+  mod.def("explain", &explain, py::arg("original"), py::arg("quantized"), py::arg("prompt"), py::arg("max_new_tokens"),
+          py::arg("top"));
+  mod.attr("bundled_task_data_dir") = bundled_task_data_dir();
 }
 
 }  // namespace woq::python

@@ -104,7 +104,7 @@ TEST_P(Architecture, MatchesF64ReferenceAndEveryFeatureMatters) {
   test::TempDir tmp;
   const std::string dir = write_model(tmp, GetParam().preset);
   ThreadPool pool(2);
-  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   const ModelConfig& c = model->config();
   std::mt19937 rng(3);
   const std::vector<std::vector<std::int32_t>> sequences = {random_ids(rng, 64, 512), random_ids(rng, 48, 512)};
@@ -165,7 +165,7 @@ TEST(Architecture, Bf16CheckpointMatchesReference) {
   const auto ref = reference(dir, {{"sequences", sequences}, {"first_scored", 0}});
   if (!ref) GTEST_SKIP() << "python3 with NumPy is not installed";
   ThreadPool pool(2);
-  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   const double ppl = perplexity(nll_of(*model, sequences)).ppl;
   const double ref_ppl = perplexity((*ref)["nll"].get<std::vector<double>>()).ppl;
   EXPECT_NEAR(ppl, ref_ppl, 1e-4 * ref_ppl);
@@ -207,7 +207,7 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
   test::TempDir tmp;
   const std::string dir = write_model(tmp, GetParam(), DType::kF16);
   ThreadPool pool(2);
-  auto fp32 = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto fp32 = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   std::mt19937 rng(9);
   const std::vector<std::vector<std::int32_t>> sequences = {random_ids(rng, 32, 512), random_ids(rng, 32, 512)};
   // Bounds far below what a broken format gives (several nats) on these
@@ -217,7 +217,7 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
                                                            {{LowBit::kAsymInt4, 32, Int4Range::kFull}, 1.0}};
   double int8_kl = 0;
   for (const auto& [spec, limit] : specs) {
-    auto q = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt}, pool);
+    auto q = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt, {}}, pool);
     const double kl = mean_kl(*fp32, *q, sequences);
     EXPECT_LT(kl, limit) << GetParam() << " " << low_bit_name(spec.type);
     EXPECT_GT(kl, 0.0) << GetParam() << " " << low_bit_name(spec.type);
@@ -235,8 +235,8 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
   EXPECT_EQ(saved.find("model.layers.0.self_attn.k_proj.bias") != nullptr, c.attention_bias);
   EXPECT_EQ(saved.find("model.layers.1.self_attn.o_proj.bias") != nullptr, c.o_bias);
   EXPECT_EQ(saved.find("model.layers.1.self_attn.q_norm.weight") != nullptr, c.qk_norm);
-  auto in_memory = LlamaModel::load(dir, LoadOptions{int4, std::nullopt, std::nullopt}, pool);
-  auto reloaded = LlamaModel::load(tmp.file("rtn"), LoadOptions{int4, std::nullopt, std::nullopt}, pool);
+  auto in_memory = LlamaModel::load(dir, LoadOptions{int4, std::nullopt, std::nullopt, {}}, pool);
+  auto reloaded = LlamaModel::load(tmp.file("rtn"), LoadOptions{int4, std::nullopt, std::nullopt, {}}, pool);
   std::vector<float> a, b;
   KVCache ca = in_memory->make_cache(32), cb = reloaded->make_cache(32);
   in_memory->forward(sequences[0], ca, true, a);
@@ -254,7 +254,7 @@ TEST_P(ArchitectureQuantized, FormatsAndQuantizeRoundTrip) {
     quantize_checkpoint(dir, tmp.file("gptq"), options, pool,
                         gptq_block_quantizer(*calib_model, store, sequences, g, false, pool));
   }
-  auto gptq = LlamaModel::load(tmp.file("gptq"), LoadOptions{int4, std::nullopt, std::nullopt}, pool);
+  auto gptq = LlamaModel::load(tmp.file("gptq"), LoadOptions{int4, std::nullopt, std::nullopt, {}}, pool);
   const double gptq_kl = mean_kl(*fp32, *gptq, sequences);
   std::printf("%s sym_int4 g32: RTN KL %.5f, GPTQ KL %.5f\n", GetParam(), rtn_kl, gptq_kl);
   EXPECT_LT(gptq_kl, rtn_kl);
@@ -286,7 +286,7 @@ TEST(Architecture, TensorsTheArchitectureDoesNotUseAreRefused) {
   };
   auto load_error = [&](const std::string& dir) {
     try {
-      LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+      LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -439,7 +439,7 @@ TEST_F(BadInputTest, TokenOutOfVocabulary) {
 
 // Logits of a fixed prompt, all positions.
 std::vector<float> logits_of(const std::string& dir, LowBit type, ThreadPool& pool) {
-  auto model = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}, pool);
   KVCache cache = model->make_cache(16);
   std::vector<float> logits;
   const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 432};

@@ -54,7 +54,7 @@ TEST(Perplexity, MatchesF64NumpyReference) {
     if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed (apt-get install python3-numpy)";
     ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
     const auto ref = nlohmann::json::parse(test::read_file(tmp.file("ref.json")))["nll"].get<std::vector<double>>();
-    auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+    auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
     const std::vector<double> nll = nll_of(*model, plan);
     ASSERT_EQ(nll.size(), ref.size());
     ASSERT_EQ(static_cast<std::int64_t>(nll.size()), plan.scored_tokens());
@@ -112,7 +112,7 @@ TEST(Perplexity, UniformLogitModelHasPerplexityVocabSize) {
     if (t.name == "model.norm.weight") std::fill(t.bytes.begin(), t.bytes.end(), 0);  // final hidden = 0 -> logits 0
   test::write_safetensors(dir + "/model.safetensors", tensors);
   ThreadPool pool(1);
-  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   const Tokenizer tok = Tokenizer::load(dir);
   const ScoringPlan plan = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 64, 3, 1);
   const Perplexity p = perplexity(nll_of(*model, plan));
@@ -123,12 +123,12 @@ TEST(Perplexity, UniformLogitModelHasPerplexityVocabSize) {
 CompareStats compare(const std::string& dir_a, const QuantSpec& a, const QuantSpec& b, const ScoringPlan& plan,
                      const std::string& save_path, std::optional<Activations> activations = std::nullopt) {
   ThreadPool pool(2);
-  auto ref_model = LlamaModel::load(dir_a, LoadOptions{a, std::nullopt, std::nullopt}, pool);
+  auto ref_model = LlamaModel::load(dir_a, LoadOptions{a, std::nullopt, std::nullopt, {}}, pool);
   const std::int64_t vocab = ref_model->config().vocab_size;
   RefLogprobFile ref = RefLogprobFile::create(save_path, plan, vocab);
   run_plan(*ref_model, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t, const float* l) { ref.write_logits(l); });
   ref.finish();
-  auto cand = LlamaModel::load(dir_a, LoadOptions{b, std::nullopt, activations}, pool);
+  auto cand = LlamaModel::load(dir_a, LoadOptions{b, std::nullopt, activations, {}}, pool);
   CompareAccumulator acc(vocab);
   std::vector<float> row(static_cast<std::size_t>(vocab));
   run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
@@ -184,7 +184,7 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
   const CompareStats direct = compare(WOQ_MODEL_DIR, kFp32, q4, plan, tmp.file("ref.bin"));
   RefLogprobFile ref = RefLogprobFile::open(tmp.file("ref.bin"), plan, 512);
   ThreadPool pool(2);
-  auto cand = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{q4, std::nullopt, std::nullopt}, pool);
+  auto cand = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{q4, std::nullopt, std::nullopt, {}}, pool);
   CompareAccumulator acc(512);
   std::vector<float> row(512);
   run_plan(*cand, plan, 0, [&](std::int64_t, std::int64_t, std::int32_t target, const float* l) {
@@ -243,8 +243,8 @@ TEST(Compare, SavedReferenceIsReusedAndChecked) {
 TEST(Explain, IdenticalModelsAgreeEverywhere) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
-  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
-  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   const Explanation e = explain(*a, *b, tok, "Once upon a time", 20);
   EXPECT_EQ(e.diverges_at, -1);
   EXPECT_EQ(e.original_ids, e.quantized_ids);
@@ -260,9 +260,9 @@ TEST(Explain, IdenticalModelsAgreeEverywhere) {
 // explain splits each int8-activation layer's error: with f32 activations only the weights' part remains.
 TEST(Explain, WeightsOnlyErrorOfInt8ActivationLayers) {
   ThreadPool pool(2);
-  auto original = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
+  auto original = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   auto q8 = LlamaModel::load(WOQ_MODEL_DIR,
-                             LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kInt8}, pool);
+                             LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kInt8, {}}, pool);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
   const Explanation e = explain(*original, *q8, tok, "Once upon a time", 12);
   ASSERT_EQ(e.layers.size(), 35u);
@@ -271,15 +271,15 @@ TEST(Explain, WeightsOnlyErrorOfInt8ActivationLayers) {
     EXPECT_LT(l.weights_only_error, l.output_error) << l.layer << " " << l.name;
   }
   auto f32 = LlamaModel::load(WOQ_MODEL_DIR,
-                              LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kF32}, pool);
+                              LoadOptions{{LowBit::kSymInt8, 32, Int4Range::kFull}, std::nullopt, Activations::kF32, {}}, pool);
   for (const LinearError& l : explain(*original, *f32, tok, "Once upon a time", 4).layers) EXPECT_EQ(l.weights_only_error, -1.0);
 }
 
 TEST(Explain, QuantizedModelDivergenceIsLocatedAndRanked) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
-  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt}, pool);
-  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool);
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
+  auto b = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}, pool);
   const Explanation e = explain(*a, *b, tok, "Once upon a time", 60);
   ASSERT_GE(e.diverges_at, 0);  // 60 greedy tokens of a 4-bit 260K-parameter model differ somewhere
   const auto d = static_cast<std::size_t>(e.diverges_at);

@@ -63,7 +63,7 @@ std::string export_to(const std::string& in, const std::string& out, LowBit type
 // Logits of every position of a fixed sequence (shorter than every sliding window: GGUF stores none).
 std::vector<float> logits_of(const std::string& model, const QuantSpec& linear) {
   ThreadPool pool(2);
-  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, std::nullopt}, pool);
+  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, std::nullopt, {}}, pool);
   std::mt19937 rng(11);
   std::vector<std::int32_t> ids(10);
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);
@@ -462,7 +462,7 @@ TEST(GgufExport, IndependentReaderSeesLlamaCppsLayoutAndWoqsValues) {
     EXPECT_EQ(tensors["blk.0.ffn_gate.weight"]["ne"], nlohmann::json::array({c.hidden_size, c.intermediate_size}));
 
     ThreadPool pool(2);
-    auto m = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull, Rounding::kWoq}, std::nullopt, std::nullopt}, pool);
+    auto m = LlamaModel::load(dir, LoadOptions{{type, 32, Int4Range::kFull, Rounding::kWoq}, std::nullopt, std::nullopt, {}}, pool);
     int checked = 0;
     for (const auto& [name, t] : tensors) {
       if (t["type"] != (type == LowBit::kSymInt4 ? "Q4_0" : "Q8_0")) continue;

@@ -15,7 +15,7 @@ namespace {
 // Teacher-forced logits over held-out windows.
 std::vector<float> heldout_logits(const std::string& dir, const QuantSpec& spec, const Calibration& windows,
                                   ThreadPool& pool) {
-  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt, {}}, pool);
   std::vector<float> all, logits;
   for (const auto& w : windows) {
     KVCache cache = model->make_cache(static_cast<std::int64_t>(w.size()));

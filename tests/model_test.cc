@@ -23,7 +23,7 @@ nlohmann::json reference() {
 }
 
 std::unique_ptr<LlamaModel> load(ThreadPool& pool, QuantSpec spec) {
-  return LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{spec, std::nullopt, std::nullopt}, pool);
+  return LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{spec, std::nullopt, std::nullopt, {}}, pool);
 }
 
 const QuantSpec kFp32{LowBit::kFp32, 32, Int4Range::kFull};

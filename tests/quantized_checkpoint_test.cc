@@ -31,7 +31,7 @@ using test::RawTensor;
 using test::TempDir;
 
 std::vector<float> logits_of(const std::string& dir, const QuantSpec& spec, ThreadPool& pool) {
-  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt, {}}, pool);
   KVCache cache = model->make_cache(16);
   std::vector<float> logits;
   const std::vector<std::int32_t> tokens = {1, 403, 407, 261, 378, 9, 300};

@@ -39,7 +39,7 @@ TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
 
 std::vector<float> logits_of(const std::string& dir) {
   ThreadPool pool(2);
-  auto model = LlamaModel::load(dir, LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(dir, LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}, pool);
   KVCache cache = model->make_cache(8);
   std::vector<float> logits;
   const std::vector<std::int32_t> ids = {1, 50, 300, 7};

@@ -49,7 +49,7 @@ std::future<Result> submit(Engine& engine, const Tokenizer& tok, const std::stri
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool_);
+    model_ = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kSymInt4, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}, pool_);
   }
   ThreadPool pool_{2};
   std::unique_ptr<LlamaModel> model_;

@@ -65,7 +65,7 @@ TEST(Tasks, FewShotPromptFollowsLmEvalFormat) {
 // Log-likelihoods recomputed here from full-sequence forwards.
 TEST(Tasks, ThreeQuestionScoresMatchDirectComputation) {
   ThreadPool pool(2);
-  auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt}, pool);
+  auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}, pool);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
   const Task task = load_task("jsonl", WOQ_TEST_DATA "/three_questions.jsonl");
   ASSERT_EQ(task.items.size(), 3u);
@@ -143,7 +143,7 @@ TEST(Tasks, LoadersReadEachFormatAndNameBadLines) {
 }
 
 
-LoadOptions fp32_options() { return LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt}; }
+LoadOptions fp32_options() { return LoadOptions{{LowBit::kFp32, 32, Int4Range::kFull}, std::nullopt, std::nullopt, {}}; }
 
 // The log-likelihood of `continuation` after `context`, from one full forward.
 double direct_loglikelihood(LlamaModel& model, const Tokenizer& tok, const std::string& context,

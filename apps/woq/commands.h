@@ -9,6 +9,7 @@
 
 #include "generate/sampler.h"
 #include "model/llama.h"
+#include "model/load_request.h"
 
 namespace woq::cli {
 
@@ -74,12 +75,6 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 /// (and gives the report when `report` is set).
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* report = nullptr);
-/// A progress line "woq: WHAT done/total (s, ETA s)" rewritten in place on
-/// stderr when it is a terminal; nullptr (no output) otherwise.
-std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what);
-/// What a loaded model is, for tables and JSON: the report's label and the
-/// file or directory name, e.g. "GPTQ v1 4-bit asym group_size 128 (...) [q]".
-std::string model_label(const std::string& path, const LoadReport& report);
 /// Notes on stderr when a comparison's reference is not a float original:
 /// `ref_dir` empty and the model a pre-quantized checkpoint (compared with its
 /// own integers), --ref naming the model itself, or --ref a quantized

@@ -17,6 +17,7 @@
 #include "eval/perplexity.h"
 #include "eval/recovery.h"
 #include "eval/tasks.h"
+#include "eval/reports.h"
 #include "io/json_file.h"
 
 namespace woq::cli {
@@ -28,11 +29,8 @@ struct EvalArgs {
   std::string low_bit = "sym_int4";
   ModelFlags model;
   std::string file;
-  std::int64_t ctx = 512;
-  std::int64_t batch = 0;
-  std::int64_t chunks = 0;
+  ScoringRequest scoring;
   bool no_bos_per_chunk = false;
-  std::string per_document;
   std::string json;
   // compare only
   std::string ref_low_bit = "fp32";
@@ -45,14 +43,14 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
   cmd->add_option("--low-bit", a.low_bit, "Format of the linear layers")->capture_default_str();
   add_model_flags(cmd, a.model);
   cmd->add_option("-f,--file", a.file, "Text file to score")->required();
-  cmd->add_option("-c,--ctx-size,--ctx", a.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
-  cmd->add_option("--batch", a.batch, "Tokens per forward call; 0 = the whole chunk")->capture_default_str()->check(kNonNegative);
-  cmd->add_option("--chunks", a.chunks, "Score at most this many chunks or documents; 0 = all")
+  cmd->add_option("-c,--ctx-size,--ctx", a.scoring.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
+  cmd->add_option("--batch", a.scoring.batch, "Tokens per forward call; 0 = the whole chunk")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--chunks", a.scoring.chunks, "Score at most this many chunks or documents; 0 = all")
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->add_flag("--no-bos-per-chunk", a.no_bos_per_chunk,
                 "Keep each chunk's first token (llama-perplexity replaces it with BOS when the tokenizer adds one)");
-  cmd->add_option("--per-document", a.per_document,
+  cmd->add_option("--per-document", a.scoring.per_document,
                   "Score each document from position 0 instead, splitting the text on this separator (e.g. '<|endoftext|>')")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
                              "SEPARATOR"));
@@ -60,22 +58,14 @@ void add_common(CLI::App* cmd, EvalArgs& a) {
 }
 
 ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok, std::int64_t context_limit) {
-  if (a.ctx > context_limit) fail("-c/--ctx-size {} exceeds the model's context of {} tokens", a.ctx, context_limit);
-  const std::string text = read_text_file(a.file);
-  if (!a.per_document.empty()) return document_plan(tok, text, a.per_document, a.ctx, a.chunks);
-  const std::int32_t bos = a.no_bos_per_chunk ? -1 : chunk_bos(tok);
-  try {
-    return chunk_plan(tok.encode(text), a.ctx, a.chunks, bos);
-  } catch (const Error& e) {
-    fail("{}: {}", a.file, e.what());
-  }
+  ScoringRequest r = a.scoring;
+  r.bos_per_chunk = !a.no_bos_per_chunk;
+  return scoring_plan(tok, read_text_file(a.file), a.file, r, context_limit);
 }
 
-std::string describe_plan(const EvalArgs& a, const ScoringPlan& plan) {
-  if (!a.per_document.empty())
-    return fmt::format("{} documents scored from position 0{}", plan.sequences.size(),
-                       plan.truncated > 0 ? fmt::format(", {} cut to --ctx {}", plan.truncated, a.ctx) : "");
-  return fmt::format("{} chunks of {} tokens scored from {}", plan.sequences.size(), a.ctx, plan.first_scored);
+void print_report(const EvalReport& report, const std::string& json_path) {
+  fmt::print("{}", report.text);
+  if (!json_path.empty()) write_json_file(json_path, report.json);
 }
 
 struct TasksArgs {
@@ -94,53 +84,8 @@ struct TasksArgs {
   std::string ref_dir;  // recovery: the original, when --model is a saved checkpoint
 };
 
-// The Open LLM Leaderboard v1 tasks (each run at its default shot count).
-constexpr const char* kOpenLlm = "mmlu,arc_challenge,gsm8k,hellaswag,winogrande,truthfulqa_mc2";
-
-// "--tasks a,b=path" -> loaded tasks; "openllm" expands to the six leaderboard tasks.
 std::vector<Task> load_tasks(const TasksArgs& a) {
-  std::vector<Task> out;
-  std::string specs = a.tasks;
-  for (std::size_t at; (at = (',' + specs + ',').find(",openllm,")) != std::string::npos;)
-    specs.replace(at, 7, kOpenLlm);
-  std::size_t begin = 0;
-  while (begin <= specs.size()) {
-    std::size_t end = specs.find(',', begin);
-    if (end == std::string::npos) end = specs.size();
-    const std::string spec = specs.substr(begin, end - begin);
-    begin = end + 1;
-    if (spec.empty()) continue;
-    const std::size_t eq = spec.find('=');
-    const std::string name = spec.substr(0, eq);
-    std::string path;
-    if (eq != std::string::npos) {
-      path = spec.substr(eq + 1);
-      if (path.empty()) fail("--tasks {}: the path after '=' is empty", spec);
-    } else {
-      const std::string file = task_data_path(name);
-      if (file.empty() && name != "jsonl") fail("--tasks: unknown task '{}' (available: {}, openllm)", name, task_names());
-      if (file.empty()) fail("--tasks {}: give its file as {}=PATH", name, name);
-      const std::filesystem::path dir = a.data_dir.empty() ? std::filesystem::path(WOQ_TASK_DATA_DIR) : std::filesystem::path(a.data_dir);
-      if (a.data_dir.empty() && !std::filesystem::exists(dir / file))
-        fail("--tasks {}: the bundled task files are not at {} (the build's task_data target extracts them from "
-             "assets/tasks); give its {} as {}=PATH or the folder holding it with --data-dir",
-             name, dir.string(), name == "mmlu" || name == "gsm8k" ? "folder" : "file", name);
-      path = (dir / file).string();
-    }
-    out.push_back(load_task(name, path));
-    fmt::print(stderr, "woq: task {}: {} ({} items)\n", name, path, out.back().items.size());
-  }
-  if (out.empty()) fail("--tasks is empty");
-  return out;
-}
-
-nlohmann::ordered_json task_json(const TaskResult& r) {
-  nlohmann::ordered_json j = {{"task", r.name}, {"items", r.items}, {"shots", r.shots}, {"primary_metric", r.primary_metric}};
-  for (const TaskMetric& m : r.metrics) {
-    j[m.name] = m.value;
-    j[m.name + "_stderr"] = m.standard_error;
-  }
-  return j;
+  return load_task_list(a.tasks, a.data_dir, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
 }
 
 std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool,
@@ -148,9 +93,6 @@ std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, cons
   return load_model(dir, load_options(a.model, low_bit), pool, report);
 }
 
-void write_json(const std::string& path, const nlohmann::ordered_json& j) {
-  if (!path.empty()) write_json_file(path, j);
-}
 
 int run_perplexity(const EvalArgs& a) {
   if (!a.json.empty()) require_writable_path(a.json);
@@ -159,30 +101,9 @@ int run_perplexity(const EvalArgs& a) {
   auto model = load(a.model_dir, a, a.low_bit, pool, &report);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ScoringPlan plan = make_plan(a, tok, model->context_limit());
-  const std::int64_t vocab = model->config().vocab_size;
-  std::vector<double> nll;
-  const double seconds = run_plan(
-      *model, plan, a.batch,
-      [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
-        nll.push_back(token_nll(logits, vocab, target));
-      },
-      progress_bar("chunk"));
-  const Perplexity p = perplexity(nll);
-  std::int64_t run_tokens = 0;
-  for (const auto& s : plan.sequences) run_tokens += static_cast<std::int64_t>(s.size());
-  fmt::print("model: {}\nPPL = {:.4f} +/- {:.4f} over {} scored tokens ({}); {:.1f} tokens/s\n",
-             model_label(a.model_dir, report), p.ppl, p.ppl_stderr, p.tokens, describe_plan(a, plan),
-             static_cast<double>(run_tokens) / seconds);
-  write_json(a.json, {{"ppl", p.ppl},
-                      {"ppl_stderr", p.ppl_stderr},
-                      {"mean_nll", p.mean_nll},
-                      {"tokens", p.tokens},
-                      {"sequences", plan.sequences.size()},
-                      {"mode", a.per_document.empty() ? "chunks" : "per-document"},
-                      {"ctx", a.ctx},
-                      {"low_bit", report.low_bit},
-                      {"model", model_label(a.model_dir, report)},
-                      {"tokens_per_second", static_cast<double>(run_tokens) / seconds}});
+  print_report(perplexity_report(*model, {model_label(a.model_dir, report), report.low_bit}, plan, a.scoring,
+                                 terminal_progress("chunk")),
+               a.json);
   return 0;
 }
 
@@ -211,28 +132,11 @@ int run_compare(const EvalArgs& a) {
     if (ref_model->config().vocab_size != vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, ref_model->config().vocab_size, vocab);
     ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
-    run_plan(*ref_model, plan, a.batch,
-             [&](std::int64_t, std::int64_t, std::int32_t, const float* logits) { ref->write_logits(logits); },
-             progress_bar("reference"));
-    ref->finish();
-  }
+    write_reference(*ref_model, plan, a.scoring.batch, *ref, terminal_progress("reference"));
+  }  // the reference is freed before the candidate loads
   LoadReport report;
   auto model = load(a.model_dir, a, a.low_bit, pool, &report);
-  std::vector<float> row(static_cast<std::size_t>(vocab));
-  auto compare_with = [&](LlamaModel& candidate, const char* what) {
-    CompareAccumulator acc(vocab);
-    ref->rewind();
-    run_plan(
-        candidate, plan, a.batch,
-        [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
-          ref->read(row.data());
-          acc.add(row.data(), logits, target);
-        },
-        progress_bar(what));
-    ref->expect_end();
-    return acc.result();
-  };
-  const CompareStats s = compare_with(*model, "candidate");
+  const CompareStats s = compare_with_reference(*model, plan, a.scoring.batch, *ref, terminal_progress("candidate"));
   // With int8 activations, the same weights again with f32 activations: the weights' share of the error.
   std::optional<CompareStats> weights_only;
   if (report.int8_activations && !ref_int8) {
@@ -240,44 +144,11 @@ int run_compare(const EvalArgs& a) {
     LoadOptions options = load_options(a.model, a.low_bit);
     options.activations = Activations::kF32;
     auto f32 = LlamaModel::load(a.model_dir, options, pool);
-    weights_only = compare_with(*f32, "f32 activations");
+    weights_only = compare_with_reference(*f32, plan, a.scoring.batch, *ref, terminal_progress("f32 activations"));
   }
-  const std::string label = model_label(a.model_dir, report);
-  fmt::print("candidate: {}\nreference: {}\n{} scored tokens ({})\n", label, ref_label, s.positions, describe_plan(a, plan));
-  fmt::print("PPL(candidate) = {:.4f} +/- {:.4f}\nPPL(reference) = {:.4f} +/- {:.4f}\nPPL ratio      = {:.5f}\n",
-             s.cand.ppl, s.cand.ppl_stderr, s.ref.ppl, s.ref.ppl_stderr, s.ppl_ratio);
-  fmt::print("Mean KLD       = {:.6f} +/- {:.6f}\nMedian KLD     = {:.6f}\n90% KLD        = {:.6f}\n"
-             "99% KLD        = {:.6f}\nMaximum KLD    = {:.6f}\n",
-             s.mean_kl, s.kl_stderr, s.median_kl, s.p90_kl, s.p99_kl, s.max_kl);
-  fmt::print("Same top token = {:.3f} ± {:.3f} %\nRMS delta p    = {:.3f} %\n", 100 * s.same_top, 100 * s.same_top_stderr,
-             100 * s.rms_dp);
-  if (weights_only)
-    fmt::print("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} ± {:.3f} %; "
-               "int8 activations add {:.6f} ({:.1f} % of the KLD)\n",
-               weights_only->mean_kl, weights_only->kl_stderr, 100 * weights_only->same_top, 100 * weights_only->same_top_stderr,
-               s.mean_kl - weights_only->mean_kl, s.mean_kl > 0 ? 100 * (s.mean_kl - weights_only->mean_kl) / s.mean_kl : 0.0);
-  write_json(a.json, {{"low_bit", report.low_bit},
-                      {"model", label},
-                      {"ref_model", ref_label},
-                      {"tokens", s.positions},
-                      {"ppl", s.cand.ppl},
-                      {"ppl_stderr", s.cand.ppl_stderr},
-                      {"ref_ppl", s.ref.ppl},
-                      {"ref_ppl_stderr", s.ref.ppl_stderr},
-                      {"ppl_ratio", s.ppl_ratio},
-                      {"mean_kl", s.mean_kl},
-                      {"kl_stderr", s.kl_stderr},
-                      {"median_kl", s.median_kl},
-                      {"p90_kl", s.p90_kl},
-                      {"p99_kl", s.p99_kl},
-                      {"max_kl", s.max_kl},
-                      {"same_top", s.same_top},
-                      {"same_top_stderr", s.same_top_stderr},
-                      {"rms_dp", s.rms_dp},
-                      {"activations", report.activations},
-                      {"weights_only_mean_kl", weights_only ? nlohmann::ordered_json(weights_only->mean_kl) : nullptr},
-                      {"weights_only_kl_stderr", weights_only ? nlohmann::ordered_json(weights_only->kl_stderr) : nullptr},
-                      {"weights_only_same_top", weights_only ? nlohmann::ordered_json(weights_only->same_top) : nullptr}});
+  print_report(compare_report(s, weights_only ? &*weights_only : nullptr, {model_label(a.model_dir, report), report.low_bit},
+                              ref_label, report.activations, plan, a.scoring),
+               a.json);
   return 0;
 }
 
@@ -299,7 +170,7 @@ void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
 std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<Task>& tasks,
                                   const TasksArgs& a) {
   std::vector<TaskResult> out;
-  for (const Task& t : tasks) out.push_back(run_task(model, tok, t, task_options(a), progress_bar(t.name.c_str())));
+  for (const Task& t : tasks) out.push_back(run_task(model, tok, t, task_options(a), terminal_progress(t.name.c_str())));
   return out;
 }
 
@@ -312,19 +183,7 @@ int run_tasks_command(const TasksArgs& a) {
   LoadReport report;
   auto model = load(a.model_dir, load_args, a.low_bit, pool, &report);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
-  nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  const std::vector<TaskResult> results = run_tasks(*model, tok, tasks, a);
-  fmt::print("model: {}\n\n", model_label(a.model_dir, report));
-  fmt::print("| task | items | shots | metric | value | stderr |\n|---|---:|---:|---|---:|---:|\n");
-  for (const TaskResult& r : results) {
-    for (const TaskMetric& m : r.metrics)
-      fmt::print("| {} | {} | {} | {}{} | {:.4f} | {:.4f} |\n", r.name, r.items, r.shots, m.name,
-                 m.name == r.primary_metric ? " *" : "", m.value, m.standard_error);
-    j.push_back(task_json(r));
-    j.back()["model"] = model_label(a.model_dir, report);
-  }
-  fmt::print("(* the metric model cards report for the task)\n");
-  write_json(a.json, j);
+  print_report(tasks_report(run_tasks(*model, tok, tasks, a), model_label(a.model_dir, report)), a.json);
   return 0;
 }
 
@@ -492,7 +351,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   md += "\n(± one standard error: bootstrap over items for tasks, paired with the baseline for recovery; per token for "
         "perplexity)\n";
   fmt::print("{}", md);
-  write_json(a.json, j);
+  if (!a.json.empty()) write_json_file(a.json, j);
   if (!a.markdown.empty()) write_text_file(a.markdown, md);
   return 0;
 }
@@ -505,8 +364,9 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
                   "truthfulqa_mc2, gsm8k: the bundled full files, or those under --data-dir), NAME=PATH (also jsonl=PATH for {context, choices, "
                   "gold} lines), or openllm (the six Open LLM Leaderboard v1 tasks)")
       ->required();
-  cmd->add_option("--data-dir", a.data_dir, "Folder with the task files in the bundled layout (default: the files "
-                  "extracted from assets/tasks at build time, " WOQ_TASK_DATA_DIR ")");
+  cmd->add_option("--data-dir", a.data_dir,
+                  "Folder with the task files in the bundled layout (default: the files extracted from assets/tasks at "
+                  "build time, " + bundled_task_data_dir() + ")");
   cmd->add_option("--num-fewshot", a.shots, "Few-shot examples; -1 = each task's default")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));

@@ -42,7 +42,7 @@ int run_make_random(MakeRandomArgs& a) {
     fs::remove_all(a.out_dir, ec);
     if (ec) fail("{}: cannot remove: {}", a.out_dir, ec.message());
   }
-  a.options.progress = progress_bar("tensor");
+  a.options.progress = terminal_progress("tensor");
   ThreadPool pool(a.threads);
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t bytes = write_random_checkpoint(a.out_dir, a.options, pool);

@@ -1,14 +1,10 @@
 // Flags and messages shared by the commands that load a model.
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
 #include <random>
 
 #include <fmt/core.h>
 
 #include "commands.h"
-#include "core/utf8.h"
 #include "model/load_request.h"
 
 namespace woq::cli {
@@ -80,22 +76,6 @@ std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions
   for (const std::string& line : load_summary(report, options)) fmt::print(stderr, "woq: {}\n", line);
   if (out != nullptr) *out = report;
   return model;
-}
-
-std::function<void(std::int64_t, std::int64_t)> progress_bar(const char* what) {
-  if (isatty(STDERR_FILENO) == 0) return nullptr;
-  const auto start = std::chrono::steady_clock::now();
-  return [start, what](std::int64_t done, std::int64_t total) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print(stderr, "\rwoq: {} {}/{} ({:.0f} s, ETA {:.0f} s)   {}", what, done, total, s,
-               s / static_cast<double>(done) * static_cast<double>(total - done), done == total ? "\n" : "");
-  };
-}
-
-std::string model_label(const std::string& path, const LoadReport& report) {
-  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return fmt::format("{} [{}]", report.label, printable_text(p.filename().string(), 128));
 }
 
 void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report) {

@@ -12,6 +12,7 @@ during generate() raises KeyboardInterrupt and leaves the model usable.
 """
 
 import json
+import os
 import queue
 import sys
 import threading
@@ -21,13 +22,46 @@ from . import _woq
 Error = _woq.Error
 Tokenizer = _woq.Tokenizer
 
-__all__ = ["Error", "Model", "Tokenizer", "optimize_model"]
+__all__ = ["Error", "Explanation", "Model", "Tokenizer", "eval", "explain", "optimize_model", "quantize"]
 
 
 def _say(lines, progress):
     if progress:
         for line in lines:
-            print("woq: " + line, file=sys.stderr)
+            _log(line)
+
+
+def _log(line):
+    print("woq: " + line, file=sys.stderr, flush=True)
+
+
+class _TqdmBar:
+    """A progress(done, total) callback drawing a tqdm bar (created at the first call, when the total is known)."""
+
+    def __init__(self, tqdm, what):
+        self._tqdm = tqdm
+        self._what = what
+        self._bar = None
+
+    def __call__(self, done, total):
+        if self._bar is None:
+            self._bar = self._tqdm(total=total, desc="woq: " + self._what, unit=self._what, delay=1.0, leave=False)
+        self._bar.update(done - self._bar.n)
+        if done >= total:  # the next call starts the next bar (compare's candidate after its reference)
+            self._bar.close()
+            self._bar = None
+
+
+def _progress(progress, what):
+    """What the engine gets for a progress argument: None (silent: progress=False, or stderr is not a terminal), a
+    tqdm bar when tqdm is installed, else True (the engine's own line, "woq: WHAT done/total (s, ETA s)")."""
+    if not progress or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return True
+    return _TqdmBar(tqdm, what)
 
 
 class Model:
@@ -201,6 +235,91 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
     request.rounding = str(rounding)
     request.lm_head_low_bit = "" if lm_head_low_bit is None else str(lm_head_low_bit)
     request.activations = "" if activations is None else str(activations)
-    engine = _woq.load(str(path), request, int(threads))
+    engine = _woq.load(str(path), request, int(threads), _progress(progress, "layer"))
     _say(engine.summary, progress)
     return Model(engine, progress)
+
+
+def _optional(value, kind, name):
+    if value is None:
+        return None
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return kind(value)
+
+
+def quantize(input, output, method="rtn", low_bit="sym_int4", group_size=None, int4_range=None, format=None,
+             rounding=None, gptq_format=None, max_shard_gb=None, damp_percent=None, desc_act=None, static_groups=None,
+             true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
+             force=False, threads=0, progress=True):
+    """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
+
+    input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
+    output: a directory for a GPTQ checkpoint (AutoGPTQ's layout: transformers, vLLM and woq load it) or a .gguf file
+        (Q4_0 / Q8_0 / F16 / BF16 / F32 linear layers, for llama.cpp); format="gptq" or "gguf" says so explicitly.
+    method: "rtn" (round to nearest) or "gptq" (calibrated: damp_percent 0.01, desc_act, static_groups,
+        true_sequential, block_size 128; calib "random" = nsamples x seqlen random token ids with `seed`, or
+        "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens).
+    low_bit: sym_int4 (default), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
+        GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
+        one that does not apply (a GPTQ option with method="rtn") raises ValueError, as the CLI refuses the flag.
+    The output is written into a temporary directory beside it and renamed into place; an existing output is
+    replaced only with force=True. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
+    a terminal (tqdm when installed); False: silent.
+    Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
+    """
+    r = _woq.QuantizeRequest()
+    r.input, r.output = os.fspath(input), os.fspath(output)
+    r.format = "" if format is None else str(format)
+    r.low_bit, r.method, r.force = str(low_bit), str(method), bool(force)
+    r.group_size = _optional(group_size, int, "group_size")
+    r.int4_range = _optional(int4_range, str, "int4_range")
+    r.rounding = _optional(rounding, str, "rounding")
+    r.gptq_format = _optional(gptq_format, str, "gptq_format")
+    r.max_shard_gb = _optional(max_shard_gb, float, "max_shard_gb")
+    r.damp_percent = _optional(damp_percent, float, "damp_percent")
+    r.desc_act = _optional(desc_act, bool, "desc_act")
+    r.static_groups = _optional(static_groups, bool, "static_groups")
+    r.true_sequential = _optional(true_sequential, bool, "true_sequential")
+    r.block_size = _optional(block_size, int, "block_size")
+    r.calib = _optional(calib, str, "calib")
+    r.calib_file = None if calib_file is None else os.fspath(calib_file)
+    r.nsamples = _optional(nsamples, int, "nsamples")
+    r.seqlen = _optional(seqlen, int, "seqlen")
+    r.seed = _optional(seed, int, "seed")
+    if seed is not None and seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed!r}")
+    _woq.quantize(r, int(threads), _log if progress else None, _progress(progress, "layer"))
+
+
+class Explanation:
+    """What woq.explain found: text() is `woq explain`'s report; the fields are its --json keys (original_text,
+    quantized_text, diverges_at (-1: identical), near_tie, original_top / quantized_top ([{"token", "p"}] at the
+    divergence), kl (per generated token), layers ([{"layer", "linear", "output_error", "weight_error",
+    "weights_only_output_error"}], largest output error first), model, ref_model, low_bit, ref_low_bit, prompt)."""
+
+    def __init__(self, text, fields):
+        self._text = text
+        self.__dict__.update(fields)
+        self.fields = fields
+
+    def text(self):
+        """The report as `woq explain` prints it."""
+        return self._text
+
+    def __repr__(self):
+        return self._text
+
+
+def explain(reference_model, model, prompt, max_new_tokens=48, top=10):
+    """Why `model`'s output differs from `reference_model`'s (the original, e.g. optimize_model(path, "fp32")):
+    both generate greedily from `prompt`; the Explanation gives where they first diverge, the original's top-2 there
+    (a near tie means the flip is expected and harmless), the KL divergence per generated token and the linear
+    layers with the largest quantization error on this text, as `woq explain` does."""
+    text, fields = _woq.explain(reference_model._engine, model._engine, str(prompt), int(max_new_tokens), int(top))
+    return Explanation(text, json.loads(fields))
+
+
+from . import eval  # noqa: E402,F401 - woq.eval.perplexity / compare / tasks (uses Model above)

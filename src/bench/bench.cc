@@ -1,6 +1,5 @@
 #include "bench/bench.h"
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,12 +90,6 @@ double measure_read_bandwidth(int threads, std::uint64_t bytes, int reps) {
   ::waitpid(pid, &status, 0);
   if (!ok) fail("bench: the memory bandwidth measurement failed");
   return bw;
-}
-
-std::uint64_t peak_rss_bytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 Stat mean_stddev(const std::vector<double>& v) {

@@ -17,9 +17,6 @@ namespace woq {
 /// last-level cache), each thread reading its own contiguous part.
 double measure_read_bandwidth(int threads, std::uint64_t bytes = 1ull << 30, int reps = 5);
 
-/// Peak resident set size of this process so far, in bytes (getrusage).
-std::uint64_t peak_rss_bytes();
-
 /// Mean and sample standard deviation.
 struct Stat {
   double mean = 0;

@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,12 @@ std::optional<std::int64_t> last_level_cache_bytes() {
     if (bytes > 0) return bytes;
   }
   return std::nullopt;
+}
+
+std::uint64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace woq

@@ -17,4 +17,7 @@ std::optional<std::int64_t> available_memory_bytes();
 /// may be the host's whole shared L3.
 std::optional<std::int64_t> last_level_cache_bytes();
 
+/// Peak resident set size of this process so far, in bytes (getrusage).
+std::uint64_t peak_rss_bytes();
+
 }  // namespace woq

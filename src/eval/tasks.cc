@@ -303,4 +303,6 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
   return r;
 }
 
+std::string bundled_task_data_dir() { return WOQ_TASK_DATA_DIR; }
+
 }  // namespace woq

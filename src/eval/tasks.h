@@ -105,6 +105,10 @@ std::string_view task_names();
 /// for a name with no standard file (jsonl) or one load_task does not know.
 std::string task_data_path(std::string_view name);
 
+/// The folder the build extracted the bundled task files to (the task_data
+/// target: build/share/woq/tasks), in task_data_path's layout.
+std::string bundled_task_data_dir();
+
 /// How to run a task.
 struct TaskOptions {
   int shots = -1;            ///< few-shot examples; -1 = the task's default

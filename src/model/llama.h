@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
@@ -70,6 +71,8 @@ struct LoadOptions {
   /// How integer-format matrices (converted or imported) multiply their
   /// inputs; unset: each format's default_activations.
   std::optional<Activations> activations;
+  /// Called with (decoder blocks loaded, blocks) after each block; may be null.
+  Progress progress;
 };
 
 /// What loading did, for the one line the CLI prints.

@@ -307,6 +307,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     w.up = linear(p + "mlp.up_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
     w.down = linear(p + "mlp.down_proj.weight", h, c.intermediate_size, "hidden_size, intermediate_size");
     m->layers_.push_back(std::move(w));
+    if (options.progress) options.progress(l + 1, c.num_hidden_layers);
   }
   if (quantized) rep.imported_format = quantized->describe();
   std::vector<std::string> types;

@@ -1,6 +1,10 @@
 #include "model/load_request.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
+
+#include "core/utf8.h"
 
 namespace woq {
 
@@ -52,6 +56,12 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
                               mib(r.other_bytes), head,
                               r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds));
   return lines;
+}
+
+std::string model_label(const std::string& path, const LoadReport& report) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return fmt::format("{} [{}]", report.label, printable_text(p.filename().string(), 128));
 }
 
 }  // namespace woq

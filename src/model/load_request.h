@@ -36,4 +36,9 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
 /// as stored (0.13 MiB); loaded in 0.01 s").
 std::vector<std::string> load_summary(const LoadReport& report, const LoadOptions& options);
 
+/// What a loaded model is, for tables and JSON: the report's label and the
+/// file or directory name, e.g. "GPTQ v1 4-bit asym group_size 128 (...) [q]"
+/// (the name with controls and bidi marks as '?', see printable_text).
+std::string model_label(const std::string& path, const LoadReport& report);
+
 }  // namespace woq

@@ -406,6 +406,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
         options.progress(fmt::format("layer {}/{} quantized in {:.2f} s (ETA {:.0f} s)", s.layer + 1,
                                      config.num_hidden_layers, std::chrono::duration<double>(now - block_start).count(),
                                      elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left)));
+      if (options.layer_progress) options.layer_progress(s.layer + 1, config.num_hidden_layers);
       block_start = now;
     }
     const GptqTensors& t = packed[static_cast<std::size_t>(s.linear)];

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "formats/checkpoint_packing.h"
 #include "formats/low_bit.h"
@@ -37,6 +38,8 @@ struct QuantizeOptions {
   /// Receives progress lines: one per stale temporary directory removed
   /// (see quantize_checkpoint), then one per finished layer.
   std::function<void(const std::string&)> progress;
+  /// Called with (layers done, layers) after each decoder block.
+  Progress layer_progress;
 };
 
 /// What quantizing did.

@@ -1,0 +1,116 @@
+"""Accuracy of a loaded model, as `woq eval` measures it: the same library calls, the same numbers.
+
+    import woq
+    original = woq.optimize_model(path, low_bit="fp32")
+    model = woq.optimize_model(path)                          # sym_int4 group 32
+    woq.eval.compare(model, original, "wiki.test.raw")       # {"mean_kl": ..., "same_top": ..., "ppl_ratio": ...}
+    woq.eval.tasks(model, ["arc_easy", "piqa"], limit=200)    # {"arc_easy": {"acc": ..., "acc_norm": ...}, ...}
+
+Each function returns the dict `woq eval ... --json` writes; with print_report=True it also prints the CLI's table.
+"""
+
+import json
+import os
+
+from . import _woq
+
+__all__ = ["perplexity", "compare", "tasks"]
+
+
+def _text(text_or_path):
+    """(text, name for messages): an os.PathLike is always a file; a str is a file when it names one, else the text."""
+    if isinstance(text_or_path, os.PathLike) or (
+            isinstance(text_or_path, str) and "\n" not in text_or_path and len(text_or_path) < 4096
+            and os.path.isfile(text_or_path)):
+        path = os.fspath(text_or_path)
+        try:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace"), path
+        except OSError as e:
+            raise _woq.Error(f"{path}: {e.strerror}") from None
+    if not isinstance(text_or_path, str):
+        raise ValueError(f"text_or_path must be a str or a path, got {type(text_or_path).__name__}")
+    return text_or_path, "the text"
+
+
+def _scoring(ctx, batch, chunks, bos_per_chunk, per_document):
+    r = _woq.ScoringRequest()
+    r.ctx, r.batch, r.chunks = int(ctx), int(batch), int(chunks or 0)
+    r.bos_per_chunk = bool(bos_per_chunk)
+    if per_document is not None and per_document == "":
+        raise ValueError("per_document must be None or a non-empty separator")
+    r.per_document = per_document or ""
+    return r
+
+
+def _result(pair, print_report):
+    text, fields = pair
+    if print_report:
+        print(text, end="")
+    return json.loads(fields)
+
+
+def perplexity(model, text_or_path, ctx=512, batch=0, chunks=None, bos_per_chunk=True, per_document=None,
+               progress=True, print_report=False):
+    """Perplexity of `model` on a text (or a file), as `woq eval perplexity`: llama-perplexity's chunks of `ctx`
+    tokens, each scored on its second half (with BOS first when the tokenizer adds one, unless bos_per_chunk=False),
+    at most `chunks` of them; or, with per_document="<sep>", each document from position 0.
+
+    Returns {"ppl", "ppl_stderr", "mean_nll", "tokens", "sequences", "mode", "ctx", "low_bit", "model",
+    "tokens_per_second"}. Raises woq.Error when the text is shorter than one chunk.
+    """
+    from . import _progress
+    text, source = _text(text_or_path)
+    request = _scoring(ctx, batch, chunks, bos_per_chunk, per_document)
+    return _result(_woq.perplexity(model._engine, text, source, request, _progress(progress, "chunk")), print_report)
+
+
+def compare(model, reference_model, text_or_path, ctx=512, batch=0, chunks=None, bos_per_chunk=True, per_document=None,
+            progress=True, print_report=False):
+    """How far `model`'s next-token distributions are from `reference_model`'s (the original, e.g.
+    woq.optimize_model(path, low_bit="fp32")) on the same scored tokens, as `woq eval compare` (llama-perplexity
+    --kl-divergence): mean / median / 90 % / 99 % / max KL divergence (nats), the same-top-token rate, both
+    perplexities and their ratio, and RMS change of the correct token's probability. When `model` multiplies int8
+    activations and the reference does not, its weights are run again with f32 activations (the weights' share).
+
+    Returns {"mean_kl", "kl_stderr", "median_kl", "p90_kl", "p99_kl", "max_kl", "same_top", "same_top_stderr",
+    "ppl", "ref_ppl", "ppl_ratio", "rms_dp", "tokens", "model", "ref_model", "low_bit", "activations",
+    "weights_only_mean_kl", ...} (fractions, not percent).
+    """
+    from . import _progress
+    text, source = _text(text_or_path)
+    request = _scoring(ctx, batch, chunks, bos_per_chunk, per_document)
+    return _result(_woq.compare(model._engine, reference_model._engine, text, source, request,
+                                _progress(progress, "chunk")), print_report)
+
+
+def tasks(model, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, progress=True, print_report=False):
+    """lm-eval-style tasks on `model`, as `woq eval tasks`: multiple choice by log-likelihood (acc, acc_norm; mc2 for
+    truthfulqa_mc2), GSM8K by greedy generation (exact_match), with bootstrap standard errors.
+
+    tasks: names (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, truthfulqa_mc2, gsm8k,
+        "openllm" for the six Open LLM Leaderboard v1 tasks) or "name=PATH", as a list or a comma-separated str.
+    data_dir: a folder with the task files (default: the files bundled with woq, woq._woq.bundled_task_data_dir).
+    limit: the first N items (of each MMLU subject); num_fewshot: None = each task's default.
+
+    Returns {task: {"task", "items", "shots", "primary_metric", "acc", "acc_stderr", ..., "model"}} in task order.
+    """
+    from . import _log, _progress
+    if isinstance(tasks, str):
+        specs = tasks
+    else:
+        specs = ",".join(str(t) for t in tasks)
+    for name in specs.split(","):
+        if "," in name or name.strip() != name:
+            raise ValueError(f"task names must not have spaces: {name!r}")
+    options = _woq.TaskOptions()
+    options.shots = -1 if num_fewshot is None else int(num_fewshot)
+    options.limit = 0 if limit is None else int(limit)
+    if limit is not None and options.limit <= 0:
+        raise ValueError(f"limit must be None or > 0, got {limit!r}")
+    if seed is None or int(seed) < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    options.seed = int(seed)
+    rows = _result(_woq.tasks(model._engine, specs, "" if data_dir is None else os.fspath(data_dir), options,
+                              _log if progress else None, _progress(progress, "item")), print_report)
+    return {row["task"]: row for row in rows}

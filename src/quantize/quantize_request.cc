@@ -1,0 +1,202 @@
+#include "quantize/quantize_request.h"
+
+#include <charconv>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <tuple>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "io/gguf.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "quantize/gguf_export.h"
+#include "quantize/gptq_calibration.h"
+#include "quantize/quantize_checkpoint.h"
+
+namespace woq {
+
+namespace {
+
+// "random:NxL" -> {N, L}; throws on anything else.
+std::pair<std::int64_t, std::int64_t> parse_random_calib(const std::string& spec) {
+  std::int64_t count = 0, length = 0;
+  const char* p = spec.data() + std::string_view("random:").size();
+  const char* end = spec.data() + spec.size();
+  if (spec.rfind("random:", 0) == 0) {
+    auto r = std::from_chars(p, end, count);
+    if (r.ec == std::errc() && r.ptr != end && (*r.ptr == 'x' || *r.ptr == '*')) {
+      r = std::from_chars(r.ptr + 1, end, length);
+      if (r.ec == std::errc() && r.ptr == end && count > 0 && length > 0) return {count, length};
+    }
+  }
+  fail("--calib '{}' is not random or random:NxL with positive integers N and L (e.g. random:128x512)", spec);
+}
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+void say(const QuantizeCallbacks& cb, const std::string& line) {
+  if (cb.log) cb.log(line);
+}
+
+std::string peak_rss_line() {
+  return fmt::format("peak RSS {:.2f} GiB", static_cast<double>(peak_rss_bytes()) / (1u << 30));
+}
+
+// The GPTQ-only choices that were given, by flag.
+std::vector<const char*> given_gptq_options(const QuantizeRequest& r) {
+  std::vector<const char*> out;
+  if (r.damp_percent) out.push_back("--damp-percent");
+  if (r.desc_act) out.push_back("--desc-act");
+  if (r.static_groups) out.push_back("--static-groups");
+  if (r.true_sequential) out.push_back("--true-sequential");
+  if (r.block_size) out.push_back("--block-size");
+  if (r.calib) out.push_back("--calib");
+  if (r.calib_file) out.push_back("--calib-file");
+  if (r.nsamples) out.push_back("--nsamples");
+  if (r.seqlen) out.push_back("--seqlen");
+  if (r.seed) out.push_back("--seed");
+  return out;
+}
+
+std::string output_format(const QuantizeRequest& r) {
+  return r.format.empty() ? (is_gguf_path(r.output) ? "gguf" : "gptq") : r.format;
+}
+
+// --format gguf: one GGUF file (quantize/gguf_export.h).
+void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeCallbacks& cb) {
+  GgufExportOptions options;
+  options.type = parse_low_bit(r.low_bit);
+  const std::string rounding = r.rounding.value_or("woq");
+  options.rounding = parse_rounding(rounding);
+  options.force = r.force;
+  const GgufExportReport rep = export_gguf(r.input, r.output, options, pool);
+  for (const auto& note : rep.notes) say(cb, "note: " + note);
+  say(cb, fmt::format("wrote {} (GGUF, {} linear layers as {}, {} rounding): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
+                      r.output, rep.matrices, r.low_bit, rounding, mib(rep.bytes_before), mib(rep.bytes_after),
+                      rep.seconds));
+  say(cb, peak_rss_line());
+}
+
+}  // namespace
+
+void validate(const QuantizeRequest& r) {
+  const std::string format = output_format(r);
+  std::vector<const char*> given = given_gptq_options(r);
+  if (format == "gguf") {
+    if (r.group_size) given.push_back("--group-size");
+    if (r.int4_range) given.push_back("--int4-range");
+    if (r.gptq_format) given.push_back("--gptq-format");
+    if (r.max_shard_gb) given.push_back("--max-shard-size");
+    if (!given.empty())
+      fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", given[0]);
+    if (r.method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", r.method);
+    parse_low_bit(r.low_bit);
+    if (r.rounding) parse_rounding(*r.rounding);
+    return;
+  }
+  if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", r.format);
+  if (r.rounding) fail("--rounding applies to --format gguf only");
+  parse_low_bit(r.low_bit);
+  parse_int4_range(r.int4_range.value_or("full"));
+  if (r.method != "rtn" && r.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", r.method);
+  if (r.method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
+  if (r.calib && r.calib_file)
+    fail("--calib and --calib-file are alternatives; give one (--calib-file uses --nsamples and --seqlen)");
+  if (r.damp_percent && !(*r.damp_percent > 0 && *r.damp_percent <= 1))
+    fail("--damp-percent must be in (0, 1], got {}", *r.damp_percent);
+  if (r.gptq_format && *r.gptq_format != "v1" && *r.gptq_format != "v2")
+    fail("--gptq-format '{}' is not one of: v1, v2", *r.gptq_format);
+  if (r.max_shard_gb && !(*r.max_shard_gb > 0)) fail("--max-shard-size must be positive, got {}", *r.max_shard_gb);
+  for (const auto& [value, flag] : {std::pair{&r.nsamples, "--nsamples"}, {&r.seqlen, "--seqlen"}, {&r.block_size, "--block-size"}})
+    if (*value && **value <= 0) fail("{} must be > 0, got {}", flag, **value);
+  if (r.group_size)
+    woq::validate(QuantSpec{parse_low_bit(r.low_bit), *r.group_size, parse_int4_range(r.int4_range.value_or("full"))});
+  if (r.calib && *r.calib != "random") {
+    if (r.nsamples || r.seqlen)
+      fail("{} does not apply to --calib {}: N and L are in it (random:NxL); it is for --calib random and "
+           "--calib-file", r.nsamples ? "--nsamples" : "--seqlen", *r.calib);
+    parse_random_calib(*r.calib);
+  }
+}
+
+void run_quantize_request(const QuantizeRequest& r, ThreadPool& pool, const QuantizeCallbacks& cb) {
+  validate(r);
+  if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
+  // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
+  std::int64_t group_size = r.group_size.value_or(128);
+  if (is_gguf_path(r.input) && !r.group_size &&
+      TensorStore::open(r.input).get("model.layers.0.self_attn.q_proj.weight").dtype == DType::kGgml) {
+    group_size = 32;
+    say(cb, fmt::format("note: {}'s linear layers are ggml blocks of 32: --group-size 32 (not GPTQ's usual 128), so "
+                        "that Q4_0 / Q8_0 blocks keep their integers and scales", r.input));
+  }
+  if (std::error_code ec; std::filesystem::exists(std::filesystem::symlink_status(r.output, ec)) && !r.force)
+    fail("{}: already exists (pass --force to replace it)", r.output);  // before any calibration
+  QuantizeOptions options;
+  options.spec = {parse_low_bit(r.low_bit), group_size, parse_int4_range(r.int4_range.value_or("full"))};
+  const double damp_percent = r.damp_percent.value_or(0.01);
+  const std::string gptq_format = r.gptq_format.value_or("v1");
+  options.zeros = gptq_format == "v1" ? GptqZeros::kV1 : GptqZeros::kV2;
+  options.max_shard_bytes = static_cast<std::uint64_t>(r.max_shard_gb.value_or(5.0) * 1e9);
+  options.force = r.force;
+  options.method = r.method;
+  options.progress = cb.log;
+  options.layer_progress = cb.layers;
+  BlockQuantizer gptq;
+  std::unique_ptr<LlamaModel> model;
+  std::optional<TensorStore> store;
+  if (r.method == "gptq") {
+    options.damp_percent = damp_percent;
+    options.desc_act = r.desc_act.value_or(false);
+    options.static_groups = r.static_groups.value_or(false);
+    options.true_sequential = r.true_sequential.value_or(false);
+    model = load_for_calibration(r.input, pool);
+    store = TensorStore::open(r.input);
+    const std::string calib = r.calib.value_or("random");
+    std::int64_t count = r.nsamples.value_or(32), length = r.seqlen.value_or(512);
+    if (calib != "random") std::tie(count, length) = parse_random_calib(calib);
+    // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
+    if (calib == "random" && !r.seqlen) length = std::min(length, model->context_limit());
+    if (length > model->context_limit())
+      fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
+           length, model->context_limit());
+    check_calibration_memory(count, length, model->config().hidden_size);
+    const std::uint64_t seed = r.seed.value_or(0);
+    Calibration calibration;
+    if (!r.calib_file) {
+      calibration = random_calibration(count, length, model->config().vocab_size, seed);
+    } else {
+      try {
+        calibration = text_calibration(Tokenizer::load(r.input), read_text_file(*r.calib_file), count, length);
+      } catch (const Error& e) {
+        fail("--calib-file {}: {}", *r.calib_file, e.what());
+      }
+    }
+    GptqOptions g;
+    g.spec = options.spec;
+    g.damp_percent = damp_percent;
+    g.desc_act = options.desc_act;
+    g.static_groups = options.static_groups;
+    g.block_size = r.block_size.value_or(128);
+    say(cb, fmt::format("GPTQ calibration: {} sequences x {} tokens ({}), damp_percent {}, desc_act {}, "
+                        "static_groups {}, true_sequential {}, block_size {}",
+                        count, length, r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed),
+                        damp_percent, options.desc_act, options.static_groups, options.true_sequential, g.block_size));
+    gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool);
+  }
+  const QuantizeReport rep = quantize_checkpoint(r.input, r.output, options, pool, gptq);
+  for (const auto& note : rep.notes) say(cb, "note: " + note);
+  say(cb, fmt::format("wrote {} (GPTQ {}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
+                      "{:.2f} s",
+                      r.output, gptq_format, r.low_bit,
+                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
+                      r.method, rep.matrices, mib(rep.bytes_before), mib(rep.bytes_after),
+                      100.0 * static_cast<double>(rep.bytes_after) / static_cast<double>(rep.bytes_before), rep.seconds));
+  say(cb, peak_rss_line());
+}
+
+}  // namespace woq

@@ -1,0 +1,312 @@
+"""woq.quantize, woq.eval.*, woq.explain and the progress bars against the CLI (the same library calls, so the same
+files and numbers), with the bad arguments and interrupts users meet.
+
+Run by ctest (python_api) with PYTHONPATH=build/python, WOQ_BIN and WOQ_SOURCE set."""
+import json
+import os
+import pty
+import subprocess
+import sys
+import types
+
+import pytest
+
+import woq
+
+SOURCE = os.environ["WOQ_SOURCE"]
+BIN = os.environ["WOQ_BIN"]
+MODEL = os.path.join(SOURCE, "assets", "models", "stories260K")
+TEXT = os.path.join(SOURCE, "tests", "data", "tinystories_heldout.txt")
+PROMPT = "Once upon a time"
+
+
+def cli(*args):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    return r
+
+
+def cli_json(tmp_path, *args):
+    out = tmp_path / "cli.json"
+    r = cli(*args, "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return woq.optimize_model(MODEL, progress=False)
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    return woq.optimize_model(MODEL, low_bit="fp32", progress=False)
+
+
+def files_of(directory):
+    return {p: (directory / p).read_bytes() for p in sorted(os.listdir(directory))}
+
+
+@pytest.mark.parametrize("python_args,cli_args", [
+    (dict(method="gptq", low_bit="asym_int4", group_size=64, calib="random:4x64", seed=3, desc_act=True),
+     ["--method", "gptq", "--low-bit", "asym_int4", "--group-size", "64", "--calib", "random:4x64", "--seed", "3",
+      "--desc-act"]),
+    (dict(method="gptq", low_bit="sym_int8", group_size=-1, damp_percent=0.05, calib_file=TEXT, nsamples=3,
+          seqlen=100, true_sequential=True),
+     ["--method", "gptq", "--low-bit", "sym_int8", "--group-size", "-1", "--damp-percent", "0.05", "--calib-file",
+      TEXT, "--nsamples", "3", "--seqlen", "100", "--true-sequential"]),
+    (dict(), []),
+])
+def test_quantize_writes_the_files_the_cli_writes(tmp_path, python_args, cli_args):
+    woq.quantize(MODEL, tmp_path / "py", progress=False, **python_args)
+    r = cli("quantize", "-m", MODEL, "-o", str(tmp_path / "cli"), *cli_args)
+    assert r.returncode == 0, r.stderr
+    py_files, cli_files = files_of(tmp_path / "py"), files_of(tmp_path / "cli")
+    assert py_files.keys() == cli_files.keys() and "model.safetensors" in py_files
+    for name in py_files:
+        assert py_files[name] == cli_files[name], name
+    config = json.loads(py_files["config.json"])["quantization_config"]
+    assert config["bits"] == (8 if python_args.get("low_bit") == "sym_int8" else 4)
+    assert config["group_size"] == python_args.get("group_size", 128)
+
+
+def test_quantize_to_gguf_writes_the_file_the_cli_writes(tmp_path):
+    woq.quantize(MODEL, tmp_path / "py.gguf", low_bit="sym_int8", rounding="ggml", progress=False)
+    r = cli("quantize", "-m", MODEL, "-o", str(tmp_path / "cli.gguf"), "--low-bit", "sym_int8", "--rounding", "ggml")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "cli.gguf").read_bytes()
+    m = woq.optimize_model(tmp_path / "py.gguf", progress=False)
+    assert m.low_bit.startswith("sym_int8")  # down_proj (K = 172) is F16 in the file, loaded as sym_int4
+
+
+def test_quantize_says_what_the_cli_says(tmp_path, capfd):
+    woq.quantize(MODEL, tmp_path / "out", method="gptq", calib="random:2x32")
+    err = capfd.readouterr().err
+    assert "woq: GPTQ calibration: 2 sequences x 32 tokens" in err
+    assert "woq: layer 5/5 quantized" in err and f"woq: wrote {tmp_path / 'out'} (GPTQ v1, sym_int4 group_size 128" in err
+    woq.quantize(MODEL, tmp_path / "quiet", progress=False)
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kwargs,flags", [
+    (dict(damp_percent=0.1), ["--damp-percent", "0.1"]),
+    (dict(method="awq"), ["--method", "awq"]),
+    (dict(method="gptq", damp_percent=0.0), ["--method", "gptq", "--damp-percent", "0"]),
+    (dict(method="gptq", calib="random:4"), ["--method", "gptq", "--calib", "random:4"]),
+    (dict(method="gptq", calib="random:4x8", nsamples=2), ["--method", "gptq", "--calib", "random:4x8", "--nsamples", "2"]),
+    (dict(low_bit="int3"), ["--low-bit", "int3"]),
+    (dict(group_size=7), ["--group-size", "7"]),
+    (dict(rounding="ggml"), ["--rounding", "ggml"]),
+    (dict(gptq_format="v3"), ["--gptq-format", "v3"]),
+    (dict(format="onnx"), ["--format", "onnx"]),
+])
+def test_quantize_bad_choices_raise_value_error_with_the_cli_message(tmp_path, kwargs, flags):
+    with pytest.raises(ValueError) as e:
+        woq.quantize(MODEL, tmp_path / "out", progress=False, **kwargs)
+    r = cli("quantize", "-m", MODEL, "-o", str(tmp_path / "out"), *flags)
+    assert r.returncode != 0
+    assert f"woq: error: {e.value}\n" == r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_quantize_file_errors_are_woq_errors(tmp_path):
+    with pytest.raises(woq.Error, match="no such file or directory"):
+        woq.quantize(tmp_path / "missing", tmp_path / "out", progress=False)
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(woq.Error, match="already exists"):
+        woq.quantize(MODEL, tmp_path / "exists", method="gptq", calib="random:2x32", progress=False)
+    with pytest.raises(woq.Error, match="exceed the model's context"):
+        woq.quantize(MODEL, tmp_path / "out", method="gptq", calib="random:2x100000", progress=False)
+    with pytest.raises(ValueError, match="group_size must be an int"):
+        woq.quantize(MODEL, tmp_path / "out", group_size="32", progress=False)
+
+
+def without_speed(report):
+    return {k: v for k, v in report.items() if k != "tokens_per_second"}
+
+
+@pytest.mark.parametrize("kwargs,flags", [
+    (dict(ctx=128, chunks=5), ["-c", "128", "--chunks", "5"]),
+    (dict(ctx=64, batch=16, bos_per_chunk=False), ["-c", "64", "--batch", "16", "--no-bos-per-chunk"]),
+    (dict(ctx=200, per_document="\n\n"), ["-c", "200", "--per-document", "\n\n"]),
+])
+def test_perplexity_equals_the_cli(tmp_path, model, kwargs, flags):
+    report = woq.eval.perplexity(model, TEXT, progress=False, **kwargs)
+    r, expected = cli_json(tmp_path, "eval", "perplexity", "-m", MODEL, "-f", TEXT, *flags)
+    assert without_speed(report) == without_speed(expected)
+    assert report["tokens"] > 100 and report["ppl"] > 1
+
+
+def test_perplexity_of_a_text_and_its_printed_report(model, capsys):
+    with open(TEXT) as f:
+        text = f.read()
+    a = woq.eval.perplexity(model, text, ctx=128, chunks=3, progress=False, print_report=True)
+    out = capsys.readouterr().out
+    assert out.startswith("model: sym_int4 (group_size 32, full range) from F32 [stories260K]\nPPL = ")
+    assert f"{a['ppl']:.4f} +/- {a['ppl_stderr']:.4f} over {a['tokens']} scored tokens" in out
+    import pathlib
+    b = woq.eval.perplexity(model, pathlib.Path(TEXT), ctx=128, chunks=3, progress=False)
+    assert without_speed(a) == without_speed(b)
+    with pytest.raises(woq.Error, match="the text: .*shorter than one chunk|the text: .*tokens"):
+        woq.eval.perplexity(model, "Too short.", ctx=128, progress=False)
+    with pytest.raises(woq.Error, match="exceeds the model's context"):
+        woq.eval.perplexity(model, text, ctx=100000, progress=False)
+    with pytest.raises(ValueError, match="ctx must be > 0"):
+        woq.eval.perplexity(model, text, ctx=0, progress=False)
+
+
+def test_compare_equals_the_cli_with_the_weights_share(tmp_path, model, fp32):
+    report = woq.eval.compare(model, fp32, TEXT, ctx=128, chunks=4, progress=False)
+    r, expected = cli_json(tmp_path, "eval", "compare", "-m", MODEL, "-f", TEXT, "-c", "128", "--chunks", "4")
+    assert report == expected
+    assert report["mean_kl"] > 0.01 and 0.5 < report["same_top"] < 1  # sym_int4 of this model: visible, not absurd
+    assert report["weights_only_mean_kl"] is not None  # int8 activations against an f32 reference
+
+
+def test_compare_of_a_saved_checkpoint_with_its_original(tmp_path, fp32):
+    woq.quantize(MODEL, tmp_path / "q", low_bit="asym_int4", group_size=64, progress=False)
+    q = woq.optimize_model(tmp_path / "q", progress=False)
+    report = woq.eval.compare(q, fp32, TEXT, ctx=96, chunks=3, progress=False)
+    _, expected = cli_json(tmp_path, "eval", "compare", "-m", str(tmp_path / "q"), "--ref", MODEL, "-f", TEXT,
+                           "-c", "96", "--chunks", "3")
+    assert report == expected
+    assert woq.eval.compare(fp32, fp32, TEXT, ctx=96, chunks=3, progress=False)["max_kl"] == 0
+
+
+def test_tasks_equal_the_cli(tmp_path, model):
+    report = woq.eval.tasks(model, ["arc_easy", "truthfulqa_mc2", "hellaswag"], limit=12, progress=False)
+    _, expected = cli_json(tmp_path, "eval", "tasks", "-m", MODEL, "--tasks", "arc_easy,truthfulqa_mc2,hellaswag",
+                           "--limit", "12")
+    assert list(report) == ["arc_easy", "truthfulqa_mc2", "hellaswag"]
+    assert list(report.values()) == expected
+    assert report["truthfulqa_mc2"]["primary_metric"] == "mc2" and report["arc_easy"]["items"] == 12
+    data = os.path.join(SOURCE, "tests", "data")
+    fewshot = woq.eval.tasks(model, "arc_easy=" + os.path.join(data, "arc_easy_slice.jsonl"), num_fewshot=2, seed=5,
+                             progress=False)
+    _, expected = cli_json(tmp_path, "eval", "tasks", "-m", MODEL, "--tasks",
+                           "arc_easy=" + os.path.join(data, "arc_easy_slice.jsonl"), "--num-fewshot", "2", "--seed", "5")
+    assert list(fewshot.values()) == expected and expected[0]["shots"] == 2
+
+
+def test_tasks_bad_arguments(model, tmp_path):
+    with pytest.raises(woq.Error, match="unknown task 'arc_hard'"):
+        woq.eval.tasks(model, ["arc_hard"], progress=False)
+    with pytest.raises(woq.Error, match="none.jsonl"):
+        woq.eval.tasks(model, ["piqa=" + str(tmp_path / "none.jsonl")], progress=False)
+    with pytest.raises(woq.Error, match="piqa_validation.jsonl"):
+        woq.eval.tasks(model, ["piqa"], data_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="limit must be"):
+        woq.eval.tasks(model, ["piqa"], limit=0, progress=False)
+    with pytest.raises(woq.Error, match="few-shot|examples"):
+        woq.eval.tasks(model, ["arc_easy=" + os.path.join(SOURCE, "tests", "data", "arc_easy_slice.jsonl")],
+                       num_fewshot=100000, progress=False)
+
+
+def test_explain_equals_the_cli(tmp_path, model, fp32):
+    e = woq.explain(fp32, model, PROMPT, max_new_tokens=40, top=6)
+    out = tmp_path / "explain.json"
+    r = cli("explain", "-m", MODEL, "-p", PROMPT, "-n", "40", "--top", "6", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert e.text() == r.stdout
+    assert e.fields == json.loads(out.read_text())
+    assert e.original_text.startswith(", there was") and len(e.layers) == 35 and len(e.kl) == 40
+    assert e.diverges_at == -1 or e.original_text[:5] == e.quantized_text[:5]
+    with pytest.raises(ValueError, match="two models"):
+        woq.explain(model, model, PROMPT)
+    with pytest.raises(ValueError, match="max_new_tokens must be > 0"):
+        woq.explain(fp32, model, PROMPT, max_new_tokens=0)
+
+
+class FakeTqdm:
+    """tqdm's interface as woq uses it, recording what it is told."""
+    bars = []
+
+    def __init__(self, total, desc, unit, delay, leave):
+        self.total, self.desc, self.n, self.closed = total, desc, 0, False
+        FakeTqdm.bars.append(self)
+
+    def update(self, k):
+        assert not self.closed and k >= 0
+        self.n += k
+
+    def close(self):
+        self.closed = True
+
+
+def test_progress_bars_use_tqdm_on_a_terminal(monkeypatch, tmp_path, fp32):
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeTqdm))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    FakeTqdm.bars = []
+    m = woq.optimize_model(MODEL, progress=True)
+    woq.eval.compare(m, fp32, TEXT, ctx=128, chunks=3)
+    woq.quantize(MODEL, tmp_path / "q", method="gptq", calib="random:2x32")
+    woq.eval.tasks(m, ["piqa"], limit=4)
+    got = [(b.desc, b.n, b.total, b.closed) for b in FakeTqdm.bars]
+    assert got == [("woq: layer", 5, 5, True), ("woq: chunk", 3, 3, True), ("woq: chunk", 3, 3, True),
+                   ("woq: chunk", 3, 3, True), ("woq: layer", 5, 5, True), ("woq: item", 4, 4, True)]
+    FakeTqdm.bars = []
+    woq.eval.perplexity(m, TEXT, ctx=128, chunks=3, progress=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    woq.eval.perplexity(m, TEXT, ctx=128, chunks=3)
+    assert FakeTqdm.bars == []  # silent with progress=False, and off a terminal
+
+
+def test_without_tqdm_the_engine_draws_its_line_on_a_terminal(tmp_path):
+    script = ("import sys; sys.modules['tqdm'] = None\n"  # import tqdm fails
+              "import woq, time\n"
+              f"m = woq.optimize_model({MODEL!r}, progress=False)\n"
+              f"text = open({TEXT!r}).read() * 4\n"
+              "t = time.time()\n"
+              "while time.time() - t < 1.5:\n"  # the line appears once the work has taken a second
+              "    woq.eval.perplexity(m, text, ctx=256)\n")
+    leader, follower = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", script], stderr=follower, stdout=subprocess.DEVNULL, env=os.environ)
+    os.close(follower)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    assert p.wait(timeout=120) == 0, err.decode(errors="replace")
+    assert b"\rwoq: chunk " in err and b"ETA" in err
+
+
+def test_ctrl_c_during_eval_raises_keyboard_interrupt_and_the_model_stays_usable(monkeypatch, model):
+    calls = []
+
+    def interrupting(progress, what):
+        def bar(done, total):
+            calls.append(done)
+            if done == 2:
+                raise KeyboardInterrupt
+        return bar
+
+    monkeypatch.setattr(woq, "_progress", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        woq.eval.perplexity(model, TEXT, ctx=64, chunks=10)
+    with pytest.raises(KeyboardInterrupt):
+        woq.eval.tasks(model, ["piqa"], limit=10)
+    assert calls == [1, 2, 1, 2]
+    monkeypatch.undo()
+    assert woq.eval.perplexity(model, TEXT, ctx=64, chunks=3, progress=False)["tokens"] > 0
+    assert model.generate(PROMPT, max_new_tokens=8)
+
+
+def test_the_readme_notebook_example_runs(tmp_path):
+    with open(os.path.join(SOURCE, "README.md")) as f:
+        readme = f.read()
+    section = readme[readme.index("### After optimize_model"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    assert "woq.explain(" in code and "woq.eval.compare(" in code and "woq.eval.tasks(" in code
+    code = code.replace('"/tmp/stories-gptq"', repr(str(tmp_path / "stories-gptq")))
+    r = subprocess.run([sys.executable, "-c", code], cwd=SOURCE, capture_output=True, text=True, timeout=300,
+                       env=os.environ)
+    assert r.returncode == 0, r.stderr
+    assert "They first differ at generated token" in r.stdout or "identical for all" in r.stdout
+    assert "mean KL " in r.stdout and "recovery" in r.stdout
+    gptq_kl = float(r.stdout.strip().splitlines()[-1])
+    rtn_kl = float(r.stdout.split("mean KL ")[1].split()[0])
+    assert 0 < gptq_kl < rtn_kl  # what the README says: GPTQ on text has the smaller error
