@@ -66,9 +66,6 @@ auto argument_check(Check check) {
   }
 }
 
-// The engine's side of a progress argument: None or False -> no progress; True -> the engine's own terminal line
-// (terminal_progress); a callable -> called as progress(done, total) with the GIL, after which a pending Ctrl-C
-// raises KeyboardInterrupt (error_already_set unwinds the engine).
 // A Python object the engine may copy and drop without the GIL (std::function copies): the copies share one
 // reference, released with the GIL.
 std::shared_ptr<py::object> shared_object(const py::object& o) {
@@ -78,9 +75,21 @@ std::shared_ptr<py::object> shared_object(const py::object& o) {
           }};
 }
 
+// The engine's side of a progress argument: None or False -> no progress; True -> the engine's own terminal line
+// (terminal_progress); a callable -> called as progress(done, total) with the GIL. Each step also lets a pending
+// Ctrl-C raise KeyboardInterrupt (error_already_set unwinds the engine), whatever the argument.
 Progress progress_of(const py::object& progress, const char* what) {
-  if (progress.is_none()) return nullptr;
-  if (py::isinstance<py::bool_>(progress)) return progress.cast<bool>() ? terminal_progress(what) : nullptr;
+  const auto check_signals = [] {
+    py::gil_scoped_acquire locked;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  };
+  if (progress.is_none() || (py::isinstance<py::bool_>(progress) && !progress.cast<bool>()))
+    return [check_signals](std::int64_t, std::int64_t) { check_signals(); };
+  if (py::isinstance<py::bool_>(progress))
+    return [line = terminal_progress(what), check_signals](std::int64_t done, std::int64_t total) {
+      if (line) line(done, total);
+      check_signals();
+    };
   if (!PyCallable_Check(progress.ptr())) throw py::value_error("progress must be None, a bool or a callable");
   return [f = shared_object(progress)](std::int64_t done, std::int64_t total) {
     py::gil_scoped_acquire locked;
@@ -203,7 +212,7 @@ std::pair<std::string, std::string> explain(Model& original, Model& quantized, c
 void quantize(const QuantizeRequest& request, int threads, const py::object& log, const py::object& progress) {
   if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
   argument_check([&] { validate(request); });
-  const QuantizeCallbacks callbacks{log_of(log), progress_of(progress, "layer")};
+  const QuantizeCallbacks callbacks{log_of(log), progress_of(progress, "layer"), nullptr};
   py::gil_scoped_release unlocked;
   ThreadPool pool(threads);
   run_quantize_request(request, pool, callbacks);
@@ -396,9 +405,11 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("input", &QuantizeRequest::input)
       .def_readwrite("output", &QuantizeRequest::output)
       .def_readwrite("format", &QuantizeRequest::format)
+      .def_readwrite("recipe", &QuantizeRequest::recipe)
       .def_readwrite("low_bit", &QuantizeRequest::low_bit)
       .def_readwrite("method", &QuantizeRequest::method)
       .def_readwrite("force", &QuantizeRequest::force)
+      .def_readwrite("resume", &QuantizeRequest::resume)
       .def_readwrite("group_size", &QuantizeRequest::group_size)
       .def_readwrite("int4_range", &QuantizeRequest::int4_range)
       .def_readwrite("rounding", &QuantizeRequest::rounding)

@@ -199,7 +199,7 @@ TEST(Cli, QuantizeGptqWritesALoadableCheckpointAndChecksItsFlags) {
       {"--method gptq --calib random:2x4x5", "--calib 'random:2x4x5' is not random or random:NxL"},
       {"--method gptq --calib random:0x5", "--calib 'random:0x5' is not random or random:NxL"},
       {"--method gptq --calib random:2x99999", "exceed the model's context of 512"},
-      {"--method gptq --calib random:99999999999x2", "GiB of fp32 activations"},
+      {"--method gptq --calib random:99999999999x2", "GiB at its peak (one decoder block in fp32"},
       {"--method gptq --damp-percent 2", "--damp-percent must be in (0, 1], got 2"},
       {"--method gptq --calib-file /nonexistent/calib.txt", "--calib-file /nonexistent/calib.txt: "},
       {"--method gptq --calib random:2x4 --calib-file x.txt", "--calib and --calib-file are alternatives"},

@@ -1,5 +1,4 @@
-// woq eval perplexity / woq eval compare.
-#include <chrono>
+// woq eval perplexity | compare | tasks | recovery (the reports are eval/reports.h's).
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -7,7 +6,6 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -16,8 +14,8 @@
 #include "eval/compare.h"
 #include "eval/perplexity.h"
 #include "eval/recovery.h"
-#include "eval/tasks.h"
 #include "eval/reports.h"
+#include "eval/tasks.h"
 #include "io/json_file.h"
 
 namespace woq::cli {

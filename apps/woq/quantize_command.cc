@@ -1,4 +1,8 @@
 // woq quantize: write a GPTQ-format checkpoint.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +21,7 @@ struct QuantizeArgs {
   QuantizeRequest request;
   // The flags' values; copied into `request` only when given (unset = the library's default).
   std::int64_t group_size = 128;
+  std::string low_bit = "sym_int4", method = "rtn", recipe;
   std::string int4_range = "full", rounding = "woq", gptq_format = "v1", calib = "random", calib_file;
   double max_shard_gb = 5.0, damp_percent = 0.01;
   bool desc_act = false, static_groups = false, true_sequential = false;
@@ -25,6 +30,16 @@ struct QuantizeArgs {
   int threads = 0;
   CLI::App* cmd = nullptr;
 };
+
+// Set by the first Ctrl-C: the run stops after the decoder block in progress (a second one stops it at once).
+std::atomic<bool> stop_requested{false};
+
+extern "C" void on_sigint(int) {
+  stop_requested = true;
+  std::signal(SIGINT, SIG_DFL);
+  constexpr char kSay[] = "\nwoq: stopping after this decoder block (Ctrl-C again stops at once)\n";
+  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kSay, sizeof kSay - 1);
+}
 
 // The value of `flag` when it was given, else unset.
 template <class T>
@@ -35,6 +50,9 @@ std::optional<T> given(const CLI::App* cmd, const char* flag, const T& value) {
 int run_quantize(QuantizeArgs& a) {
   QuantizeRequest& r = a.request;
   const CLI::App* c = a.cmd;
+  r.recipe = given(c, "--recipe", a.recipe);
+  r.low_bit = given(c, "--low-bit", a.low_bit);
+  r.method = given(c, "--method", a.method);
   r.group_size = given(c, "--group-size", a.group_size);
   r.int4_range = given(c, "--int4-range", a.int4_range);
   r.rounding = given(c, "--rounding", a.rounding);
@@ -51,7 +69,9 @@ int run_quantize(QuantizeArgs& a) {
   r.seqlen = given(c, "--seqlen", a.seqlen);
   r.seed = given(c, "--seed", a.seed);
   ThreadPool pool(a.threads);
-  run_quantize_request(r, pool, {[](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); }, nullptr});
+  std::signal(SIGINT, on_sigint);
+  run_quantize_request(r, pool, {[](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); }, nullptr,
+                                 [] { return stop_requested.load(); }});
   return 0;
 }
 
@@ -69,7 +89,7 @@ Run add_quantize(CLI::App& app) {
                   "Output directory (GPTQ) or .gguf file (must not exist unless --force)")->required();
   cmd->add_option("--format", r.format, "gptq (a Hugging Face directory) or gguf (one file llama.cpp runs); "
                   "default: gguf when --output ends in .gguf");
-  cmd->add_option("--low-bit", r.low_bit, "gptq: sym_int4, asym_int4 or sym_int8; gguf: sym_int4 (Q4_0), "
+  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4, asym_int4 or sym_int8; gguf: sym_int4 (Q4_0), "
                   "sym_int8 (Q8_0), fp16, bf16 or fp32")->capture_default_str();
   cmd->add_option("--rounding", args->rounding, "gguf: woq (fp16-rounded scale, nearest even: the blocks equal woq's "
                   "in-memory sym_int4/sym_int8) or ggml (llama-quantize's reference rounding, byte for byte)")
@@ -80,7 +100,7 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--int4-range", args->int4_range,
                   "sym_int4 range: full ([-8, 7], ggml Q4_0; signed scales) or clip ([-7, 7]; positive scales)")
       ->capture_default_str();
-  cmd->add_option("--method", r.method, "Quantization algorithm: rtn (round to nearest) or gptq")
+  cmd->add_option("--method", args->method, "Quantization algorithm: rtn (round to nearest) or gptq")
       ->capture_default_str();
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ: dampening, as a fraction of mean(diag H)")
       ->capture_default_str();
@@ -105,6 +125,13 @@ Run add_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-shard-size", args->max_shard_gb, "Largest safetensors shard, in GB (1e9 bytes)")
       ->capture_default_str();
+  cmd->add_option("--recipe", args->recipe,
+                  "A model card's recipe for the options not given: w8a16 (gptq, sym_int8 per channel, damp_percent "
+                  "0.01, no desc_act, random tokens: Neural Magic's Llama-2-7b w8a16) or w4a16 (gptq, sym_int4 "
+                  "group_size 128, desc_act)");
+  cmd->add_flag("--resume", r.resume,
+                "GPTQ: continue an interrupted run on this output (same input, options and calibration) from its "
+                "last finished decoder block, kept in .OUTPUT.partial beside it");
   cmd->add_flag("--force", r.force, "Replace the output (directory or .gguf file) if it exists");
   add_threads_flag(cmd, args->threads);
   args->cmd = cmd;

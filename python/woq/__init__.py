@@ -250,30 +250,39 @@ def _optional(value, kind, name):
     return kind(value)
 
 
-def quantize(input, output, method="rtn", low_bit="sym_int4", group_size=None, int4_range=None, format=None,
+def quantize(input, output, method=None, low_bit=None, group_size=None, int4_range=None, format=None, recipe=None,
              rounding=None, gptq_format=None, max_shard_gb=None, damp_percent=None, desc_act=None, static_groups=None,
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
-             force=False, threads=0, progress=True):
+             force=False, resume=False, threads=0, progress=True):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
     output: a directory for a GPTQ checkpoint (AutoGPTQ's layout: transformers, vLLM and woq load it) or a .gguf file
         (Q4_0 / Q8_0 / F16 / BF16 / F32 linear layers, for llama.cpp); format="gptq" or "gguf" says so explicitly.
-    method: "rtn" (round to nearest) or "gptq" (calibrated: damp_percent 0.01, desc_act, static_groups,
+    recipe: "w8a16" (gptq, sym_int8 per channel, damp_percent 0.01, no desc_act, random calibration tokens: Neural
+        Magic's Llama-2-7b w8a16 model card) or "w4a16" (gptq, sym_int4 group 128, desc_act) fills the options not
+        given; each can still be set.
+    method: "rtn" (round to nearest, the default) or "gptq" (calibrated: damp_percent 0.01, desc_act, static_groups,
         true_sequential, block_size 128; calib "random" = nsamples x seqlen random token ids with `seed`, or
         "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens).
     low_bit: sym_int4 (default), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
         one that does not apply (a GPTQ option with method="rtn") raises ValueError, as the CLI refuses the flag.
     The output is written into a temporary directory beside it and renamed into place; an existing output is
-    replaced only with force=True. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
+    replaced only with force=True. GPTQ keeps each finished decoder block in .OUTPUT.partial beside it: after an
+    interruption (Ctrl-C raises KeyboardInterrupt after the current block, or the process was killed),
+    resume=True continues from the last finished block with the same input, options and calibration. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
     a terminal (tqdm when installed); False: silent.
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
     r = _woq.QuantizeRequest()
     r.input, r.output = os.fspath(input), os.fspath(output)
     r.format = "" if format is None else str(format)
-    r.low_bit, r.method, r.force = str(low_bit), str(method), bool(force)
+    r.recipe = _optional(recipe, str, "recipe")
+    r.low_bit = _optional(low_bit, str, "low_bit")
+    r.method = _optional(method, str, "method")
+    r.force = bool(force)
+    r.resume = bool(resume)
     r.group_size = _optional(group_size, int, "group_size")
     r.int4_range = _optional(int4_range, str, "int4_range")
     r.rounding = _optional(rounding, str, "rounding")

@@ -47,4 +47,11 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+std::uint64_t current_rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 }  // namespace woq

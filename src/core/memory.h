@@ -20,4 +20,7 @@ std::optional<std::int64_t> last_level_cache_bytes();
 /// Peak resident set size of this process so far, in bytes (getrusage).
 std::uint64_t peak_rss_bytes();
 
+/// Resident set size of this process now, in bytes (/proc/self/statm); 0 when unknown.
+std::uint64_t current_rss_bytes();
+
 }  // namespace woq

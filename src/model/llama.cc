@@ -136,7 +136,7 @@ struct LlamaModel::Scratch {
 };
 
 void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
-                       Scratch& s, const LinearObserver* observe) {
+                       Scratch& s, const LinearObserver* observe, const LinearCompute* compute) {
   const ModelConfig& c = config_;
   const std::int64_t hidden = c.hidden_size;
   const std::int64_t q_dim = c.q_dim();
@@ -150,13 +150,21 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   };
   auto linear = [&](int i, const QuantMatrix& m, const float* in, float* out) {
     if (observe != nullptr) (*observe)(i, in, t_count);
-    matmul(m, in, t_count, out, *pool_);
+    if (compute != nullptr) {
+      (*compute)(i, in, t_count, out);
+    } else {
+      matmul(m, in, t_count, out, *pool_);
+    }
   };
   // Linears that read the same input run as one pass (one activation quantization, one pool wake-up).
   auto shared_linear = [&](int first, std::initializer_list<MatmulOutput> outs, const float* in) {
     if (observe != nullptr)
       for (int i = first; i < first + static_cast<int>(outs.size()); ++i) (*observe)(i, in, t_count);
-    matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_);
+    if (compute != nullptr) {
+      for (std::size_t j = 0; j < outs.size(); ++j) (*compute)(first + static_cast<int>(j), in, t_count, outs.begin()[j].y);
+    } else {
+      matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_);
+    }
   };
   norm_rows(w.attn_norm);
   shared_linear(0, {{&w.wq, s.q.data()}, {&w.wk, s.k.data()}, {&w.wv, s.v.data()}}, s.xn.data());
@@ -203,7 +211,8 @@ void LlamaModel::embed(std::span<const std::int32_t> tokens, float* x) const {
   }
 }
 
-void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe) {
+void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
+                               const LinearCompute& compute) {
   if (layer < 0 || layer >= config_.num_hidden_layers)
     fail("forward_block: layer {} is outside [0, {})", layer, config_.num_hidden_layers);
   if (t_count < 1 || t_count > context_limit())
@@ -212,7 +221,7 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
   cache.grow(t_count);
   Scratch s(config_, t_count);
   const Segment whole{&cache, 0, t_count};
-  block(layer, x, std::span(&whole, 1), 0, s, observe ? &observe : nullptr);
+  block(layer, x, std::span(&whole, 1), 0, s, observe ? &observe : nullptr, compute ? &compute : nullptr);
 }
 
 QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {

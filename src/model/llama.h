@@ -73,6 +73,10 @@ struct LoadOptions {
   std::optional<Activations> activations;
   /// Called with (decoder blocks loaded, blocks) after each block; may be null.
   Progress progress;
+  /// False: the decoder blocks' linear layers are not read (block_linear
+  /// gives empty matrices), for calibration, which computes them itself
+  /// (forward_block's `compute`) from weights it streams one block at a time.
+  bool block_linears = true;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -163,10 +167,15 @@ class LlamaModel {
   using LinearObserver = std::function<void(int index, const float* x, std::int64_t rows)>;
   /// Token embeddings: x [tokens.size(), hidden]. Throws woq::Error for an id outside [0, vocab).
   void embed(std::span<const std::int32_t> tokens, float* x) const;
+  /// Computes y [rows, N] = x [rows, K] W^T for block linear `index` in place of the model's own weights.
+  using LinearCompute = std::function<void(int index, const float* x, std::int64_t rows, float* y)>;
   /// Runs decoder block `layer` in place on the hidden states x [T, hidden] of
   /// one sequence at positions [0, T) (with its own KV), calling `observe`
-  /// (when set) before each linear. Throws woq::Error for a bad layer or T.
-  void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe);
+  /// (when set) before each linear; with `compute` set, the linears are
+  /// computed by it (the model's norms, biases, RoPE and attention stay).
+  /// Throws woq::Error for a bad layer or T.
+  void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
+                     const LinearCompute& compute = nullptr);
   /// Linear `index` (kBlockLinears order) of block `layer`, to inspect or
   /// replace. Throws woq::Error for a bad index.
   QuantMatrix& block_linear(std::int64_t layer, int index);
@@ -180,7 +189,7 @@ class LlamaModel {
     std::int64_t rows;
   };
   void block(std::int64_t layer, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
-             Scratch& scratch, const LinearObserver* observe);
+             Scratch& scratch, const LinearObserver* observe, const LinearCompute* compute = nullptr);
   /// Embeds `tokens` (the segments' rows in order), runs every block and
   /// writes logits for rows [first_logit, T).
   void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,

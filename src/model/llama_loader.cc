@@ -233,6 +233,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   rep.other_bytes += m->final_norm_.size() * sizeof(float);
 
   auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
+    if (!options.block_linears) return QuantMatrix{};  // streamed by the caller (calibration)
     if (quantized) {
       const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
       const auto t0 = std::chrono::steady_clock::now();

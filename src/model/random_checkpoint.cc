@@ -150,6 +150,8 @@ const std::vector<ModelPreset>& model_presets() {
     v.push_back(preset("qwen3-8b", qwen3, "qwen3", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, 1e-6, 151643,
                        {151645, 151643}));
     v.push_back(preset("tiny", llama, "stories", 128, 344, 2, 4, 2, 512, 1024, 1e4, 1e-5, 1, {2}));
+    // Blocks of TinyLlama's widths (hidden 1024 here, 25 MB f16 each) with the bundled tokenizer: memory tests.
+    v.push_back(preset("small", llama, "stories", 1024, 2816, 8, 16, 4, 512, 2048, 1e4, 1e-5, 1, {2}));
     // Small models whose every architecture feature is on, for the reference tests.
     v.push_back(preset("tiny-llama3", llama, "llama3", 64, 160, 2, 4, 2, 128256, 256, 5e5, 1e-5, 128000,
                        {128001, 128009}));

@@ -30,7 +30,9 @@ struct ModelPreset {
 /// Real shapes: llama-2-7b, llama-3-8b, mistral-7b (v0.1: sliding window
 /// 4096), qwen2-7b, qwen3-8b, with their own tokenizers (mistral-7b takes
 /// Llama 2's 32000-piece SentencePiece model, of the same size as its own).
-/// For tests: "tiny" (Llama 2 style, the bundled tokenizer), and hidden-64
+/// For tests: "tiny" (Llama 2 style, the bundled tokenizer), "small" (8
+/// blocks of hidden 1024 and intermediate 2816, GQA 16/4, the bundled
+/// tokenizer: decoder blocks that dominate memory), and hidden-64
 /// models with their family's real tokenizer and vocabulary in which every
 /// architecture feature is on: "tiny-llama3" (llama3 rope scaling, tied
 /// embeddings, attention_bias on q/k/v/o), "tiny-mistral" (sliding window

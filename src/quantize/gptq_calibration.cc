@@ -1,16 +1,20 @@
 #include "quantize/gptq_calibration.h"
 
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/mmap_file.h"
-#include "kernels/matmul.h"
 
 namespace woq {
 
@@ -46,28 +50,51 @@ Calibration text_calibration(const Tokenizer& tokenizer, const std::string& text
   return out;
 }
 
-void check_calibration_memory(std::int64_t count, std::int64_t length, std::int64_t hidden) {
-  const double bytes = 4.0 * static_cast<double>(count) * static_cast<double>(length) * static_cast<double>(hidden);
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (bytes > 0.75 * ram)
-    fail("calibration of {} x {} tokens needs {:.1f} GiB of fp32 activations (hidden {}); this machine has {:.1f} GiB",
-         count, length, bytes / (1u << 30), hidden, ram / (1u << 30));
+GptqMemory gptq_memory(const ModelConfig& c, std::int64_t count, std::int64_t length, std::uint64_t resident_bytes) {
+  const auto f = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b); };
+  GptqMemory m;
+  m.resident = resident_bytes;
+  for (int i = 0; i < 7; ++i) {
+    const auto [rows, cols] = block_linear_shape(c, i);
+    m.block_weights += 4 * f(rows, cols);
+  }
+  // The hidden states of every sequence, one sequence's copy and the forward's scratch of one sequence.
+  const std::int64_t per_token = 2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.intermediate_size +
+                                 c.hidden_size;
+  m.activations = 4 * f(count * length, c.hidden_size) + 4 * f(length, per_token) + 4 * f(length, c.hidden_size);
+  // fp32 sums of X^T X of the inputs fitted at once (q/k/v, o, gate/up share theirs; down reads intermediate), the
+  // f64 matrix and inverse factor of the largest, and GPTQ's f64 copy of the largest weight.
+  const std::int64_t big = std::max(c.intermediate_size, std::max(c.hidden_size, c.q_dim()));
+  m.hessians = 4 * (2 * f(c.hidden_size, c.hidden_size) + f(c.q_dim(), c.q_dim()) + f(c.intermediate_size, c.intermediate_size)) +
+               2 * 8 * f(big, big) + 8 * f(c.intermediate_size, c.hidden_size) + f(c.intermediate_size, c.hidden_size);
+  return m;
 }
 
-std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool) {
-  const TensorStore store = TensorStore::open(dir);
-  const TensorView& probe = store.get("model.layers.0.self_attn.q_proj.weight");
+void check_gptq_memory(const GptqMemory& m, std::int64_t count, std::int64_t length) {
+  const std::optional<std::int64_t> available = available_memory_bytes();
+  if (!available || static_cast<double>(m.total()) <= 0.9 * static_cast<double>(*available)) return;
+  const auto gib = [](double b) { return b / (1u << 30); };
+  fail("GPTQ of {} x {} calibration tokens needs about {:.1f} GiB at its peak (one decoder block in fp32 {:.1f}, "
+       "calibration activations {:.1f}, Hessians {:.1f}, embeddings and lm_head {:.1f}); {:.1f} GiB are available. Use "
+       "fewer or shorter calibration sequences (--nsamples / --seqlen, or --calib random:NxL)",
+       count, length, gib(static_cast<double>(m.total())), gib(static_cast<double>(m.block_weights)),
+       gib(static_cast<double>(m.activations)), gib(static_cast<double>(m.hessians)), gib(static_cast<double>(m.resident)),
+       gib(static_cast<double>(*available)));
+}
+
+std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool, LoadReport* report) {
   LoadOptions options;
-  options.linear.type = probe.dtype == DType::kF16 ? LowBit::kFp16 : probe.dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;
-  return LlamaModel::load(dir, options, pool);
+  options.block_linears = false;  // gptq_block_quantizer streams them, one block at a time
+  return LlamaModel::load(dir, options, pool, report);
 }
 
 BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store, Calibration calibration,
-                                    const GptqOptions& options, bool true_sequential, ThreadPool& pool) {
+                                    const GptqOptions& options, bool true_sequential, ThreadPool& pool,
+                                    const std::function<void(const GptqTimes&)>& on_layer, ResumeDir* resume) {
   if (calibration.empty()) fail("GPTQ needs calibration data");
-  const std::int64_t hidden = model.config().hidden_size;
+  const ModelConfig& config = model.config();
+  const std::int64_t hidden = config.hidden_size;
   const std::int64_t length = static_cast<std::int64_t>(calibration.front().size());
-  check_calibration_memory(static_cast<std::int64_t>(calibration.size()), length, hidden);
   // Hidden states entering the next block, one buffer per sequence.
   auto states = std::make_shared<std::vector<std::vector<float>>>();
   for (const auto& seq : calibration) {
@@ -75,7 +102,53 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     states->emplace_back(static_cast<std::size_t>(length * hidden));
     model.embed(seq, states->back().data());
   }
-  return [&model, &store, states, options, true_sequential, &pool, length](std::int64_t layer) {
+  return [&model, &store, states, options, true_sequential, &pool, length, on_layer, resume](std::int64_t layer) {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    GptqTimes times;
+    times.layer = layer;
+    const ModelConfig& c = model.config();
+    // This block's weights in fp32, read from the checkpoint and released; each is replaced by its quantized
+    // values (dequantized) once GPTQ has fitted it, so that what comes after sees the block as it will run.
+    auto t0 = Clock::now();
+    std::array<std::vector<float>, 7> w;
+    std::array<const TensorView*, 7> tensors{};
+    for (int i = 0; i < 7; ++i) {
+      const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
+      const auto [rows, cols] = block_linear_shape(c, i);
+      require_shape(t, {rows, cols}, shape_source(t));
+      require_float_dtype(t);
+      w[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(rows * cols));
+      tensor_to_f32(t, w[static_cast<std::size_t>(i)].data());
+      release_pages(t.bytes);
+      tensors[static_cast<std::size_t>(i)] = &t;
+    }
+    // y = x W^T by sgemm.
+    const LlamaModel::LinearCompute compute = [&](int i, const float* x, std::int64_t rows, float* y) {
+      const auto [n, k] = block_linear_shape(c, i);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), w[static_cast<std::size_t>(i)].data(),
+                  static_cast<int>(k), 0.0f, y, static_cast<int>(n));
+    };
+    const auto use_quantized = [&](int i, const QuantMatrix& q) {  // w[i] = the values q stands for
+      const std::int64_t k = block_linear_shape(c, i).second;
+      std::vector<float>& wi = w[static_cast<std::size_t>(i)];
+      pool.parallel_for(q.rows, [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, wi.data() + r * k);
+      });
+    };
+    const auto advance_states = [&] {
+      const auto f0 = Clock::now();
+      for (auto& state : *states) model.forward_block(layer, state.data(), length, nullptr, compute);
+      times.forward += seconds_since(f0);
+    };
+    if (resume != nullptr && layer < resume->completed()) {  // done before the interruption
+      std::vector<QuantMatrix> block = resume->load_block(layer);
+      for (int i = 0; i < 7; ++i) use_quantized(i, block[static_cast<std::size_t>(i)]);
+      advance_states();
+      return block;
+    }
+    times.read = seconds_since(t0);
     const std::vector<std::vector<int>> stages =
         true_sequential ? std::vector<std::vector<int>>{{0, 1, 2}, {3}, {4, 5}, {6}}
                         : std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6}};
@@ -83,15 +156,23 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     std::vector<float> x;
     for (const auto& stage : stages) {
       std::map<int, Hessian> hessians;  // by kInputOf
-      for (const int i : stage) hessians.try_emplace(kInputOf[i], model.block_linear(layer, i).cols);
+      for (const int i : stage) hessians.try_emplace(kInputOf[i], block_linear_shape(c, i).second);
+      double hessian_seconds = 0;
       const LlamaModel::LinearObserver observe = [&](int i, const float* in, std::int64_t rows) {
         const auto it = hessians.find(i);
-        if (it != hessians.end()) it->second.add(in, rows);
+        if (it == hessians.end()) return;
+        const auto h0 = Clock::now();
+        it->second.add(in, rows);
+        hessian_seconds += seconds_since(h0);
       };
+      t0 = Clock::now();
       for (const auto& state : *states) {
         x = state;
-        model.forward_block(layer, x.data(), length, observe);
+        model.forward_block(layer, x.data(), length, observe, compute);
       }
+      times.hessian += hessian_seconds;
+      times.forward += seconds_since(t0) - hessian_seconds;
+      t0 = Clock::now();
       // One prepared Hessian alive at a time (the largest is [intermediate, intermediate] f64).
       GptqHessian prepared;
       int prepared_for = -1;
@@ -103,25 +184,21 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
           prepared = prepare_gptq(h.matrix(), h.k(), options);
           h = Hessian(1);  // frees its sums
         }
-        const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
-        require_float_dtype(t);
-        std::vector<float> w(static_cast<std::size_t>(t.numel()));
-        tensor_to_f32(t, w.data());
-        release_pages(t.bytes);
+        const auto [n, k] = block_linear_shape(c, i);
+        std::vector<float>& wi = w[static_cast<std::size_t>(i)];
         try {
-          out[static_cast<std::size_t>(i)] =
-              gptq_quantize(w.data(), t.shape[0], t.shape[1], prepared, options, pool);
+          out[static_cast<std::size_t>(i)] = gptq_quantize(wi.data(), n, k, prepared, options, pool);
         } catch (const Error& e) {
-          fail("{}: tensor '{}': {}", t.file, t.name, e.what());
+          fail("{}: tensor '{}': {}", tensors[static_cast<std::size_t>(i)]->file, tensors[static_cast<std::size_t>(i)]->name,
+               e.what());
         }
-        QuantMatrix& in_model = model.block_linear(layer, i);
-        in_model = out[static_cast<std::size_t>(i)];
-        // The later layers see this one as a loaded checkpoint would run it.
-        in_model.activations = default_activations(in_model.type);
-        prepare_for_kernels(in_model, &pool);
+        use_quantized(i, out[static_cast<std::size_t>(i)]);
       }
+      times.solve += seconds_since(t0);
     }
-    for (auto& state : *states) model.forward_block(layer, state.data(), length, nullptr);
+    advance_states();
+    if (resume != nullptr) resume->save_block(layer, out);
+    if (on_layer) on_layer(times);
     return out;
   };
 }

@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/mmap_file.h"
 #include "io/gguf.h"
 #include "io/hf_config_writer.h"
@@ -403,9 +404,10 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const double elapsed = std::chrono::duration<double>(now - first_block).count();
       const std::int64_t left = config.num_hidden_layers - s.layer - 1;
       if (options.progress)
-        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s (ETA {:.0f} s)", s.layer + 1,
+        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s (ETA {:.0f} s, RSS {:.2f} GiB)", s.layer + 1,
                                      config.num_hidden_layers, std::chrono::duration<double>(now - block_start).count(),
-                                     elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left)));
+                                     elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left),
+                                     static_cast<double>(current_rss_bytes()) / (1u << 30)));
       if (options.layer_progress) options.layer_progress(s.layer + 1, config.num_hidden_layers);
       block_start = now;
     }

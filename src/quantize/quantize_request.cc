@@ -1,6 +1,8 @@
 #include "quantize/quantize_request.h"
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
+#include "quantize/resume.h"
 
 namespace woq {
 
@@ -62,6 +65,34 @@ std::vector<const char*> given_gptq_options(const QuantizeRequest& r) {
   return out;
 }
 
+// What identifies the input: each file's name, size and modification time (the tensors are not read).
+nlohmann::ordered_json input_fingerprint(const std::string& input) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (is_gguf_path(input)) {
+    for (const std::string& part : gguf_split_paths(input)) files.emplace_back(part);
+  } else {
+    for (const auto& entry : fs::directory_iterator(input))
+      if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  nlohmann::ordered_json out = {{"path", fs::weakly_canonical(input).string()}, {"files", nlohmann::ordered_json::array()}};
+  for (const fs::path& f : files)
+    out["files"].push_back({{"name", f.filename().string()},
+                            {"bytes", fs::file_size(f)},
+                            {"mtime_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             fs::last_write_time(f).time_since_epoch()).count()}});
+  return out;
+}
+
+nlohmann::ordered_json calibration_fingerprint(const Calibration& calibration) {
+  std::string ids;
+  for (const auto& seq : calibration) ids.append(reinterpret_cast<const char*>(seq.data()), seq.size() * sizeof(seq[0]));
+  return {{"sequences", calibration.size()},
+          {"tokens", calibration.empty() ? 0 : calibration.front().size()},
+          {"fnv1a64", fnv1a64_hex(ids.data(), ids.size())}};
+}
+
 std::string output_format(const QuantizeRequest& r) {
   return r.format.empty() ? (is_gguf_path(r.output) ? "gguf" : "gptq") : r.format;
 }
@@ -69,21 +100,42 @@ std::string output_format(const QuantizeRequest& r) {
 // --format gguf: one GGUF file (quantize/gguf_export.h).
 void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeCallbacks& cb) {
   GgufExportOptions options;
-  options.type = parse_low_bit(r.low_bit);
+  options.type = parse_low_bit(r.low_bit.value_or("sym_int4"));
   const std::string rounding = r.rounding.value_or("woq");
   options.rounding = parse_rounding(rounding);
   options.force = r.force;
   const GgufExportReport rep = export_gguf(r.input, r.output, options, pool);
   for (const auto& note : rep.notes) say(cb, "note: " + note);
   say(cb, fmt::format("wrote {} (GGUF, {} linear layers as {}, {} rounding): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
-                      r.output, rep.matrices, r.low_bit, rounding, mib(rep.bytes_before), mib(rep.bytes_after),
+                      r.output, rep.matrices, r.low_bit.value_or("sym_int4"), rounding, mib(rep.bytes_before), mib(rep.bytes_after),
                       rep.seconds));
   say(cb, peak_rss_line());
 }
 
 }  // namespace
 
-void validate(const QuantizeRequest& r) {
+QuantizeRequest with_recipe(const QuantizeRequest& request) {
+  QuantizeRequest r = request;
+  if (!r.recipe) return r;
+  if (*r.recipe != "w8a16" && *r.recipe != "w4a16") fail("--recipe '{}' is not one of: w8a16, w4a16", *r.recipe);
+  if (output_format(r) == "gguf") fail("--recipe {} is a GPTQ recipe; it does not apply to --format gguf", *r.recipe);
+  const bool w8 = *r.recipe == "w8a16";
+  if (!r.low_bit) r.low_bit = w8 ? "sym_int8" : "sym_int4";
+  if (!r.group_size) r.group_size = w8 ? -1 : 128;
+  if (!r.method) r.method = "gptq";
+  if (*r.method == "gptq") {
+    if (!r.damp_percent) r.damp_percent = 0.01;
+    if (!r.desc_act) r.desc_act = !w8;
+    if (!r.calib && !r.calib_file) r.calib = "random";
+  }
+  r.recipe.reset();
+  return r;
+}
+
+void validate(const QuantizeRequest& request) {
+  const QuantizeRequest r = with_recipe(request);
+  const std::string method = r.method.value_or("rtn");
+  const std::string low_bit = r.low_bit.value_or("sym_int4");
   const std::string format = output_format(r);
   std::vector<const char*> given = given_gptq_options(r);
   if (format == "gguf") {
@@ -93,17 +145,19 @@ void validate(const QuantizeRequest& r) {
     if (r.max_shard_gb) given.push_back("--max-shard-size");
     if (!given.empty())
       fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", given[0]);
-    if (r.method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", r.method);
-    parse_low_bit(r.low_bit);
+    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", method);
+    parse_low_bit(low_bit);
     if (r.rounding) parse_rounding(*r.rounding);
     return;
   }
   if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", r.format);
   if (r.rounding) fail("--rounding applies to --format gguf only");
-  parse_low_bit(r.low_bit);
+  parse_low_bit(low_bit);
   parse_int4_range(r.int4_range.value_or("full"));
-  if (r.method != "rtn" && r.method != "gptq") fail("--method '{}' is not one of: rtn, gptq", r.method);
-  if (r.method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
+  if (method != "rtn" && method != "gptq") fail("--method '{}' is not one of: rtn, gptq", method);
+  if (method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
+  if (method == "rtn" && r.resume)
+    fail("--resume applies to --method gptq only (round to nearest is quick to run again)");
   if (r.calib && r.calib_file)
     fail("--calib and --calib-file are alternatives; give one (--calib-file uses --nsamples and --seqlen)");
   if (r.damp_percent && !(*r.damp_percent > 0 && *r.damp_percent <= 1))
@@ -114,7 +168,7 @@ void validate(const QuantizeRequest& r) {
   for (const auto& [value, flag] : {std::pair{&r.nsamples, "--nsamples"}, {&r.seqlen, "--seqlen"}, {&r.block_size, "--block-size"}})
     if (*value && **value <= 0) fail("{} must be > 0, got {}", flag, **value);
   if (r.group_size)
-    woq::validate(QuantSpec{parse_low_bit(r.low_bit), *r.group_size, parse_int4_range(r.int4_range.value_or("full"))});
+    woq::validate(QuantSpec{parse_low_bit(low_bit), *r.group_size, parse_int4_range(r.int4_range.value_or("full"))});
   if (r.calib && *r.calib != "random") {
     if (r.nsamples || r.seqlen)
       fail("{} does not apply to --calib {}: N and L are in it (random:NxL); it is for --calib random and "
@@ -123,8 +177,11 @@ void validate(const QuantizeRequest& r) {
   }
 }
 
-void run_quantize_request(const QuantizeRequest& r, ThreadPool& pool, const QuantizeCallbacks& cb) {
-  validate(r);
+void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, const QuantizeCallbacks& cb) {
+  validate(request);
+  const QuantizeRequest r = with_recipe(request);
+  const std::string method = r.method.value_or("rtn");
+  const std::string low_bit = r.low_bit.value_or("sym_int4");
   if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
   // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
   std::int64_t group_size = r.group_size.value_or(128);
@@ -137,24 +194,31 @@ void run_quantize_request(const QuantizeRequest& r, ThreadPool& pool, const Quan
   if (std::error_code ec; std::filesystem::exists(std::filesystem::symlink_status(r.output, ec)) && !r.force)
     fail("{}: already exists (pass --force to replace it)", r.output);  // before any calibration
   QuantizeOptions options;
-  options.spec = {parse_low_bit(r.low_bit), group_size, parse_int4_range(r.int4_range.value_or("full"))};
+  options.spec = {parse_low_bit(low_bit), group_size, parse_int4_range(r.int4_range.value_or("full"))};
   const double damp_percent = r.damp_percent.value_or(0.01);
   const std::string gptq_format = r.gptq_format.value_or("v1");
   options.zeros = gptq_format == "v1" ? GptqZeros::kV1 : GptqZeros::kV2;
   options.max_shard_bytes = static_cast<std::uint64_t>(r.max_shard_gb.value_or(5.0) * 1e9);
   options.force = r.force;
-  options.method = r.method;
+  options.method = method;
   options.progress = cb.log;
-  options.layer_progress = cb.layers;
   BlockQuantizer gptq;
   std::unique_ptr<LlamaModel> model;
   std::optional<TensorStore> store;
-  if (r.method == "gptq") {
+  std::optional<ResumeDir> resume;
+  options.layer_progress = [&cb, &method](std::int64_t done, std::int64_t total) {
+    if (cb.layers) cb.layers(done, total);
+    if (cb.stop && cb.stop() && done < total)
+      fail("stopped after decoder block {} of {}{}", done, total,
+           method == "gptq" ? "; the same command with --resume continues from there" : "");
+  };
+  if (method == "gptq") {
     options.damp_percent = damp_percent;
     options.desc_act = r.desc_act.value_or(false);
     options.static_groups = r.static_groups.value_or(false);
     options.true_sequential = r.true_sequential.value_or(false);
-    model = load_for_calibration(r.input, pool);
+    LoadReport loaded;
+    model = load_for_calibration(r.input, pool, &loaded);
     store = TensorStore::open(r.input);
     const std::string calib = r.calib.value_or("random");
     std::int64_t count = r.nsamples.value_or(32), length = r.seqlen.value_or(512);
@@ -164,7 +228,15 @@ void run_quantize_request(const QuantizeRequest& r, ThreadPool& pool, const Quan
     if (length > model->context_limit())
       fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
            length, model->context_limit());
-    check_calibration_memory(count, length, model->config().hidden_size);
+    const GptqMemory memory = gptq_memory(model->config(), count, length, loaded.other_bytes);
+    const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1u << 30); };
+    const std::optional<std::int64_t> available = available_memory_bytes();
+    say(cb, fmt::format("GPTQ memory at its peak: about {:.2f} GiB (one decoder block in fp32 {:.2f}, calibration "
+                        "activations {:.2f}, Hessians {:.2f}, embeddings and lm_head {:.2f}){}",
+                        gib(memory.total()), gib(memory.block_weights), gib(memory.activations), gib(memory.hessians),
+                        gib(memory.resident),
+                        available ? fmt::format("; {:.1f} GiB available", gib(static_cast<std::uint64_t>(*available))) : ""));
+    check_gptq_memory(memory, count, length);
     const std::uint64_t seed = r.seed.value_or(0);
     Calibration calibration;
     if (!r.calib_file) {
@@ -186,15 +258,35 @@ void run_quantize_request(const QuantizeRequest& r, ThreadPool& pool, const Quan
                         "static_groups {}, true_sequential {}, block_size {}",
                         count, length, r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed),
                         damp_percent, options.desc_act, options.static_groups, options.true_sequential, g.block_size));
-    gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool);
+    const std::int64_t layers = model->config().num_hidden_layers;
+    const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
+                                                {"low_bit", low_bit},
+                                                {"group_size", group_size},
+                                                {"int4_range", r.int4_range.value_or("full")},
+                                                {"gptq_format", gptq_format},
+                                                {"damp_percent", damp_percent},
+                                                {"desc_act", options.desc_act},
+                                                {"static_groups", options.static_groups},
+                                                {"true_sequential", options.true_sequential},
+                                                {"block_size", g.block_size},
+                                                {"calibration", calibration_fingerprint(calibration)}};
+    resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, cb.log);
+    gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
+                                [&cb, layers](const GptqTimes& t) {
+                                  say(cb, fmt::format("layer {}/{} GPTQ: read {:.2f} s, forward {:.2f} s, Hessian "
+                                                      "{:.2f} s, solve {:.2f} s", t.layer + 1, layers, t.read,
+                                                      t.forward, t.hessian, t.solve));
+                                },
+                                &*resume);
   }
   const QuantizeReport rep = quantize_checkpoint(r.input, r.output, options, pool, gptq);
+  if (resume) resume->remove();
   for (const auto& note : rep.notes) say(cb, "note: " + note);
   say(cb, fmt::format("wrote {} (GPTQ {}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
                       "{:.2f} s",
-                      r.output, gptq_format, r.low_bit,
+                      r.output, gptq_format, low_bit,
                       group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                      r.method, rep.matrices, mib(rep.bytes_before), mib(rep.bytes_after),
+                      method, rep.matrices, mib(rep.bytes_before), mib(rep.bytes_after),
                       100.0 * static_cast<double>(rep.bytes_after) / static_cast<double>(rep.bytes_before), rep.seconds));
   say(cb, peak_rss_line());
 }

@@ -23,9 +23,19 @@ struct QuantizeRequest {
   std::string input;   ///< Hugging Face directory (float; for GGUF output also GPTQ) or .gguf file
   std::string output;  ///< directory (GPTQ) or .gguf file
   std::string format;  ///< gptq or gguf; empty: gguf when `output` ends in .gguf
-  std::string low_bit = "sym_int4";
-  std::string method = "rtn";  ///< rtn or gptq
-  bool force = false;          ///< replace an existing output
+  /// A model card's recipe, whose choices fill the options not given: w8a16 =
+  /// gptq, sym_int8, per channel, damp_percent 0.01, no desc_act, random
+  /// calibration tokens (Neural Magic's Llama-2-7b w8a16 card); w4a16 = gptq,
+  /// sym_int4, group_size 128, desc_act. With method rtn given, only low_bit
+  /// and group_size come from it.
+  std::optional<std::string> recipe;
+  std::optional<std::string> low_bit;  ///< default sym_int4
+  std::optional<std::string> method;   ///< rtn (default) or gptq
+  bool force = false;                  ///< replace an existing output
+  /// GPTQ: continue the interrupted run on this output from its last finished
+  /// block (quantize/resume.h); it must have had the same input, options and
+  /// calibration. Without it, an interrupted run's blocks are discarded.
+  bool resume = false;
   std::optional<std::int64_t> group_size;  ///< default 128; 32 for a GGUF input of ggml blocks; -1 = per channel
   std::optional<std::string> int4_range;   ///< full (default) or clip
   std::optional<std::string> rounding;     ///< gguf output: woq (default) or ggml
@@ -49,10 +59,17 @@ struct QuantizeRequest {
 struct QuantizeCallbacks {
   std::function<void(const std::string&)> log;
   Progress layers;
+  /// Asked after each decoder block; true stops the run there with a
+  /// woq::Error (a GPTQ run's finished blocks stay for resume). May be null.
+  std::function<bool()> stop;
 };
 
+/// `request` with its recipe's choices filled in (unchanged without a
+/// recipe). Throws woq::Error for an unknown recipe or one with --format gguf.
+QuantizeRequest with_recipe(const QuantizeRequest& request);
+
 /// Throws woq::Error for a bad choice that needs no file to see: an unknown
-/// name (format, low_bit, int4_range, rounding, method, gptq_format), an
+/// name (recipe, format, low_bit, int4_range, rounding, method, gptq_format), an
 /// option that does not apply (see QuantizeRequest), a damp_percent outside
 /// (0, 1], a non-positive size, or a calib that is not random / random:NxL.
 void validate(const QuantizeRequest& request);

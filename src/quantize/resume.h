@@ -1,0 +1,63 @@
+// What lets an interrupted GPTQ run continue (`woq quantize --resume`): the
+// quantized decoder blocks finished so far, kept in a directory beside the
+// output, .NAME.partial for output NAME, with a manifest that names the run
+// (its fingerprint: input files, options, calibration) and the FNV-1a 64 hash
+// of each block file. Every file is written to a temporary name and renamed,
+// the manifest last, so a run killed at any point leaves a directory that
+// holds exactly the blocks its manifest lists.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/low_bit.h"
+
+namespace woq {
+
+/// FNV-1a 64 of `bytes`, as 16 hex digits.
+std::string fnv1a64_hex(const void* bytes, std::size_t size);
+
+/// The partial-results directory of one output.
+class ResumeDir {
+ public:
+  /// The directory for output `out` of a run described by `fingerprint`
+  /// with `layers` decoder blocks. With `resume`, an existing directory whose
+  /// manifest has the same fingerprint and layer count is continued (each
+  /// block file's hash is checked); any other is an error saying what
+  /// differs. Without `resume`, an existing one is removed and reported to
+  /// `log` (a new run starts over). Locked with flock(2) while open: a second
+  /// run on the same output is refused. Throws woq::Error on I/O failure.
+  ResumeDir(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,
+            const std::function<void(const std::string&)>& log);
+  ~ResumeDir();
+  ResumeDir(const ResumeDir&) = delete;
+  ResumeDir& operator=(const ResumeDir&) = delete;
+
+  /// Blocks 0 .. completed() - 1 are stored.
+  std::int64_t completed() const { return static_cast<std::int64_t>(hashes_.size()); }
+  /// Stores block `layer` (its seven matrices) and records it in the
+  /// manifest; `layer` must be completed(). Throws woq::Error on I/O failure.
+  void save_block(std::int64_t layer, const std::vector<QuantMatrix>& block);
+  /// Block `layer` (< completed()) as saved; throws woq::Error when its file
+  /// is missing, truncated or does not match the manifest's hash.
+  std::vector<QuantMatrix> load_block(std::int64_t layer) const;
+  /// Removes the directory (after the output is published).
+  void remove();
+
+  const std::filesystem::path& path() const { return dir_; }
+
+ private:
+  void write_manifest() const;
+  std::filesystem::path dir_;
+  nlohmann::ordered_json fingerprint_;
+  std::int64_t layers_;
+  std::vector<std::string> hashes_;  ///< per completed block
+  int lock_fd_ = -1;
+};
+
+}  // namespace woq
