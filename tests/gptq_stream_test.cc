@@ -34,29 +34,6 @@ struct Child {
   long max_rss_kib = 0;
 };
 
-// Runs WOQ_BIN with `args` (stdout and stderr to `log`), waiting with wait4 for its rusage.
-Child run_woq(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> all = {WOQ_BIN};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&files, 1, 2);
-  pid_t pid = 0;
-  Child c;
-  if (posix_spawn(&pid, WOQ_BIN, &files, nullptr, argv.data(), environ) != 0) return c;
-  posix_spawn_file_actions_destroy(&files);
-  int status = 0;
-  rusage ru{};
-  if (wait4(pid, &status, 0, &ru) != pid) return c;
-  c.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  c.max_rss_kib = ru.ru_maxrss;
-  return c;
-}
-
 // Starts WOQ_BIN with `args` (stdout and stderr to `log`) without waiting.
 pid_t start_woq(const std::vector<std::string>& args, const std::string& log) {
   std::vector<std::string> all = {WOQ_BIN};
@@ -84,6 +61,9 @@ Child wait_woq(pid_t pid) {
   c.max_rss_kib = ru.ru_maxrss;
   return c;
 }
+
+// Runs WOQ_BIN with `args` (stdout and stderr to `log`) to its end.
+Child run_woq(const std::vector<std::string>& args, const std::string& log) { return wait_woq(start_woq(args, log)); }
 
 // Polls `log` until it holds `text`; false when the process ends first or after two minutes.
 bool wait_for_text(pid_t pid, const std::string& log, const std::string& text) {

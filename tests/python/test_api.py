@@ -24,16 +24,6 @@ def cli(*args):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def model():
-    return woq.optimize_model(MODEL, progress=False)
-
-
-@pytest.fixture(scope="module")
-def fp32():
-    return woq.optimize_model(MODEL, low_bit="fp32", progress=False)
-
-
 @pytest.mark.parametrize("low_bit,group_size", [("sym_int4", 32), ("asym_int4", 64), ("sym_int8", -1), ("fp32", 32)])
 def test_greedy_generate_equals_the_cli_byte_for_byte(low_bit, group_size):
     m = woq.optimize_model(MODEL, low_bit=low_bit, group_size=group_size, progress=False)

@@ -32,16 +32,6 @@ def cli_json(tmp_path, *args):
     return r, json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module")
-def model():
-    return woq.optimize_model(MODEL, progress=False)
-
-
-@pytest.fixture(scope="module")
-def fp32():
-    return woq.optimize_model(MODEL, low_bit="fp32", progress=False)
-
-
 def files_of(directory):
     return {p: (directory / p).read_bytes() for p in sorted(os.listdir(directory))}
 
