@@ -184,7 +184,8 @@ TEST(Gptq, MatchesF64Reference) {
   std::vector<Case> cases;
   for (const QuantSpec spec : {QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kSymInt4, 16, Int4Range::kClip},
                                QuantSpec{LowBit::kAsymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kSymInt8, 32, Int4Range::kFull},
-                               QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}, QuantSpec{LowBit::kAsymInt4, -1, Int4Range::kFull}})
+                               QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}, QuantSpec{LowBit::kAsymInt4, -1, Int4Range::kFull},
+                               QuantSpec{LowBit::kAsymInt4, 12, Int4Range::kFull}})  // 12: groups start inside sub-blocks
     for (const bool desc_act : {false, true})
       for (const bool static_groups : {false, true}) cases.push_back({spec, desc_act, static_groups});
   for (const Case& c : cases) {

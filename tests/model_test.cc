@@ -258,6 +258,28 @@ TEST(Stories260K, PrefillEqualsStepwiseDecodeAndThreadsAreDeterministic) {
   }
 }
 
+// forward_block keeps its buffers between calls: calls of other lengths in between change nothing.
+TEST(Stories260K, ForwardBlockReusedBuffersEqualFreshOnes) {
+  const auto ids = reference()["ids"].get<std::vector<std::int32_t>>();
+  ThreadPool pool(2);
+  auto reused = load(pool, kFp32);
+  const std::int64_t hidden = reused->config().hidden_size;
+  const auto run = [&](LlamaModel& m, std::int64_t t) {
+    std::vector<float> x(static_cast<std::size_t>(t * hidden));
+    m.embed(std::span(ids).first(static_cast<std::size_t>(t)), x.data());
+    for (std::int64_t l = 0; l < m.config().num_hidden_layers; ++l) m.forward_block(l, x.data(), t, nullptr);
+    return x;
+  };
+  std::vector<std::vector<float>> got;
+  for (const std::int64_t t : {40, 17, 40, 3, 17}) got.push_back(run(*reused, t));
+  std::size_t i = 0;
+  for (const std::int64_t t : {40, 17, 40, 3, 17}) {
+    auto fresh = load(pool, kFp32);
+    EXPECT_EQ(got[i++], run(*fresh, t)) << t;
+  }
+  EXPECT_NE(got[0], std::vector<float>(got[0].size(), 0.0f));
+}
+
 // Teacher-forced next-token agreement and KL divergence of each low-bit
 // format against fp32 on the reference sequence.
 TEST(Stories260K, LowBitAccuracyAgainstFp32) {

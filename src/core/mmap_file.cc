@@ -62,10 +62,19 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void release_pages(std::span<const std::uint8_t> bytes) {
+  // Whole pages inside the range only: its first and last pages may hold a neighbour's bytes.
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(bytes.data()) + page - 1) / page * page;
   const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size()) / page * page;
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void prefetch_pages(std::span<const std::uint8_t> bytes) {
+  // Every page the range touches (madvise needs a page-aligned start).
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()) / page * page;
+  const auto end = reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size();
+  if (!bytes.empty()) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
 }
 
 }  // namespace woq

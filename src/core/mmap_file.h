@@ -37,4 +37,10 @@ class MappedFile {
 /// converted, so loading does not hold the whole checkpoint resident.
 void release_pages(std::span<const std::uint8_t> bytes);
 
+/// Asks the kernel to start reading the pages of `bytes` (a range of a
+/// MappedFile) from the file in the background (madvise MADV_WILLNEED), so
+/// that a later read finds them in memory. Used to read the next decoder
+/// block while the current one computes.
+void prefetch_pages(std::span<const std::uint8_t> bytes);
+
 }  // namespace woq

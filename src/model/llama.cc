@@ -135,6 +135,14 @@ struct LlamaModel::Scratch {
   std::vector<float> xn, q, k, v, att, gate, up, proj;
 };
 
+struct LlamaModel::BlockPass {
+  BlockPass(const ModelConfig& c, std::int64_t t) : cache(1, t, c.kv_dim()), scratch(c, t) { cache.grow(t); }
+  KVCache cache;
+  Scratch scratch;
+};
+
+LlamaModel::~LlamaModel() = default;
+
 void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
                        Scratch& s, const LinearObserver* observe, const LinearCompute* compute) {
   const ModelConfig& c = config_;
@@ -217,11 +225,13 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
     fail("forward_block: layer {} is outside [0, {})", layer, config_.num_hidden_layers);
   if (t_count < 1 || t_count > context_limit())
     fail("forward_block: {} tokens is outside [1, {}]", t_count, context_limit());
-  KVCache cache(1, t_count, config_.kv_dim());
-  cache.grow(t_count);
-  Scratch s(config_, t_count);
-  const Segment whole{&cache, 0, t_count};
-  block(layer, x, std::span(&whole, 1), 0, s, observe ? &observe : nullptr, compute ? &compute : nullptr);
+  if (!block_pass_ || block_pass_->cache.capacity != t_count) {
+    block_pass_.reset();
+    block_pass_ = std::make_unique<BlockPass>(config_, t_count);
+  }
+  const Segment whole{&block_pass_->cache, 0, t_count};
+  block(layer, x, std::span(&whole, 1), 0, block_pass_->scratch, observe ? &observe : nullptr,
+        compute ? &compute : nullptr);
 }
 
 QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {

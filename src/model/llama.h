@@ -173,15 +173,20 @@ class LlamaModel {
   /// one sequence at positions [0, T) (with its own KV), calling `observe`
   /// (when set) before each linear; with `compute` set, the linears are
   /// computed by it (the model's norms, biases, RoPE and attention stay).
-  /// Throws woq::Error for a bad layer or T.
+  /// Its buffers stay allocated for the next call with the same T (fresh
+  /// pages cost a calibration forward ~10 %). Throws woq::Error for a bad
+  /// layer or T.
   void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                      const LinearCompute& compute = nullptr);
   /// Linear `index` (kBlockLinears order) of block `layer`, to inspect or
   /// replace. Throws woq::Error for a bad index.
   QuantMatrix& block_linear(std::int64_t layer, int index);
 
+  ~LlamaModel();
+
  private:
   struct Scratch;
+  struct BlockPass;  ///< forward_block's KV cache and activations, kept for the next call of the same length
   /// `rows` consecutive rows of a pass continuing the sequence in `cache` at pos0.
   struct Segment {
     KVCache* cache;
@@ -205,6 +210,7 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  ///< (hidden)
   std::vector<float> inv_freq_;    ///< (head_dim / 2) RoPE frequencies after rope_scaling
+  std::unique_ptr<BlockPass> block_pass_;
 };
 
 }  // namespace woq

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "formats/group_rule.h"
 #include "formats/int_matrix.h"
+#include "kernels/blas.h"
 
 extern "C" {
 // LAPACK (Fortran interface), provided by OpenBLAS or reference LAPACK.
@@ -20,6 +21,20 @@ namespace woq {
 namespace {
 
 std::size_t at(std::int64_t r, std::int64_t c, std::int64_t ld) { return static_cast<std::size_t>(r * ld + c); }
+
+// Columns quantized one by one between two dgemm updates inside a block (the reference's per-column update of the
+// whole block costs N * K * block_size scalar flops; this leaves N * K * kSubBlock of them).
+constexpr std::int64_t kSubBlock = 16;
+
+// Calls f(i, j) for every 0 <= i <= j < k, in 64 x 64 tiles: f's transposed accesses stay in cache.
+template <typename F>
+void for_upper_tiles(std::int64_t k, F f) {
+  constexpr std::int64_t kTile = 64;
+  for (std::int64_t i0 = 0; i0 < k; i0 += kTile)
+    for (std::int64_t j0 = i0; j0 < k; j0 += kTile)
+      for (std::int64_t i = i0; i < std::min(k, i0 + kTile); ++i)
+        for (std::int64_t j = std::max(i, j0); j < std::min(k, j0 + kTile); ++j) f(i, j);
+}
 
 // Replaces the symmetric positive definite `a` [k, k] (row-major) by the
 // upper Cholesky factor U of its inverse, a^-1 = U^T U. With J the reversal
@@ -41,8 +56,7 @@ void inverse_cholesky_upper(std::vector<double>& a, std::int64_t k) {
   if (info != 0) fail("GPTQ: inverting the Hessian failed (LAPACK info {}); raise --damp-percent", info);
   // rev's row-major upper triangle holds (M^-1)^T: U[i][j] = M^-1[k-1-i][k-1-j] = rev[k-1-j][k-1-i].
   std::fill(a.begin(), a.end(), 0.0);
-  for (std::int64_t i = 0; i < k; ++i)
-    for (std::int64_t j = i; j < k; ++j) a[at(i, j, k)] = rev[at(k - 1 - j, k - 1 - i, k)];
+  for_upper_tiles(k, [&](std::int64_t i, std::int64_t j) { a[at(i, j, k)] = rev[at(k - 1 - j, k - 1 - i, k)]; });
 }
 
 }  // namespace
@@ -64,8 +78,7 @@ std::vector<double> Hessian::matrix() const {
   if (rows_ == 0) fail("Hessian: no calibration rows were added");
   std::vector<double> h(sum_.size());
   const double scale = 2.0 / static_cast<double>(rows_);
-  for (std::int64_t i = 0; i < k_; ++i)
-    for (std::int64_t j = i; j < k_; ++j) h[at(i, j, k_)] = h[at(j, i, k_)] = scale * sum_[at(i, j, k_)];
+  for_upper_tiles(k_, [&](std::int64_t i, std::int64_t j) { h[at(i, j, k_)] = h[at(j, i, k_)] = scale * sum_[at(i, j, k_)]; });
   return h;
 }
 
@@ -154,39 +167,55 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, con
   const std::int64_t block =
       per_channel || options.static_groups ? block_size : std::max(g, block_size / g * g);
   std::vector<std::uint8_t> q(static_cast<std::size_t>(n * k));  // stored integers, processing order
-  std::vector<double> err(static_cast<std::size_t>(n * block));
-  for (std::int64_t i1 = 0; i1 < k; i1 += block) {
-    const std::int64_t i2 = std::min(k, i1 + block);
-    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> x(static_cast<std::size_t>(g));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        double* row = w.data() + r * k;
-        for (std::int64_t j = i1; j < i2; ++j) {
-          const std::int64_t feature = perm[static_cast<std::size_t>(j)];
-          GroupRule* rule;
-          if (fit_up_front) {
-            rule = &rules[at(r, per_channel ? 0 : feature / g, groups)];
-          } else {
-            rule = &rules[at(r, j / g, groups)];
-            if (j % g == 0) {
-              const std::int64_t len = std::min(g, k - j);
-              for (std::int64_t c = 0; c < len; ++c) x[static_cast<std::size_t>(c)] = static_cast<float>(row[j + c]);
-              *rule = fit_group(spec.type, spec.int4_range, x.data(), len);
+  // Rows are independent given U: each of the pool's threads solves its own rows, its BLAS calls on one thread.
+  const ScopedBlasThreads one_blas_thread(1);
+  pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+    const std::int64_t rows = r1 - r0;
+    double* const w0 = w.data() + r0 * k;
+    std::vector<double> err(static_cast<std::size_t>(rows * block));
+    std::vector<float> x(static_cast<std::size_t>(g));
+    for (std::int64_t i1 = 0; i1 < k; i1 += block) {
+      const std::int64_t i2 = std::min(k, i1 + block);
+      // The block's columns in sub-blocks of kSubBlock: column by column inside one (each error updates the
+      // sub-block's later columns), then one dgemm carries the sub-block's errors to the rest of the block. A group
+      // fitted as it forms opens a sub-block, so that its columns hold every earlier column's update when fitted.
+      for (std::int64_t s1 = i1; s1 < i2;) {
+        std::int64_t s2 = std::min(i2, s1 + kSubBlock);
+        if (!fit_up_front) s2 = std::min(s2, (s1 / g + 1) * g);
+        for (std::int64_t r = r0; r < r1; ++r) {
+          double* row = w.data() + r * k;
+          for (std::int64_t j = s1; j < s2; ++j) {
+            const std::int64_t feature = perm[static_cast<std::size_t>(j)];
+            GroupRule* rule;
+            if (fit_up_front) {
+              rule = &rules[at(r, per_channel ? 0 : feature / g, groups)];
+            } else {
+              rule = &rules[at(r, j / g, groups)];
+              if (j % g == 0) {
+                const std::int64_t len = std::min(g, k - j);
+                for (std::int64_t c = 0; c < len; ++c) x[static_cast<std::size_t>(c)] = static_cast<float>(row[j + c]);
+                *rule = fit_group(spec.type, spec.int4_range, x.data(), len);
+              }
             }
+            const int qi = rule->quantize(static_cast<float>(row[j]));
+            q[at(r, j, k)] = static_cast<std::uint8_t>(spec.type == LowBit::kSymInt8 ? qi + 128 : qi);
+            const double e = (row[j] - static_cast<double>(rule->value(qi))) / u[at(j, j, k)];
+            for (std::int64_t c = j + 1; c < s2; ++c) row[c] -= e * u[at(j, c, k)];
+            err[at(r - r0, j - i1, block)] = e;
           }
-          const int qi = rule->quantize(static_cast<float>(row[j]));
-          q[at(r, j, k)] = static_cast<std::uint8_t>(spec.type == LowBit::kSymInt8 ? qi + 128 : qi);
-          const double e = (row[j] - static_cast<double>(rule->value(qi))) / u[at(j, j, k)];
-          for (std::int64_t c = j + 1; c < i2; ++c) row[c] -= e * u[at(j, c, k)];
-          err[at(r, j - i1, block)] = e;
         }
+        if (s2 < i2)
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(i2 - s2),
+                      static_cast<int>(s2 - s1), -1.0, err.data() + (s1 - i1), static_cast<int>(block),
+                      u.data() + s1 * k + s2, static_cast<int>(k), 1.0, w0 + s2, static_cast<int>(k));
+        s1 = s2;
       }
-    });
-    if (i2 < k)  // lazy batch update of the columns after the block
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(k - i2),
-                  static_cast<int>(i2 - i1), -1.0, err.data(), static_cast<int>(block), u.data() + i1 * k + i2,
-                  static_cast<int>(k), 1.0, w.data() + i2, static_cast<int>(k));
-  }
+      if (i2 < k)  // lazy batch update of the columns after the block
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(k - i2),
+                    static_cast<int>(i2 - i1), -1.0, err.data(), static_cast<int>(block), u.data() + i1 * k + i2,
+                    static_cast<int>(k), 1.0, w0 + i2, static_cast<int>(k));
+    }
+  });
 
   // Back to input-feature order, in the integer form every checkpoint shares.
   IntMatrix m;

@@ -108,6 +108,14 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     GptqTimes times;
     times.layer = layer;
     const ModelConfig& c = model.config();
+    // A block finished before an interruption is not read: its stored integers stand for it.
+    const auto finished = [&](std::int64_t l) { return resume != nullptr && l < resume->completed(); };
+    const bool done = finished(layer);
+    // The next block's weights are read from the file in the background while this one computes.
+    if (layer + 1 < c.num_hidden_layers && !finished(layer + 1))
+      for (int i = 0; i < 7; ++i)
+        if (const TensorView* next = store.find(fmt::format("model.layers.{}.{}.weight", layer + 1, kBlockLinears[i])))
+          prefetch_pages(next->bytes);
     // This block's weights in fp32, read from the checkpoint and released; each is replaced by its quantized
     // values (dequantized) once GPTQ has fitted it, so that what comes after sees the block as it will run.
     auto t0 = Clock::now();
@@ -119,9 +127,10 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       require_shape(t, {rows, cols}, shape_source(t));
       require_float_dtype(t);
       w[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(rows * cols));
+      tensors[static_cast<std::size_t>(i)] = &t;
+      if (done) continue;
       tensor_to_f32(t, w[static_cast<std::size_t>(i)].data());
       release_pages(t.bytes);
-      tensors[static_cast<std::size_t>(i)] = &t;
     }
     // y = x W^T by sgemm.
     const LlamaModel::LinearCompute compute = [&](int i, const float* x, std::int64_t rows, float* y) {
@@ -142,7 +151,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       for (auto& state : *states) model.forward_block(layer, state.data(), length, nullptr, compute);
       times.forward += seconds_since(f0);
     };
-    if (resume != nullptr && layer < resume->completed()) {  // done before the interruption
+    if (done) {
       std::vector<QuantMatrix> block = resume->load_block(layer);
       for (int i = 0; i < 7; ++i) use_quantized(i, block[static_cast<std::size_t>(i)]);
       advance_states();
@@ -165,10 +174,14 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         it->second.add(in, rows);
         hessian_seconds += seconds_since(h0);
       };
+      // The copy's output is dropped: down_proj's product is not needed, only its input.
+      const LlamaModel::LinearCompute inputs_only = [&](int i, const float* in, std::int64_t rows, float* y) {
+        if (i != 6) compute(i, in, rows, y);
+      };
       t0 = Clock::now();
       for (const auto& state : *states) {
         x = state;
-        model.forward_block(layer, x.data(), length, observe, compute);
+        model.forward_block(layer, x.data(), length, observe, inputs_only);
       }
       times.hessian += hessian_seconds;
       times.forward += seconds_since(t0) - hessian_seconds;
@@ -197,7 +210,9 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       times.solve += seconds_since(t0);
     }
     advance_states();
+    t0 = Clock::now();
     if (resume != nullptr) resume->save_block(layer, out);
+    times.save = seconds_since(t0);
     if (on_layer) on_layer(times);
     return out;
   };

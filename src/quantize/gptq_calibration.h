@@ -63,6 +63,7 @@ struct GptqTimes {
   double forward = 0;  ///< calibration forwards through it (sgemm), before and after quantizing
   double hessian = 0;  ///< X^T X (ssyrk)
   double solve = 0;    ///< damping, inverse Cholesky and the GPTQ column updates, dequantizing the result
+  double save = 0;     ///< the finished block's integers into the --resume directory
 };
 
 /// A BlockQuantizer that runs GPTQ on `model` (from load_for_calibration),

@@ -389,7 +389,9 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     }
     if (s.layer != current) {
       packed.clear();
+      const auto quantize_start = std::chrono::steady_clock::now();
       std::vector<QuantMatrix> block = quantize_block(s.layer);
+      const auto pack_start = std::chrono::steady_clock::now();
       if (block.size() != 7) fail("internal: quantizer returned {} matrices for layer {}", block.size(), s.layer);
       for (int j = 0; j < 7; ++j) {
         try {
@@ -403,9 +405,12 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const auto now = std::chrono::steady_clock::now();
       const double elapsed = std::chrono::duration<double>(now - first_block).count();
       const std::int64_t left = config.num_hidden_layers - s.layer - 1;
+      const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+      // Writing: the previous block's tensors, from its end to this one's start, and packing this one.
       if (options.progress)
-        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s (ETA {:.0f} s, RSS {:.2f} GiB)", s.layer + 1,
-                                     config.num_hidden_layers, std::chrono::duration<double>(now - block_start).count(),
+        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s, writing {:.2f} s (ETA {:.0f} s, RSS {:.2f} GiB)",
+                                     s.layer + 1, config.num_hidden_layers, seconds(now - block_start),
+                                     seconds(quantize_start - block_start) + seconds(now - pack_start),
                                      elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left),
                                      static_cast<double>(current_rss_bytes()) / (1u << 30)));
       if (options.layer_progress) options.layer_progress(s.layer + 1, config.num_hidden_layers);

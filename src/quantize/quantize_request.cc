@@ -15,6 +15,7 @@
 #include "io/gguf.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "kernels/blas.h"
 #include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
@@ -255,9 +256,10 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     g.static_groups = options.static_groups;
     g.block_size = r.block_size.value_or(128);
     say(cb, fmt::format("GPTQ calibration: {} sequences x {} tokens ({}), damp_percent {}, desc_act {}, "
-                        "static_groups {}, true_sequential {}, block_size {}",
+                        "static_groups {}, true_sequential {}, block_size {}; {}",
                         count, length, r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed),
-                        damp_percent, options.desc_act, options.static_groups, options.true_sequential, g.block_size));
+                        damp_percent, options.desc_act, options.static_groups, options.true_sequential, g.block_size,
+                        blas_description()));
     const std::int64_t layers = model->config().num_hidden_layers;
     const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
                                                 {"low_bit", low_bit},
@@ -274,8 +276,8 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
                                 [&cb, layers](const GptqTimes& t) {
                                   say(cb, fmt::format("layer {}/{} GPTQ: read {:.2f} s, forward {:.2f} s, Hessian "
-                                                      "{:.2f} s, solve {:.2f} s", t.layer + 1, layers, t.read,
-                                                      t.forward, t.hessian, t.solve));
+                                                      "{:.2f} s, solve {:.2f} s, save {:.2f} s", t.layer + 1, layers,
+                                                      t.read, t.forward, t.hessian, t.solve, t.save));
                                 },
                                 &*resume);
   }

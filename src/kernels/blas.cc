@@ -1,0 +1,55 @@
+#include "kernels/blas.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+extern "C" {
+// OpenBLAS's own API, weak so that another BLAS links too.
+char* openblas_get_corename(void) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+void openblas_set_num_threads(int) __attribute__((weak));
+}
+
+namespace woq {
+
+namespace {
+
+// What OpenBLAS's SkylakeX kernels are compiled for (libgcc's checks include the OS's saving of the ZMM state).
+bool cpu_runs_skylakex_kernels() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+std::string blas_description() {
+  if (openblas_get_corename == nullptr) return "BLAS";
+  const std::string core = openblas_get_corename();
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (forced == nullptr || *forced == '\0') return fmt::format("OpenBLAS {} kernels", core);
+  const bool avx512 = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  if (avx512 || !cpu_runs_skylakex_kernels())
+    return fmt::format("OpenBLAS {} kernels (OPENBLAS_CORETYPE={})", core, forced);
+  return fmt::format("OpenBLAS {} kernels, as OPENBLAS_CORETYPE={} says; this CPU runs OpenBLAS's AVX-512 kernels, "
+                     "about 1.7 times as fast for GPTQ on Zen 5: unset OPENBLAS_CORETYPE to use them",
+                     core, forced);
+}
+
+ScopedBlasThreads::ScopedBlasThreads(int threads) {
+  if (openblas_get_num_threads == nullptr || openblas_set_num_threads == nullptr) return;
+  saved_ = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+}
+
+ScopedBlasThreads::~ScopedBlasThreads() {
+  if (saved_ > 0) openblas_set_num_threads(saved_);
+}
+
+}  // namespace woq
