@@ -176,13 +176,19 @@ TEST_F(GptqStream, InterruptedRunsResumeToTheUninterruptedOutput) {
   for (const auto& e : std::filesystem::directory_iterator(path("")))
     EXPECT_EQ(e.path().filename().string().find(".cut."), std::string::npos) << e.path();  // no temporary left
 
-  // Without --resume an interrupted run starts over (and says so).
+  // Without --resume an interrupted run's finished blocks are not thrown away: refused, unless --force starts over.
   pid = start_woq(gptq_flags(in, path("again")), log);
   ASSERT_TRUE(wait_for_text(pid, log, "layer 1/8 quantized")) << test::read_file(log);
   kill(pid, SIGKILL);
   wait_woq(pid);
-  ASSERT_EQ(run_woq(gptq_flags(in, path("again")), log).code, 0) << test::read_file(log);
-  EXPECT_NE(test::read_file(log).find("an interrupted run's"), std::string::npos) << test::read_file(log);
+  ASSERT_EQ(run_woq(gptq_flags(in, path("again")), log).code, 1) << test::read_file(log);
+  EXPECT_NE(test::read_file(log).find("pass --resume to continue that run, or --force"), std::string::npos)
+      << test::read_file(log);
+  EXPECT_TRUE(std::filesystem::exists(path(".again.partial/manifest.json")));
+  std::vector<std::string> forced = gptq_flags(in, path("again") + "/");  // a trailing '/' names the same output
+  forced.push_back("--force");
+  ASSERT_EQ(run_woq(forced, log).code, 0) << test::read_file(log);
+  EXPECT_NE(test::read_file(log).find("--force: discarded"), std::string::npos) << test::read_file(log);
   EXPECT_EQ(files_of(path("again")), files_of(path("small-8-gptq")));
 }
 

@@ -117,6 +117,8 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
 
 QuantizeRequest with_recipe(const QuantizeRequest& request) {
   QuantizeRequest r = request;
+  // "OUT/" names OUT.
+  while (r.output.size() > 1 && r.output.back() == '/') r.output.pop_back();
   if (!r.recipe) return r;
   if (*r.recipe != "w8a16" && *r.recipe != "w4a16") fail("--recipe '{}' is not one of: w8a16, w4a16", *r.recipe);
   if (output_format(r) == "gguf") fail("--recipe {} is a GPTQ recipe; it does not apply to --format gguf", *r.recipe);
@@ -272,7 +274,8 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
                                                 {"true_sequential", options.true_sequential},
                                                 {"block_size", g.block_size},
                                                 {"calibration", calibration_fingerprint(calibration)}};
-    resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, cb.log);
+    resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force,
+                   cb.log);
     gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
                                 [&cb, layers](const GptqTimes& t) {
                                   say(cb, fmt::format("layer {}/{} GPTQ: read {:.2f} s, forward {:.2f} s, Hessian "

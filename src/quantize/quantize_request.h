@@ -64,8 +64,9 @@ struct QuantizeCallbacks {
   std::function<bool()> stop;
 };
 
-/// `request` with its recipe's choices filled in (unchanged without a
-/// recipe). Throws woq::Error for an unknown recipe or one with --format gguf.
+/// `request` as it runs: its recipe's choices filled in, and a trailing '/'
+/// of the output path dropped. Throws woq::Error for an unknown recipe or
+/// one with --format gguf.
 QuantizeRequest with_recipe(const QuantizeRequest& request);
 
 /// Throws woq::Error for a bad choice that needs no file to see: an unknown

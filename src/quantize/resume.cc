@@ -73,7 +73,7 @@ std::string fnv1a64_hex(const void* bytes, std::size_t size) {
 }
 
 ResumeDir::ResumeDir(const fs::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,
-                     const std::function<void(const std::string&)>& log)
+                     bool discard, const std::function<void(const std::string&)>& log)
     : dir_(out.parent_path() / fmt::format(".{}.partial", out.filename().string())),
       fingerprint_(std::move(fingerprint)),
       layers_(layers) {
@@ -100,10 +100,16 @@ ResumeDir::ResumeDir(const fs::path& out, nlohmann::ordered_json fingerprint, st
       done = static_cast<std::int64_t>(read_json_file(manifest.string()).at("blocks").size());
     } catch (const std::exception&) {
     }
+    if (done > 0 && !discard) {
+      close(lock_fd_);
+      lock_fd_ = -1;
+      fail("{} holds an interrupted run's {} finished blocks: pass --resume to continue that run, or --force to "
+           "discard them and start over",
+           dir_.string(), done);
+    }
     for (const auto& entry : fs::directory_iterator(dir_, ec)) fs::remove_all(entry.path(), ec);
-    if (log)
-      log(fmt::format("removed {}, an interrupted run's {} finished blocks (pass --resume to continue such a run)",
-                      dir_.string(), done));
+    if (log && done > 0)
+      log(fmt::format("--force: discarded {}, an interrupted run's {} finished blocks", dir_.string(), done));
   }
   if (!resume) {
     write_manifest();

@@ -29,11 +29,12 @@ class ResumeDir {
   /// with `layers` decoder blocks. With `resume`, an existing directory whose
   /// manifest has the same fingerprint and layer count is continued (each
   /// block file's hash is checked); any other is an error saying what
-  /// differs. Without `resume`, an existing one is removed and reported to
-  /// `log` (a new run starts over). Locked with flock(2) while open: a second
-  /// run on the same output is refused. Throws woq::Error on I/O failure.
+  /// differs. Without `resume`, an existing one holding finished blocks is
+  /// an error unless `discard` (--force): then it is emptied and reported to
+  /// `log` and a new run starts over. Locked with flock(2) while open: a
+  /// second run on the same output is refused. Throws woq::Error on I/O failure.
   ResumeDir(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,
-            const std::function<void(const std::string&)>& log);
+            bool discard, const std::function<void(const std::string&)>& log);
   ~ResumeDir();
   ResumeDir(const ResumeDir&) = delete;
   ResumeDir& operator=(const ResumeDir&) = delete;
