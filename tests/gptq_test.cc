@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "formats/group_rule.h"
+#include "kernels/blas.h"
 
 namespace woq {
 namespace {
@@ -292,6 +293,19 @@ TEST(Gptq, RejectsBadSettings) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("raise --damp-percent"), std::string::npos) << e.what();
   }
+}
+
+// Two quantizations at once (Python threads) overlap their scopes: the count from before the first comes back
+// only when the last ends, and the one left alone keeps its single thread.
+TEST(Blas, OverlappingScopesRestoreTheCountFromBeforeTheFirst) {
+  const int before = blas_threads();
+  auto a = std::make_unique<ScopedBlasThreads>(1);
+  auto b = std::make_unique<ScopedBlasThreads>(1);
+  if (before == 0) GTEST_SKIP() << "not OpenBLAS";
+  a.reset();
+  EXPECT_EQ(blas_threads(), 1);
+  b.reset();
+  EXPECT_EQ(blas_threads(), before);
 }
 
 }  // namespace

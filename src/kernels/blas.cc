@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <cstdlib>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -46,14 +47,29 @@ std::string blas_description() {
                      core, forced);
 }
 
+namespace {
+
+// The count before the first of the scopes alive now (they may overlap: two quantizations in one process).
+std::mutex scopes_mutex;
+int scopes = 0;
+int count_before = 0;
+
+}  // namespace
+
+int blas_threads() { return openblas_get_num_threads != nullptr ? openblas_get_num_threads() : 0; }
+
 ScopedBlasThreads::ScopedBlasThreads(int threads) {
   if (openblas_get_num_threads == nullptr || openblas_set_num_threads == nullptr) return;
-  saved_ = openblas_get_num_threads();
+  const std::lock_guard lock(scopes_mutex);
+  if (scopes++ == 0) count_before = openblas_get_num_threads();
   openblas_set_num_threads(threads);
+  active_ = true;
 }
 
 ScopedBlasThreads::~ScopedBlasThreads() {
-  if (saved_ > 0) openblas_set_num_threads(saved_);
+  if (!active_) return;
+  const std::lock_guard lock(scopes_mutex);
+  if (--scopes == 0) openblas_set_num_threads(count_before);
 }
 
 }  // namespace woq

@@ -16,11 +16,15 @@ namespace woq {
 /// not OpenBLAS.
 std::string blas_description();
 
-/// Sets OpenBLAS's thread count for its lifetime and restores it after: a
-/// ThreadPool whose threads each make their own BLAS calls runs them with one
-/// (two thread systems on the same cores cost GPTQ's solve a third of its
-/// time in context switches). A no-op for a BLAS other than OpenBLAS. The
-/// count is process-wide: hold one at a time.
+/// OpenBLAS's thread count now; 0 for a BLAS other than OpenBLAS.
+int blas_threads();
+
+/// Sets OpenBLAS's thread count for its lifetime: a ThreadPool whose threads
+/// each make their own BLAS calls runs them with one (two thread systems on
+/// the same cores cost GPTQ's solve a third of its time in context switches).
+/// The count is process-wide: scopes alive at once share it, and the count
+/// from before the first is restored when the last ends. A no-op for a BLAS
+/// other than OpenBLAS.
 class ScopedBlasThreads {
  public:
   explicit ScopedBlasThreads(int threads);
@@ -29,7 +33,7 @@ class ScopedBlasThreads {
   ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
 
  private:
-  int saved_ = 0;
+  bool active_ = false;
 };
 
 }  // namespace woq

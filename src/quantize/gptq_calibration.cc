@@ -111,6 +111,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     // A block finished before an interruption is not read: its stored integers stand for it.
     const auto finished = [&](std::int64_t l) { return resume != nullptr && l < resume->completed(); };
     const bool done = finished(layer);
+    auto t0 = Clock::now();
     // The next block's weights are read from the file in the background while this one computes.
     if (layer + 1 < c.num_hidden_layers && !finished(layer + 1))
       for (int i = 0; i < 7; ++i)
@@ -118,7 +119,6 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
           prefetch_pages(next->bytes);
     // This block's weights in fp32, read from the checkpoint and released; each is replaced by its quantized
     // values (dequantized) once GPTQ has fitted it, so that what comes after sees the block as it will run.
-    auto t0 = Clock::now();
     std::array<std::vector<float>, 7> w;
     std::array<const TensorView*, 7> tensors{};
     for (int i = 0; i < 7; ++i) {
