@@ -15,6 +15,7 @@
 #include "io/gguf_writer.h"
 #include "test_files.h"
 #include "tokenizer/gguf_vocab.h"
+#include "tokenizer/sentencepiece_backend.h"
 #include "tokenizer/text_pipeline.h"
 #include "tokenizer/tokenizer.h"
 
@@ -415,6 +416,60 @@ TEST(GgufVocab, MalformedVocabulariesNameTheKey) {
   expect_error(tiny_llama(), [&](W w) { w.set_i32s("tokenizer.ggml.token_type", types); },
                {"bad.gguf", "tokenizer.ggml.tokens/scores/token_type", "256 byte pieces"});
   expect_error(tiny_gpt2(), [](W w) { w.set_strings("tokenizer.ggml.tokens", {}); }, {"tokenizer.ggml.tokens", "empty"});
+}
+
+// Control tokens SentencePiece's BPE would produce for text (its Encode then fails with "Internal: ... all
+// normalized characters are not consumed", issue 29): refused at load, naming the file and the key. Control
+// tokens of several characters (<s>, </s>, <|im_end|>) stay accepted.
+TEST(GgufVocab, ControlTokensSentencePieceWouldProduceAreRefusedAtLoad) {
+  const test::TempDir dir;
+  const auto load_error = [&](const std::vector<std::int32_t>& types, const std::string& name) -> std::string {
+    with(tiny_llama(), [&](GgufWriter& w) { w.set_i32s("tokenizer.ggml.token_type", types); }).write(dir.file(name));
+    try {
+      const Tokenizer t = Tokenizer::load(dir.file(name));
+      t.encode("ab a");  // what failed before, with SentencePiece's message and no file named
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string all = load_error(std::vector<std::int32_t>(264, 3), "all_control.gguf");
+  for (const char* part : {"all_control.gguf", "tokenizer.ggml.token_type", "control token", "no token is a normal one"})
+    EXPECT_NE(all.find(part), std::string::npos) << all;
+  EXPECT_EQ(all.find("Internal"), std::string::npos) << all;
+  std::vector<std::int32_t> types(264, 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  std::fill(types.begin() + 3, types.begin() + 259, 6);
+  EXPECT_EQ(load_error(types, "ok.gguf"), "");
+  types[260] = 3;  // "a"
+  const std::string one = load_error(types, "one_char.gguf");
+  for (const char* part : {"one_char.gguf", "tokenizer.ggml.token_type", "token 260 'a'", "of one character"})
+    EXPECT_NE(one.find(part), std::string::npos) << one;
+  types[260] = 1;
+  types[262] = 3;  // "▁a" is also the BPE merge "▁" + "a": allowed alone (nothing merges into a control piece)
+  EXPECT_EQ(load_error(types, "merge.gguf"), "");
+}
+
+// A SentencePiece error while encoding (here from a tokenizer.model whose one-character control piece "▁", the
+// space SentencePiece puts before the text, the GGUF check would refuse) names the model it comes from.
+TEST(GgufVocab, SentencePieceEncodeErrorsNameTheModel) {
+  const auto field = [](int number, int wire, const std::string& payload) {
+    std::string out(1, static_cast<char>(number << 3 | wire));
+    if (wire == 2) out += static_cast<char>(payload.size());
+    return out + payload;
+  };
+  const auto piece = [&](const std::string& text, int type) {
+    return field(1, 2, field(1, 2, text) + field(2, 5, std::string(4, '\0')) + field(3, 0, std::string(1, static_cast<char>(type))));
+  };
+  const std::string proto = piece("<unk>", 2) + piece("\xE2\x96\x81", 3) + piece("b", 1) + field(2, 2, field(3, 0, "\x02"));
+  const Tokenizer t(load_sentencepiece_proto(proto, "m/tokenizer.model", {}, "test"));
+  try {
+    t.encode("b");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m/tokenizer.model: SentencePiece cannot encode"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "io/json_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -149,6 +151,30 @@ std::int32_t llama_default_id(const GgufVocab& v, std::int32_t id) {
   return static_cast<std::size_t>(id) < v.tokens.size() ? id : -1;
 }
 
+// Refuses a control piece that SentencePiece's BPE would emit for text: its segmentation starts from single
+// characters, merges them only into normal (also user-defined, unused) pieces, then looks each symbol up among the
+// control, unknown and byte pieces first (ModelInterface::PieceToId). A control piece of one character, or with
+// the text of a normal piece, is therefore found for text, and SentencePiece's Encode then fails with "Internal:
+// ... all normalized characters are not consumed" (control pieces cover no text). `types` are the types the
+// ModelProto gets.
+void check_control_pieces(const GgufFile& f, const GgufVocab& v, const std::vector<std::int32_t>& types) {
+  std::unordered_map<std::string_view, std::size_t> normal;  // text -> id of the pieces BPE merges into
+  for (std::size_t i = 0; i < types.size(); ++i)
+    if (types[i] == kNormal || types[i] == kUserDefined || types[i] == kUnused) normal.emplace(v.tokens[i], i);
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != kControl) continue;
+    const std::string& t = v.tokens[i];
+    const bool one_char = t.size() == 1 || (!t.empty() && utf8_sequence_length(t, 0) == t.size());
+    const auto same = normal.find(t);
+    if (!one_char && same == normal.end()) continue;
+    fail("{}: metadata '{}': token {} '{}' is a control token (type {}) {}; SentencePiece would produce it for "
+         "text and fail (control tokens cover no text){}",
+         f.path(), key_name("token_type"), i, printable_text(t), static_cast<int>(kControl),
+         one_char ? "of one character, which its BPE starts every text from" : fmt::format("with the text of token {}", same->second),
+         normal.empty() ? " (no token is a normal one)" : "");
+  }
+}
+
 // The SentencePiece ModelProto (serialized) that tokens + scores + token_type stand for.
 std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   const std::size_t n = v.tokens.size();
@@ -161,20 +187,24 @@ std::string llama_model_proto(const GgufFile& f, const GgufVocab& v) {
   // default 0); other tokens typed unknown (padding such as Phi-3's [PAD32011]) become unused.
   const std::int32_t unk = v.unk.value_or(0);
   const std::int32_t bos = v.bos.value_or(llama_default_id(v, 1)), eos = v.eos.value_or(llama_default_id(v, 2));
-  bool byte_fallback = false;
-  ProtoWriter model;
+  std::vector<std::int32_t> types(n);
   for (std::size_t i = 0; i < n; ++i) {
-    std::int32_t type = v.types[i];
+    std::int32_t& type = types[i] = v.types[i];
     const auto id = static_cast<std::int32_t>(i);
     if (id == unk) type = kUnknown;
     else if (type == kUnknown) type = kUnused;
     // SentencePiece takes its BOS/EOS piece for BOS/EOS only when it is a control piece.
     else if (type == kNormal && (id == bos || id == eos)) type = kControl;
-    byte_fallback |= type == kByte;
+  }
+  check_control_pieces(f, v, types);
+  bool byte_fallback = false;
+  ProtoWriter model;
+  for (std::size_t i = 0; i < n; ++i) {
+    byte_fallback |= types[i] == kByte;
     ProtoWriter piece;
     piece.bytes(spm::kPiecePiece, v.tokens[i]);
     piece.float32(spm::kPieceScore, (*scores)[i]);
-    piece.varint(spm::kPieceType, static_cast<std::uint64_t>(type));
+    piece.varint(spm::kPieceType, static_cast<std::uint64_t>(types[i]));
     model.bytes(spm::kModelPieces, piece.str());
   }
   ProtoWriter trainer;

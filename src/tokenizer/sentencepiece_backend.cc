@@ -15,7 +15,7 @@ class SentencePieceBackend final : public TokenizerBackend {
  public:
   /// `load` fills the processor (from a file or a serialized ModelProto); `source` names it in errors.
   template <typename Load>
-  SentencePieceBackend(const std::string& source, Load load) {
+  SentencePieceBackend(const std::string& source, Load load) : source_(source) {
     const auto status = load(sp_);
     if (!status.ok()) fail("{}: not a SentencePiece model: {}", source, status.ToString());
     for (int id = 0; id < sp_.GetPieceSize(); ++id) {
@@ -39,7 +39,7 @@ class SentencePieceBackend final : public TokenizerBackend {
       if (part.empty()) return;
       std::vector<int> pieces;
       const auto status = sp_.Encode(part, &pieces);
-      if (!status.ok()) fail("tokenizer: cannot encode text: {}", status.ToString());
+      if (!status.ok()) fail("{}: SentencePiece cannot encode the text: {}", source_, status.ToString());
       ids.insert(ids.end(), pieces.begin(), pieces.end());
     };
     // Control pieces ("<s>", "</s>", ...) in the text become their ids, as transformers' LlamaTokenizer and
@@ -69,7 +69,7 @@ class SentencePieceBackend final : public TokenizerBackend {
     std::string text;
     const std::vector<int> run(ids.begin(), ids.end());
     const auto status = sp_.Decode(run, &text);
-    if (!status.ok()) fail("tokenizer: cannot decode: {}", status.ToString());
+    if (!status.ok()) fail("{}: SentencePiece cannot decode: {}", source_, status.ToString());
     return text;
   }
 
@@ -100,6 +100,7 @@ class SentencePieceBackend final : public TokenizerBackend {
   std::string describe() const override { return description_; }
 
  private:
+  std::string source_;  ///< the file (and GGUF fields) in errors
   sentencepiece::SentencePieceProcessor sp_;
   SpecialTokens specials_;
   std::string description_;
