@@ -29,7 +29,7 @@ Regex pattern_member(const Json& j, const std::string& where) {
     return Regex::literal(p["String"].get<std::string>());
   if (p.is_object() && p.size() == 1 && p.contains("Regex") && p["Regex"].is_string()) {
     try {
-      return Regex(p["Regex"].get<std::string>());
+      return Regex(p["Regex"].get<std::string>(), w);
     } catch (const Error& e) {
       bad(w, e.what());
     }
@@ -503,9 +503,27 @@ std::vector<std::unique_ptr<T>> make_list(const Json& j, const char* key, const 
   return steps;
 }
 
+// Components of `j`, counted through its Sequences (`key`: their list member), up to one past kMaxSteps.
+std::size_t count_steps(const Json& j, const char* key, int depth) {
+  if (depth > kMaxSequenceDepth || !j.is_object() || !j.contains(key) || !j[key].is_array()) return 1;
+  std::size_t n = 0;
+  for (const Json& step : j[key])
+    if ((n += count_steps(step, key, depth + 1)) > kMaxSteps) break;
+  return n;
+}
+
+// Each component is a pass over the text: a chain of 100 000 normalizers costs 100 000 passes per input.
+void check_step_count(const Json& j, const char* key, const char* what, const std::string& where, int depth) {
+  if (depth > 0) return;  // counted once, from the top
+  if (const std::size_t n = count_steps(j, key, 0); n > kMaxSteps)
+    bad(where, fmt::format("more than {} {} in its Sequences; woq accepts at most {} (each is a pass over the text)",
+                           kMaxSteps, what, kMaxSteps));
+}
+
 }  // namespace
 
 std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& where, int depth) {
+  check_step_count(j, "normalizers", "normalizers", where, depth);
   const std::string type = type_of(j, where);
   if (type == "NFC") return std::make_unique<UnicodeForm>(unicode::Form::kNfc);
   if (type == "NFD") return std::make_unique<UnicodeForm>(unicode::Form::kNfd);
@@ -525,6 +543,7 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& wh
 }
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::string& where, int depth) {
+  check_step_count(j, "pretokenizers", "pre-tokenizers", where, depth);
   const std::string type = type_of(j, where);
   if (type == "ByteLevel")
     return std::make_unique<ByteLevelPre>(bool_member(j, "add_prefix_space", true, where),
@@ -545,6 +564,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
 }
 
 std::unique_ptr<Decoder> make_decoder(const Json& j, const std::string& where, int depth) {
+  check_step_count(j, "decoders", "decoders", where, depth);
   const std::string type = type_of(j, where);
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Metaspace") return std::make_unique<MetaspaceDecoder>(metaspace_options(j, where));

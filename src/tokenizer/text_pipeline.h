@@ -55,13 +55,16 @@ class Decoder {
 /// "type"). `where` names the file and field for errors ("PATH:
 /// pre_tokenizer.pretokenizers[0]"). Throws woq::Error for an unknown type,
 /// a missing or mistyped field, a regex PCRE2 cannot compile, or Sequences
-/// nested deeper than kMaxSequenceDepth.
+/// nested deeper than kMaxSequenceDepth or holding more than kMaxSteps
+/// components in all.
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& where, int depth = 0);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where, int depth = 0);
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& where, int depth = 0);
 
 /// Real tokenizers nest one Sequence, rarely two.
 inline constexpr int kMaxSequenceDepth = 16;
+/// Real tokenizers chain under ten normalizers, pre-tokenizers or decoders.
+inline constexpr std::size_t kMaxSteps = 64;
 
 /// GPT-2's byte-level pre-tokenizer (ByteLevel with its regex, no prefix
 /// space) and decoder, as transformers builds them for vocab.json + merges.txt.
