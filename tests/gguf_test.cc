@@ -24,6 +24,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "quantize/gguf_export.h"
 #include "quantize/quantize_checkpoint.h"
 #include "test_files.h"
 
@@ -1197,6 +1198,31 @@ TEST_F(GgufTest, TensorSourceErrors) {
   extra.tensor("blk.1.ffn_up.weight", {8, 12}, kTypeF32, f32_bytes(pattern(96, 0)));
   EXPECT_MENTIONS(LlamaModel::load(write(extra, "extra.gguf"), {}, pool), "model.layers.1.mlp.up_proj.weight",
                   "beyond");
+  // woq quantize runs the loader's validation before writing: every file the loader refuses, quantize to
+  // GPTQ or GGUF refuses too, and writes nothing (it used to drop blk.1 from a GGUF, or write a checkpoint
+  // no command loads).
+  {
+    TinyModel wide = m;
+    wide.weights["model.embed_tokens.weight"] = {{6, 9}, pattern(54, 0)};
+    TinyModel norm2d = m;
+    norm2d.weights["model.norm.weight"] = {{1, 8}, pattern(8, 0)};
+    TinyModel missing = m;
+    missing.weights.erase("model.norm.weight");
+    const std::vector<std::pair<std::string, std::string>> bad_files = {
+        {write(extra, "extra.gguf"), "beyond the GGUF's block_count = 1"},
+        {write(missing.gguf(), "no_norm.gguf"), "tensor 'model.norm.weight' is missing"},
+        {write(norm2d.gguf(), "norm2d.gguf"), "'output_norm.weight'"},
+        {write(wide.gguf(), "wide.gguf"), "'token_embd.weight'"}};
+    for (const auto& [file, why] : bad_files) {
+      EXPECT_MENTIONS(LlamaModel::load(file, {}, pool), why.c_str());
+      QuantizeOptions q;
+      q.spec = {LowBit::kSymInt8, 32, Int4Range::kFull};
+      EXPECT_MENTIONS(quantize_checkpoint(file, path("out-gptq"), q, pool), why.c_str());
+      EXPECT_FALSE(std::filesystem::exists(path("out-gptq"))) << file;
+      EXPECT_MENTIONS(export_gguf(file, path("out.gguf"), {}, pool), why.c_str());
+      EXPECT_FALSE(std::filesystem::exists(path("out.gguf"))) << file;
+    }
+  }
   // Config errors through the tensor source too.
   GgufBuilder moe = m.gguf();
   moe.u32("llama.expert_count", 4);

@@ -17,6 +17,7 @@
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_check.h"
 #include "model/llama.h"
 
 namespace woq {
@@ -113,56 +114,6 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
   return v;
 }
 
-// Refuses tensors the model would not use: layers beyond config.json's
-// num_hidden_layers, fused q/k/v (Phi-3 style qkv_proj) or gate/up
-// projections, biases or q/k norms the configured architecture lacks (a Qwen
-// checkpoint labelled Llama), or anything else unknown. Silently ignoring a
-// tensor gives wrong output; transformers' rotary_emb.inv_freq buffers are the
-// one thing skipped.
-void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
-  static const std::set<std::string, std::less<>> kLinearParts = {
-      "weight", "qweight", "qzeros", "scales", "g_idx",  // float, GPTQ
-      "weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx"};  // compressed-tensors
-  for (const auto& name : store.names()) {
-    if (name == "model.embed_tokens.weight" || name == "model.norm.weight" || name == "lm_head.weight") continue;
-    auto refuse = [&](const std::string& why) { fail("{}: tensor '{}' {}", store.source(), name, why); };
-    if (!name.starts_with("model.layers."))
-      refuse(fmt::format("is not part of a {} checkpoint as woq reads it", c.architecture));
-    const std::string rest = name.substr(std::string_view("model.layers.").size());
-    const std::size_t dot = rest.find('.');
-    const std::string index = rest.substr(0, dot);
-    if (dot == std::string::npos || index.empty() || index.size() > 6 ||
-        index.find_first_not_of("0123456789") != std::string::npos)
-      refuse("has no layer number");
-    if (index.size() > 1 && index[0] == '0') refuse("has a layer number with a leading zero (never read)");
-    if (std::stoll(index) >= c.num_hidden_layers)
-      refuse(fmt::format("belongs to a layer beyond config.json num_hidden_layers = {}", c.num_hidden_layers));
-    const std::string part = rest.substr(dot + 1);
-    if (part.find(".qkv_proj.") != std::string::npos || part.find("qkv_proj.") == 0 ||
-        part.find(".gate_up_proj.") != std::string::npos)
-      refuse("is a fused projection; woq reads separate q/k/v_proj and gate/up_proj");
-    if (part == "input_layernorm.weight" || part == "post_attention_layernorm.weight" ||
-        part == "self_attn.rotary_emb.inv_freq")
-      continue;
-    const std::size_t last = part.rfind('.');
-    const std::string module = part.substr(0, last), leaf = last == std::string::npos ? "" : part.substr(last + 1);
-    const bool qkv = module == "self_attn.q_proj" || module == "self_attn.k_proj" || module == "self_attn.v_proj";
-    const bool linear = qkv || module == "self_attn.o_proj" || module == "mlp.gate_proj" || module == "mlp.up_proj" ||
-                        module == "mlp.down_proj";
-    if (linear && kLinearParts.contains(leaf)) continue;
-    if (linear && leaf == "bias") {
-      if ((qkv && c.attention_bias) || (module == "self_attn.o_proj" && c.o_bias)) continue;
-      refuse(fmt::format("is a bias that {} as config.json describes it does not have (attention_bias {})",
-                         c.architecture, c.attention_bias ? "true" : "false"));
-    }
-    if (part == "self_attn.q_norm.weight" || part == "self_attn.k_norm.weight") {
-      if (c.qk_norm) continue;
-      refuse(fmt::format("is a q/k norm, which {} does not have (Qwen3ForCausalLM does)", c.architecture));
-    }
-    refuse(fmt::format("is not used by {}", c.architecture));
-  }
-}
-
 // Sets how an integer-format matrix multiplies its inputs, and lays it out
 // for that path's kernels.
 void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
@@ -191,7 +142,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   ModelConfig config = read_model_config(dir);
   const TensorStore store = TensorStore::open(dir);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
-  check_tensor_names(store, config);
+  validate_checkpoint(store, config, quantized.has_value());
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;

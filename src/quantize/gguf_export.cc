@@ -18,6 +18,7 @@
 #include "io/hf_config.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_check.h"
 #include "model/llama.h"
 #include "tokenizer/gguf_vocab_writer.h"
 
@@ -97,6 +98,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   const ArchitectureSpec* spec = find_architecture(c.architecture);
   const TensorStore store = TensorStore::open(in);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(in);
+  validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
   GgufExportReport report;
   if (quantized)
     report.notes.push_back(fmt::format("the {} linear layers were dequantized and rounded again to {}; the result "

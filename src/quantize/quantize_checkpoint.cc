@@ -30,6 +30,7 @@
 #include "io/json_file.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors_writer.h"
+#include "model/checkpoint_check.h"
 #include "tokenizer/gguf_vocab.h"
 
 namespace woq {
@@ -287,6 +288,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (const auto q = read_quantization_config(in_dir))
     fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
   const TensorStore store = TensorStore::open(in_dir);
+  validate_checkpoint(store, config, false);  // what loading the output would refuse, before writing it
   // A GGUF has no config.json: it is written from the GGUF's metadata, in the embeddings' float type.
   nlohmann::ordered_json config_json;
   if (from_gguf) {
