@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "model/llama.h"
 #include "model/random_checkpoint.h"
 #include "quantize/quantize_checkpoint.h"
+#include "quantize/resume.h"
 #include "test_files.h"
 
 namespace woq {
@@ -595,6 +597,75 @@ TEST(QuantizeWriting, NextRunRemovesWhatASigkilledRunLeft) {
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);  // only q
   EXPECT_EQ(logits_of(out, options.spec, pool), logits_of(WOQ_MODEL_DIR, options.spec, pool));
+}
+
+// --resume's manifest (.OUT.partial/manifest.json) as read back: every field of the wrong type is an error naming
+// the manifest file and the field, not nlohmann's "type_error.304 ... cannot use at() with number" (issue 29 C);
+// a manifest of the previous version says so.
+TEST(ResumeManifest, EveryFieldIsTypeChecked) {
+  TempDir tmp;
+  const fs::path out = tmp.file("q");
+  const nlohmann::ordered_json fingerprint = {{"input", "x"}, {"low_bit", "sym_int4"}};
+  { ResumeDir started(out, fingerprint, 2, false, false, nullptr); }  // writes an empty manifest
+  const std::string manifest = tmp.file(".q.partial/manifest.json");
+  const nlohmann::json good = nlohmann::json::parse(test::read_file(manifest));
+  const auto resume_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = good;
+    edit(m);
+    test::write_file(manifest, m.dump());
+    return error_of([&] { ResumeDir again(out, fingerprint, 2, true, false, nullptr); });
+  };
+  EXPECT_EQ(resume_error([](nlohmann::json&) {}), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& m) { m["blocks"] = {{"a", 1}}; }, "field 'blocks' must be an array"},
+      {[](nlohmann::json& m) { m["blocks"] = {1}; }, "field 'blocks[0]' must be an object"},
+      {[](nlohmann::json& m) { m["blocks"] = {{{"file", "block-00000.bin"}, {"fnv1a64", 7}}}; },
+       "field 'blocks[0].fnv1a64' must be a string of 16 hex digits, got 7"},
+      {[](nlohmann::json& m) { m["blocks"] = {{{"file", 3}, {"fnv1a64", "0123456789abcdef"}}}; },
+       "field 'blocks[0].file' must be \"block-00000.bin\""},
+      {[](nlohmann::json& m) { m["layers"] = "2"; }, "field 'layers' must be an integer, got \"2\""},
+      {[](nlohmann::json& m) { m["version"] = 2.5; }, "field 'version' must be an integer"},
+      {[](nlohmann::json& m) { m.erase("version"); }, "field 'version' is missing"},
+      {[](nlohmann::json& m) { m["fingerprint"] = nlohmann::json::array(); }, "field 'fingerprint' must be an object"},
+      {[](nlohmann::json& m) { m = nlohmann::json::array(); }, "not a JSON object"},
+  };
+  for (const auto& [edit, message] : cases) {
+    const std::string e = resume_error(edit);
+    EXPECT_NE(e.find(manifest), std::string::npos) << e;
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  }
+  const std::string old = resume_error([](nlohmann::json& m) { m["version"] = 1; });
+  EXPECT_NE(old.find(manifest + " was written by a woq with manifest version 1"), std::string::npos) << old;
+  // A later run without --resume that finds such a manifest treats it as holding no blocks (no crash either).
+  const std::string bad = resume_error([](nlohmann::json& m) { m["blocks"] = {{"a", 1}}; });
+  EXPECT_NE(bad.find("no readable manifest"), std::string::npos) << bad;
+  EXPECT_EQ(error_of([&] { ResumeDir fresh(out, fingerprint, 2, false, false, nullptr); }), "");
+}
+
+// The input fingerprint of --resume: an edit that keeps the size and sets the mtime back (cp -p, rsync -t,
+// utimensat) still changes it, through the ctime; times are nanoseconds since the Unix epoch (issue 29 F).
+TEST(ResumeManifest, FingerprintSeesSameSizeEditsWithTheMtimeRestored) {
+  TempDir tmp;
+  const std::string file = tmp.file("model.safetensors");
+  test::write_file(file, "weights A");
+  const nlohmann::ordered_json before = file_fingerprint(file);
+  struct stat st {};
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(before["mtime_ns"].get<std::int64_t>(), st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec);
+  EXPECT_GT(before["mtime_ns"].get<std::int64_t>(), 1500000000ll * 1000000000ll);  // after 2017: the Unix epoch
+  EXPECT_EQ(before["bytes"], 9);
+  usleep(20000);  // past the file system's timestamp granularity
+  test::write_file(file, "weights B");
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  const nlohmann::ordered_json after = file_fingerprint(file);
+  EXPECT_EQ(after["bytes"], before["bytes"]);
+  EXPECT_EQ(after["mtime_ns"], before["mtime_ns"]);
+  EXPECT_NE(after, before);
+  EXPECT_NE(after["ctime_ns"], before["ctime_ns"]);
+  const nlohmann::ordered_json input = input_fingerprint(tmp.path());
+  ASSERT_EQ(input["files"].size(), 1u);
+  EXPECT_EQ(input["files"][0], file_fingerprint(file));
 }
 
 }  // namespace

@@ -66,26 +66,6 @@ std::vector<const char*> given_gptq_options(const QuantizeRequest& r) {
   return out;
 }
 
-// What identifies the input: each file's name, size and modification time (the tensors are not read).
-nlohmann::ordered_json input_fingerprint(const std::string& input) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> files;
-  if (is_gguf_path(input)) {
-    for (const std::string& part : gguf_split_paths(input)) files.emplace_back(part);
-  } else {
-    for (const auto& entry : fs::directory_iterator(input))
-      if (entry.is_regular_file()) files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  nlohmann::ordered_json out = {{"path", fs::weakly_canonical(input).string()}, {"files", nlohmann::ordered_json::array()}};
-  for (const fs::path& f : files)
-    out["files"].push_back({{"name", f.filename().string()},
-                            {"bytes", fs::file_size(f)},
-                            {"mtime_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             fs::last_write_time(f).time_since_epoch()).count()}});
-  return out;
-}
-
 nlohmann::ordered_json calibration_fingerprint(const Calibration& calibration) {
   std::string ids;
   for (const auto& seq : calibration) ids.append(reinterpret_cast<const char*>(seq.data()), seq.size() * sizeof(seq[0]));

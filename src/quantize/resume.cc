@@ -2,14 +2,17 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/json_file.h"
 
 namespace woq {
@@ -19,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'W', 'O', 'Q', 'B', 'L', 'K', '0', '1'};
-constexpr int kManifestVersion = 1;
+// 2: the input files are fingerprinted by size, mtime, ctime and inode (1 had size and a std::filesystem mtime).
+constexpr int kManifestVersion = 2;
 
 void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
 template <class T>
@@ -60,7 +64,83 @@ struct Reader {
 
 std::string block_file(std::int64_t layer) { return fmt::format("block-{:05}.bin", layer); }
 
+// A manifest.json as read back, every field type-checked.
+struct Manifest {
+  std::int64_t version = 0;
+  std::int64_t layers = 0;
+  nlohmann::json fingerprint;
+  std::vector<std::string> hashes;  ///< per block, in order
+};
+
+// The integer field `key` of the manifest `m` read from `path`.
+std::int64_t manifest_integer(const nlohmann::json& m, const std::string& path, const char* key) {
+  if (!m.contains(key)) fail("{}: field '{}' is missing", path, key);
+  const nlohmann::json& v = m[key];
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX))
+    fail("{}: field '{}' must be an integer, got {}", path, key, describe_json(v));
+  return v.get<std::int64_t>();
+}
+
+// Reads the manifest at `path`: version and layers integers, fingerprint an object, blocks an array of
+// {"file": "block-NNNNN.bin" (its position), "fnv1a64": 16 hex digits}. Throws woq::Error naming the file and the
+// field for anything else. Only the version is read from a manifest of another version.
+Manifest read_manifest(const std::string& path) {
+  const nlohmann::json m = read_json_file(path);
+  if (!m.is_object()) fail("{}: not a JSON object, got {}", path, describe_json(m));
+  Manifest out;
+  out.version = manifest_integer(m, path, "version");
+  if (out.version != kManifestVersion) return out;
+  out.layers = manifest_integer(m, path, "layers");
+  if (out.layers < 0) fail("{}: field 'layers' must be >= 0, got {}", path, out.layers);
+  if (!m.contains("fingerprint") || !m["fingerprint"].is_object())
+    fail("{}: field 'fingerprint' must be an object, got {}", path,
+         m.contains("fingerprint") ? describe_json(m["fingerprint"]) : std::string("nothing"));
+  out.fingerprint = m["fingerprint"];
+  if (!m.contains("blocks") || !m["blocks"].is_array())
+    fail("{}: field 'blocks' must be an array, got {}", path,
+         m.contains("blocks") ? describe_json(m["blocks"]) : std::string("nothing"));
+  for (std::size_t i = 0; i < m["blocks"].size(); ++i) {
+    const nlohmann::json& b = m["blocks"][i];
+    const std::string file = block_file(static_cast<std::int64_t>(i));
+    if (!b.is_object()) fail("{}: field 'blocks[{}]' must be an object, got {}", path, i, describe_json(b));
+    if (!b.contains("file") || b["file"] != file)
+      fail("{}: field 'blocks[{}].file' must be \"{}\", got {}", path, i, file,
+           b.contains("file") ? describe_json(b["file"]) : std::string("nothing"));
+    const auto* hash = b.contains("fnv1a64") ? b["fnv1a64"].get_ptr<const std::string*>() : nullptr;
+    if (!hash || hash->size() != 16 || hash->find_first_not_of("0123456789abcdef") != std::string::npos)
+      fail("{}: field 'blocks[{}].fnv1a64' must be a string of 16 hex digits, got {}", path, i,
+           b.contains("fnv1a64") ? describe_json(b["fnv1a64"]) : std::string("nothing"));
+    out.hashes.push_back(*hash);
+  }
+  return out;
+}
+
 }  // namespace
+
+nlohmann::ordered_json input_fingerprint(const std::string& input) {
+  std::vector<fs::path> files;
+  if (is_gguf_path(input)) {
+    for (const std::string& part : gguf_split_paths(input)) files.emplace_back(part);
+  } else {
+    for (const auto& entry : fs::directory_iterator(input))
+      if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  nlohmann::ordered_json out = {{"path", fs::weakly_canonical(input).string()}, {"files", nlohmann::ordered_json::array()}};
+  for (const fs::path& f : files) out["files"].push_back(file_fingerprint(f.string()));
+  return out;
+}
+
+nlohmann::ordered_json file_fingerprint(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));
+  const auto ns = [](const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; };
+  return {{"name", fs::path(path).filename().string()},
+          {"bytes", static_cast<std::int64_t>(st.st_size)},
+          {"mtime_ns", ns(st.st_mtim)},
+          {"ctime_ns", ns(st.st_ctim)},
+          {"inode", static_cast<std::uint64_t>(st.st_ino)}};
+}
 
 std::string fnv1a64_hex(const void* bytes, std::size_t size) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -93,50 +173,66 @@ ResumeDir::ResumeDir(const fs::path& out, nlohmann::ordered_json fingerprint, st
     lock_fd_ = -1;
     fail("{}: another woq quantize is writing this output now", dir_.string());
   }
+  // A failure below must not keep the lock: a retry in the same process (Python) would find it held.
+  struct Unlock {
+    int& fd;
+    bool keep = false;
+    ~Unlock() {
+      if (keep || fd < 0) return;
+      close(fd);
+      fd = -1;
+    }
+  } unlock{lock_fd_};
   const fs::path manifest = dir_ / "manifest.json";
   if (exists && !resume) {
-    std::int64_t done = 0;
+    std::int64_t done = 0;  // any version's blocks count; an unreadable manifest counts none
     try {
-      done = static_cast<std::int64_t>(read_json_file(manifest.string()).at("blocks").size());
-    } catch (const std::exception&) {
+      const nlohmann::json m = read_json_file(manifest.string());
+      if (m.is_object() && m.contains("blocks") && m["blocks"].is_array())
+        done = static_cast<std::int64_t>(m["blocks"].size());
+    } catch (const Error&) {
     }
-    if (done > 0 && !discard) {
-      close(lock_fd_);
-      lock_fd_ = -1;
+    if (done > 0 && !discard)
       fail("{} holds an interrupted run's {} finished blocks: pass --resume to continue that run, or --force to "
            "discard them and start over",
            dir_.string(), done);
-    }
     for (const auto& entry : fs::directory_iterator(dir_, ec)) fs::remove_all(entry.path(), ec);
     if (log && done > 0)
       log(fmt::format("--force: discarded {}, an interrupted run's {} finished blocks", dir_.string(), done));
   }
   if (!resume) {
     write_manifest();
+    unlock.keep = true;
     return;
   }
-  nlohmann::json m;
+  continue_run(manifest);
+  unlock.keep = true;
+  if (log) log(fmt::format("resuming: {} of {} blocks were done in {}", completed(), layers_, dir_.string()));
+}
+
+void ResumeDir::continue_run(const fs::path& manifest) {
+  Manifest m;
   try {
-    m = read_json_file(manifest.string());
+    m = read_manifest(manifest.string());
   } catch (const Error& e) {
     fail("--resume: {} has no readable manifest ({}); start over without --resume", dir_.string(), e.what());
   }
-  const auto& fp = m.contains("fingerprint") ? m["fingerprint"] : nlohmann::json();
-  if (m.value("version", 0) != kManifestVersion || m.value("layers", std::int64_t{-1}) != layers_ ||
-      nlohmann::json::parse(fingerprint_.dump()) != fp) {
-    std::string what = "the run";
-    if (fp.is_object())
-      for (const auto& [key, value] : fingerprint_.items())
-        if (!fp.contains(key) || nlohmann::json::parse(value.dump()) != fp[key]) {
-          what = key;
-          break;
-        }
+  if (m.version != kManifestVersion)
+    fail("--resume: {} was written by a woq with manifest version {} (this one reads version {}, which also "
+         "fingerprints the input by ctime and inode); its blocks cannot be checked: start over without --resume",
+         manifest.string(), m.version, kManifestVersion);
+  if (m.layers != layers_ || nlohmann::json::parse(fingerprint_.dump()) != m.fingerprint) {
+    std::string what = m.layers != layers_ ? "the layer count" : "the run";
+    for (const auto& [key, value] : fingerprint_.items())
+      if (m.layers == layers_ && (!m.fingerprint.contains(key) || nlohmann::json::parse(value.dump()) != m.fingerprint[key])) {
+        what = key;
+        break;
+      }
     fail("--resume: {} belongs to a different run ({} differs); start over without --resume", dir_.string(), what);
   }
-  for (const auto& b : m.at("blocks")) hashes_.push_back(b.at("fnv1a64").get<std::string>());
+  hashes_ = std::move(m.hashes);
   if (completed() > layers_) fail("--resume: {}'s manifest lists more blocks than the model has", dir_.string());
   for (std::int64_t l = 0; l < completed(); ++l) load_block(l);  // every hash checked before any work
-  if (log) log(fmt::format("resuming: {} of {} blocks were done in {}", completed(), layers_, dir_.string()));
 }
 
 ResumeDir::~ResumeDir() {

@@ -1,8 +1,8 @@
 // What lets an interrupted GPTQ run continue (`woq quantize --resume`): the
 // quantized decoder blocks finished so far, kept in a directory beside the
 // output, .NAME.partial for output NAME, with a manifest that names the run
-// (its fingerprint: input files, options, calibration) and the FNV-1a 64 hash
-// of each block file. Every file is written to a temporary name and renamed,
+// (its fingerprint: input files (input_fingerprint), options, calibration) and
+// the FNV-1a 64 hash of each block file. Every file is written to a temporary name and renamed,
 // the manifest last, so a run killed at any point leaves a directory that
 // holds exactly the blocks its manifest lists.
 #pragma once
@@ -22,6 +22,19 @@ namespace woq {
 /// FNV-1a 64 of `bytes`, as 16 hex digits.
 std::string fnv1a64_hex(const void* bytes, std::size_t size);
 
+/// What identifies one input file without reading it: {"name", "bytes",
+/// "mtime_ns", "ctime_ns", "inode"} from stat(2), the times in nanoseconds
+/// since the Unix epoch. A rewrite that keeps the size and restores the mtime
+/// (cp -p, rsync -t, touch -d) still changes the ctime, which no ordinary tool
+/// sets back; a file replaced by another (rename) has another inode. Throws
+/// woq::Error naming the file when it cannot be stat'ed.
+nlohmann::ordered_json file_fingerprint(const std::string& path);
+
+/// What identifies the input of a quantize run: its canonical path and the
+/// file_fingerprint of each of its regular files (a directory's, sorted by
+/// name; each part of a GGUF split set). The tensors are not read.
+nlohmann::ordered_json input_fingerprint(const std::string& input);
+
 /// The partial-results directory of one output.
 class ResumeDir {
  public:
@@ -29,7 +42,9 @@ class ResumeDir {
   /// with `layers` decoder blocks. With `resume`, an existing directory whose
   /// manifest has the same fingerprint and layer count is continued (each
   /// block file's hash is checked); any other is an error saying what
-  /// differs. Without `resume`, an existing one holding finished blocks is
+  /// differs (a manifest of another version than this woq writes, or with a
+  /// field of the wrong type, is an error naming the manifest and the
+  /// field). Without `resume`, an existing one holding finished blocks is
   /// an error unless `discard` (--force): then it is emptied and reported to
   /// `log` and a new run starts over. Locked with flock(2) while open: a
   /// second run on the same output is refused. Throws woq::Error on I/O failure.
@@ -54,6 +69,8 @@ class ResumeDir {
 
  private:
   void write_manifest() const;
+  /// Takes the blocks of the manifest at `manifest` (the constructor's --resume).
+  void continue_run(const std::filesystem::path& manifest);
   std::filesystem::path dir_;
   nlohmann::ordered_json fingerprint_;
   std::int64_t layers_;
