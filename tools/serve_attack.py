@@ -387,6 +387,62 @@ def soak(server, want, seconds):
                 f"{mismatches} mismatches, RSS {rss0 >> 20} -> {rss1 >> 20} MB ({growth * 100:+.1f} %)")
 
 
+def combining_marks(woq, work):
+    """Issue 29 finding 1: a Qwen tokenizer (NFC normalizer) with a 32 K context; two ~400 KB prompts of one
+    letter and 200 000 combining marks occupy both tokenizing workers (utf8proc's quadratic canonical ordering
+    held them for minutes). The honest request must be answered within 1 s while they run, and each hostile
+    request must get its 400 context_length_exceeded within 10 s (both bounds x --rss-scale)."""
+    model = os.path.join(work, "qwen-32k")
+    subprocess.run([woq, "make-random", "--preset", "tiny-qwen3", "-o", model], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(model, "config.json")) as f:
+        config = json.load(f)
+    config["max_position_embeddings"] = 32768
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(config, f)
+    s = Server(woq, model, ["-c", "32768", "--parallel", "1"])
+    try:
+        hostile = {"prompt": "a" + "\u0301\u0316" * 100000, "max_tokens": 1}
+        answers = []
+
+        def attack():
+            t = time.time()
+            try:
+                status, body = request(s.port, "POST", "/v1/completions", hostile, timeout=30)
+                answers.append((status, time.time() - t, body[:300]))
+            except OSError as e:
+                answers.append((None, time.time() - t, str(e).encode()))
+
+        threads = [threading.Thread(target=attack) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+        t0 = time.time()
+        status, body = request(s.port, "POST", "/v1/completions",
+                               {"prompt": "Hello", "max_tokens": 4, "temperature": 0}, timeout=10)
+        honest_s = time.time() - t0
+        for t in threads:
+            t.join()
+        if status != 200:
+            raise AssertionError(f"honest request answered {status}: {body[:200]!r}")
+        # An AddressSanitizer build (--rss-scale 4) runs the tokenizer several times slower.
+        if honest_s > RSS_SCALE:
+            raise AssertionError(f"the honest request took {honest_s:.2f} s while the hostile ones ran")
+        for status, seconds, body in answers:
+            if status != 400 or b"context_length_exceeded" not in body or seconds > 10 * RSS_SCALE:
+                raise AssertionError(f"a hostile prompt got {status} after {seconds:.1f} s: {body!r}")
+        # A prompt over --max-prompt-bytes (8 MiB) is refused before it is tokenized.
+        t0 = time.time()
+        status, body = request(s.port, "POST", "/v1/completions", {"prompt": "a" * (9 << 20), "max_tokens": 1}, timeout=30)
+        if status != 400 or b"bytes accepted" not in body:
+            raise AssertionError(f"a 9 MiB prompt got {status}: {body[:200]!r}")
+        big_s = time.time() - t0
+        return (f"honest answer {honest_s * 1000:.0f} ms beside two 400 KB combining-mark prompts "
+                f"(refused in {max(a[1] for a in answers) * 1000:.0f} ms); a 9 MiB prompt refused in {big_s * 1000:.0f} ms")
+    finally:
+        s.stop()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--woq", required=True)
@@ -458,6 +514,12 @@ def main():
             s.cases.append(([{"role": "user", "content": "Once upon a time"}], 200))
             results.append(run_scenario(s, want, "hostile_template", 256, hostile_template))
             s.stop()
+
+        if not only or "combining_marks" in only:
+            try:
+                results.append((True, "ok   combining_marks: " + combining_marks(a.woq, work)))
+            except Exception as e:  # noqa: BLE001
+                results.append((False, f"FAIL combining_marks: {e}"))
 
         if not only or "shutdown" in only:
             try:

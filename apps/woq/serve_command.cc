@@ -35,6 +35,7 @@ struct ServeArgs {
   double shutdown_timeout = 5;
   std::int64_t max_connections = 4096;
   std::int64_t max_queue = 256;
+  std::int64_t max_prompt_bytes = 8 << 20;
 };
 
 // SIGINT/SIGTERM write their number to a pipe (async-signal-safe) that a
@@ -72,6 +73,7 @@ int run_serve(const ServeArgs& a) {
   http.api_key = a.api_key;
   http.shutdown_timeout_s = a.shutdown_timeout;
   http.max_connections = a.max_connections;
+  http.max_prompt_bytes = static_cast<std::size_t>(a.max_prompt_bytes);
   http.served_model_name =
       a.served_model_name.empty() ? std::filesystem::path(a.model_dir).lexically_normal().filename().string() : a.served_model_name;
   if (http.served_model_name.empty()) http.served_model_name = "woq";
@@ -125,6 +127,11 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for a sequence slot at most; more get a 503")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  cmd->add_option("--max-prompt-bytes", args->max_prompt_bytes,
+                  "A prompt's (or chat messages') bytes at most; more is a 400. Bounds the time one request spends "
+                  "tokenizing")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   cmd->add_option("--max-connections", args->max_connections, "Open connections at most; more get a 503")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));

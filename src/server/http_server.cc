@@ -372,8 +372,11 @@ class Session : public std::enable_shared_from_this<Session> {
                       "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
     };
     // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
-    // of ctx longest tokens. A bound, not a count: normalizers may shrink text (NFKC, collapsed spaces).
-    const std::int64_t max_bytes = ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
+    // of ctx longest tokens (a bound, not a count: normalizers may shrink text, e.g. NFKC, collapsed spaces),
+    // and at most max_prompt_bytes, which bounds the time tokenizing holds this worker (tokenizing is linear).
+    const std::int64_t max_bytes = std::min(
+        ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes(),
+        static_cast<std::int64_t>(std::min<std::size_t>(s_.options.max_prompt_bytes, INT64_MAX)));
     const auto refuse_long = [&](std::size_t bytes) {
       if (static_cast<std::int64_t>(bytes) > max_bytes)
         throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, max_bytes));
@@ -712,7 +715,7 @@ void HttpServer::Impl::begin_shutdown() {
 }
 
 HttpServer::HttpServer(Engine& engine, const Tokenizer& tokenizer, const ChatTemplate& chat, Metrics& metrics, HttpOptions options) {
-  if (options.io_threads < 1 || options.max_connections < 1 || options.max_body_bytes < 1 || options.header_timeout_s <= 0 ||
+  if (options.io_threads < 1 || options.max_connections < 1 || options.max_body_bytes < 1 || options.max_prompt_bytes < 1 || options.header_timeout_s <= 0 ||
       options.body_timeout_s <= 0 || options.write_timeout_s <= 0 || options.shutdown_timeout_s < 0)
     fail("HTTP server options out of range (threads, connections, sizes and timeouts must be positive)");
   impl_ = std::make_unique<Impl>(engine, tokenizer, chat, metrics, std::move(options));

@@ -32,6 +32,11 @@ struct HttpOptions {
   std::string api_key;             ///< when set, /v1/* needs "Authorization: Bearer KEY"
   std::size_t max_header_bytes = 64 << 10;  ///< request line + headers; more is a 431
   std::size_t max_body_bytes = 32 << 20;    ///< more is a 413
+  /// A prompt's bytes (or the chat messages' content and the rendered template) at most: the bound on the
+  /// time one request holds a worker thread tokenizing (linear in the bytes, at least ~3 MB/s on the most
+  /// pathological text tests/hostile_text_test.cc measures, so about 3 s). A longer prompt is a 400
+  /// context_length_exceeded, as is one over 4 x ctx x the longest token's bytes.
+  std::size_t max_prompt_bytes = 8 << 20;
   /// Bodies being received at once, in bytes (a chunked body counts max_body_bytes); a request
   /// over the budget is a 503.
   std::size_t max_pending_body_bytes = std::size_t{1} << 30;
