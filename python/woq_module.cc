@@ -163,6 +163,7 @@ std::pair<std::string, std::string> compare(Model& m, Model& ref, const std::str
   const std::int64_t vocab = m.model->config().vocab_size;
   if (ref.model->config().vocab_size != vocab)
     fail("the reference {} has a vocabulary of {}, the model {}", ref.path, ref.model->config().vocab_size, vocab);
+  require_same_vocabulary(*m.tokenizer, m.path, *ref.tokenizer, ref.path);
   const ScoringPlan plan = plan_of(m, text, source, request);
   RefLogprobFile file = RefLogprobFile::create("", plan, vocab);
   write_reference(*ref.model, plan, request.batch, file, ref_bar);
@@ -203,6 +204,7 @@ std::pair<std::string, std::string> explain(Model& original, Model& quantized, c
   if (top <= 0) throw py::value_error("top must be > 0, got " + std::to_string(top));
   if (&original == &quantized)
     throw py::value_error("explain needs two models: the original and the quantized one (the same object was given twice)");
+  require_same_vocabulary(*quantized.tokenizer, quantized.path, *original.tokenizer, original.path);
   py::gil_scoped_release unlocked;
   std::scoped_lock lock(original.busy, quantized.busy);
   const Explanation e = woq::explain(*original.model, *quantized.model, *quantized.tokenizer, prompt, max_new_tokens);

@@ -248,6 +248,62 @@ TEST(Cli, EvalPerplexityAndCompare) {
   EXPECT_NE(r.err.find("/nonexistent.txt: not found"), std::string::npos) << r.err;
 }
 
+// `model` (a SentencePiece tokenizer.model) with the entries of pieces `a` and `b` swapped: the ModelProto's
+// top-level fields are read (protobuf's wire format), the two `pieces` fields (number 1) exchanged.
+std::string swap_pieces(const std::string& model, std::size_t a, std::size_t b) {
+  std::vector<std::string> fields;
+  std::vector<std::size_t> pieces;  // indices in `fields`
+  std::size_t at = 0;
+  const auto varint = [&] {
+    std::uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      const auto byte = static_cast<unsigned char>(model.at(at++));
+      v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) return v;
+    }
+  };
+  while (at < model.size()) {
+    const std::size_t start = at;
+    const std::uint64_t tag = varint();
+    if ((tag & 7) == 0) varint();
+    else if ((tag & 7) == 1) at += 8;
+    else if ((tag & 7) == 5) at += 4;
+    else if ((tag & 7) == 2) at += varint();
+    else throw std::runtime_error("tokenizer.model: unexpected wire type");
+    if (tag >> 3 == 1) pieces.push_back(fields.size());
+    fields.push_back(model.substr(start, at - start));
+  }
+  std::swap(fields.at(pieces.at(a)), fields.at(pieces.at(b)));
+  std::string out;
+  for (const std::string& f : fields) out += f;
+  return out;
+}
+
+// eval compare --ref (and recovery, explain --ref) with a reference whose tokenizer differs only in two swapped pieces: the
+// vocabulary sizes match, but KL would compare different tokens id by id; refused naming both models and the
+// first differing id with both pieces (issue 29 B).
+TEST(Cli, EvalCompareRefusesAReferenceWithAnotherTokenizer) {
+  test::TempDir tmp;
+  const std::string ref = tmp.file("swapped");
+  test::copy_model(kModel, ref);
+  test::write_file(ref + "/tokenizer.model", swap_pieces(test::read_file(kModel + "/tokenizer.model"), 403, 407));
+  const std::string text = std::string(WOQ_TEST_DATA) + "/tinystories_heldout.txt";
+  RunResult r = run("eval compare -m " + kModel + " --ref " + ref + " -f " + text + " --ctx 128 --chunks 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("the reference " + ref + " has another tokenizer than the model " + kModel + ": token 403 is '"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("Mean KLD"), std::string::npos) << r.out;
+  r = run("eval recovery -m " + kModel + " --ref " + ref + " --tasks arc_easy --limit 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("has another tokenizer than the model"), std::string::npos) << r.err;
+  r = run("explain -m " + kModel + " --ref " + ref + " -p Once -n 4");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("has another tokenizer than the model"), std::string::npos) << r.err;
+  test::copy_model(kModel, ref);  // the same tokenizer again: accepted
+  r = run("eval compare -m " + kModel + " --ref " + ref + " -f " + text + " --ctx 128 --chunks 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 // --tasks openllm: the six Open LLM Leaderboard v1 tasks at their shot counts,
 // found under --data-dir in the bundled files' layout.
 TEST(Cli, EvalTasksOpenLlmPreset) {

@@ -122,6 +122,7 @@ int run_compare(const EvalArgs& a) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
     const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
+    if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);
     LoadReport ref_report;
     auto ref_model = load(ref_dir, a, a.ref_low_bit, pool, &ref_report);
     ref_label = model_label(ref_dir, ref_report);
@@ -238,6 +239,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
            "intermediate_size {} vs {}", a.ref_dir, a.model_dir, ref.vocab_size, model.vocab_size, ref.hidden_size,
            model.hidden_size, ref.num_hidden_layers, model.num_hidden_layers, ref.intermediate_size,
            model.intermediate_size);
+    require_same_vocabulary(tok, a.model_dir, Tokenizer::load(a.ref_dir), a.ref_dir);
   }
   std::vector<TaskResult> shapes;  // the baseline's results: task names, shots, items
   std::int64_t baseline_vocab = 0;

@@ -33,6 +33,7 @@ int run_explain(const ExplainArgs& a) {
   const LoadOptions ref_options = load_options(a.model, a.ref_low_bit);
   const LoadOptions options = load_options(a.model, a.low_bit);
   const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
+  if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);
   LoadReport ref_report, report;
   auto original = load_model(ref_dir, ref_options, pool, &ref_report);
   note_reference(a.model_dir, a.ref_dir, ref_report);

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace woq {
 
@@ -42,6 +43,20 @@ ScoringPlan scoring_plan(const Tokenizer& tok, const std::string& text, const st
     return chunk_plan(tok.encode(text), r.ctx, r.chunks, bos);
   } catch (const Error& e) {
     fail("{}: {}", source, e.what());
+  }
+}
+
+void require_same_vocabulary(const Tokenizer& candidate, const std::string& candidate_name, const Tokenizer& reference,
+                             const std::string& reference_name) {
+  if (candidate.vocab_size() != reference.vocab_size())
+    fail("the reference {} has a tokenizer of {} tokens, the model {} one of {}: the reference must use the same "
+         "tokenizer", reference_name, reference.vocab_size(), candidate_name, candidate.vocab_size());
+  for (std::int32_t id = 0; id < candidate.vocab_size(); ++id) {
+    const std::string mine = candidate.token_text(id), theirs = reference.token_text(id);
+    if (mine != theirs)
+      fail("the reference {} has another tokenizer than the model {}: token {} is '{}' in the reference and '{}' in "
+           "the model (the same vocabulary, id for id, is needed to compare their predictions)",
+           reference_name, candidate_name, id, printable_text(theirs), printable_text(mine));
   }
 }
 

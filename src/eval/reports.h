@@ -57,6 +57,15 @@ struct ModelIdentity {
 EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const ScoringPlan& plan,
                              const ScoringRequest& request, const Progress& progress = nullptr);
 
+/// eval compare's (also eval recovery's and explain's) check that the
+/// reference reads the text as the candidate does (the plan is the
+/// candidate's tokenization, and KL compares id by id):
+/// the same vocabulary size and every id's piece (Tokenizer::token_text) equal.
+/// Throws woq::Error naming both models (`candidate_name`, `reference_name`)
+/// and the first differing id with both pieces.
+void require_same_vocabulary(const Tokenizer& candidate, const std::string& candidate_name, const Tokenizer& reference,
+                             const std::string& reference_name);
+
 /// eval compare, step 1: the reference's log-probabilities over `plan` into
 /// `ref` (then finish()ed).
 void write_reference(LlamaModel& reference, const ScoringPlan& plan, std::int64_t batch, RefLogprobFile& ref,

@@ -162,6 +162,54 @@ def test_compare_of_a_saved_checkpoint_with_its_original(tmp_path, fp32):
     assert woq.eval.compare(fp32, fp32, TEXT, ctx=96, chunks=3, progress=False)["max_kl"] == 0
 
 
+def swap_pieces(model_bytes, a, b):
+    """A SentencePiece tokenizer.model with the entries of pieces `a` and `b` swapped (its top-level protobuf
+    fields read, the two `pieces` fields, number 1, exchanged)."""
+    fields, pieces, at = [], [], 0
+
+    def varint():
+        nonlocal at
+        value, shift = 0, 0
+        while True:
+            byte = model_bytes[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while at < len(model_bytes):
+        start, tag = at, varint()
+        wire = tag & 7
+        if wire == 0:
+            varint()
+        elif wire == 2:
+            length = varint()
+            at += length
+        else:
+            at += {1: 8, 5: 4}[wire]
+        if tag >> 3 == 1:
+            pieces.append(len(fields))
+        fields.append(model_bytes[start:at])
+    fields[pieces[a]], fields[pieces[b]] = fields[pieces[b]], fields[pieces[a]]
+    return b"".join(fields)
+
+
+def test_compare_refuses_a_reference_with_another_tokenizer(tmp_path, model):
+    """Issue 29: the same vocabulary size is not enough; ids 403 and 407 swapped are refused, naming both models
+    and the first differing id (the library's check, as the CLI's)."""
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for name in os.listdir(MODEL):
+        data = open(os.path.join(MODEL, name), "rb").read()
+        (swapped / name).write_bytes(swap_pieces(data, 403, 407) if name == "tokenizer.model" else data)
+    reference = woq.optimize_model(str(swapped), low_bit="fp32", progress=False)
+    assert reference.tokenizer.token_text(403) == model.tokenizer.token_text(407)
+    with pytest.raises(woq.Error, match=f"the reference {swapped} has another tokenizer than the model {MODEL}: "
+                                        "token 403 is "):
+        woq.eval.compare(model, reference, TEXT, ctx=128, chunks=2, progress=False)
+
+
 def test_tasks_equal_the_cli(tmp_path, model):
     report = woq.eval.tasks(model, ["arc_easy", "truthfulqa_mc2", "hellaswag"], limit=12, progress=False)
     _, expected = cli_json(tmp_path, "eval", "tasks", "-m", MODEL, "--tasks", "arc_easy,truthfulqa_mc2,hellaswag",
