@@ -6,8 +6,9 @@
 
 The C++ engine (woq._woq) does the work, with the same library calls as the
 `woq` command line; this module adds defaults, docstrings and streaming.
-Errors are woq.Error (a RuntimeError) with the CLI's messages, and ValueError
-for bad arguments. Every call that runs the model releases the GIL; Ctrl-C
+Errors are woq.Error (a RuntimeError) with the CLI's messages, ValueError for
+bad argument values and TypeError (woq.ArgumentTypeError, also a ValueError)
+for arguments of the wrong type, naming the argument. Every call that runs the model releases the GIL; Ctrl-C
 during generate() raises KeyboardInterrupt and leaves the model usable.
 """
 
@@ -17,12 +18,88 @@ import queue
 import sys
 import threading
 
+import numbers
+
 from . import _woq
 
 Error = _woq.Error
 Tokenizer = _woq.Tokenizer
 
-__all__ = ["Error", "Explanation", "Model", "Tokenizer", "eval", "explain", "optimize_model", "quantize"]
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (bytes for a str, a float for an int, ...): a TypeError, and also a ValueError
+    (what woq raised for some of them before)."""
+
+
+# The argument checks every public function runs before calling the engine: the type (TypeError naming the
+# argument) and whether the engine's C++ integer holds the value (ValueError naming the argument); the engine checks
+# the meaning of the values (ValueError with the CLI's message).
+
+def _describe(value):
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _int(value, name, bounds=_INT64, optional=False):
+    """`value` as an int (a bool is not one; NumPy's integers are) within `bounds`, the engine's integer type."""
+    what = "an int"  # (None, where allowed, is the default: the messages stay those of woq before)
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{name} must be {what}, got {_describe(value)}")
+    value = int(value)
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{name} must be {what} in [{bounds[0]}, {bounds[1]}], got {value}")
+    return value
+
+
+def _float(value, name, optional=False):
+    """`value` as a float: an int or a float (not a bool or a str)."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be {'None or ' if optional else ''}a number, got {_describe(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} is too large for a float: {value}") from None
+
+
+def _bool(value, name, optional=False):
+    if optional and value is None:
+        return None
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be {'None, ' if optional else ''}True or False, got {_describe(value)}")
+    return value
+
+
+def _str(value, name, optional=False):
+    if optional and value is None:
+        return None
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be {'None or ' if optional else ''}a str, got {_describe(value)}")
+    return value
+
+
+def _path(value, name, optional=False):
+    """A file system path: a str or an os.PathLike naming one (not bytes, not None)."""
+    if optional and value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be {'None, ' if optional else ''}a str or an os.PathLike, got "
+                                f"{_describe(value)}")
+    if "\0" in value:
+        raise ValueError(f"{name} must not contain a NUL character")
+    return value
+
+__all__ = ["ArgumentTypeError", "Error", "Explanation", "Model", "Tokenizer", "eval", "explain", "optimize_model",
+           "quantize"]
 
 
 def _say(lines, progress):
@@ -136,22 +213,26 @@ class Model:
         group size (round to nearest: the integers this model runs with); woq, transformers and vLLM load it.
         The output goes through a temporary directory renamed into place; an existing `out_dir` is replaced only
         with force=True. Raises ValueError for a model loaded from a quantized checkpoint or in a float format."""
-        _say(self._engine.save_pretrained(str(out_dir), bool(force)), self._progress)
+        _say(self._engine.save_pretrained(_path(out_dir, "out_dir"), _bool(force, "force")), self._progress)
 
     def _args(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty, repeat_last_n,
               presence_penalty, frequency_penalty):
         if not isinstance(prompt, str):
-            prompt = _ids(prompt)
-        if isinstance(stop, str):
-            stop = [stop]
-        if seed is not None and (not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+            prompt = _ids(prompt, "prompt", "a str or a list of token ids (ints)")
+        if stop is None or isinstance(stop, str):
+            stop = [] if stop is None else [stop]
+        elif isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+            raise ArgumentTypeError(f"stop must be None, a str or a list of str, got {_describe(stop)}")
+        stop = [_str(s, "stop") for s in stop]
         penalties = _woq.Penalties()
-        penalties.repeat = float(repeat_penalty)
-        penalties.last_n = int(repeat_last_n)
-        penalties.presence = float(presence_penalty)
-        penalties.frequency = float(frequency_penalty)
-        return (prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p), seed, list(stop or []),
+        penalties.repeat = _float(repeat_penalty, "repeat_penalty")
+        penalties.last_n = _int(repeat_last_n, "repeat_last_n")
+        penalties.presence = _float(presence_penalty, "presence_penalty")
+        penalties.frequency = _float(frequency_penalty, "frequency_penalty")
+        if seed is not None and _int(seed, "seed", optional=True, bounds=(_INT64[0], _UINT64[1])) < 0:
+            raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+        return (prompt, _int(max_new_tokens, "max_new_tokens"), _float(temperature, "temperature"),
+                _int(top_k, "top_k", _INT32), _float(top_p, "top_p"), None if seed is None else int(seed), stop,
                 penalties)
 
     def _stream(self, args):
@@ -199,20 +280,51 @@ class Model:
         return iterate()
 
 
-def _ids(ids):
+def _ids(ids, name="ids", what="a list of token ids (ints)"):
+    """Token ids for the engine: a list (or any iterable but a str or bytes) of ints (NumPy's too) within int32."""
+    if isinstance(ids, (str, bytes, bytearray, memoryview)) or not hasattr(ids, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be {what}, got {_describe(ids)}")
     out = []
     for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int):
-            try:
-                import numpy  # noqa: F401 - integer scalars of NumPy arrays are accepted
-                if hasattr(i, "dtype") and i.dtype.kind in "iu":
-                    out.append(int(i))
-                    continue
-            except ImportError:
-                pass
-            raise ValueError(f"token ids must be ints, got {i!r}")
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise ArgumentTypeError(f"token ids must be ints, got {_describe(i)}")
+        i = int(i)
+        if not _INT32[0] <= i <= _INT32[1]:
+            raise ValueError(f"{name}: token id {i} is outside the vocabulary")
         out.append(i)
     return out
+
+
+def _checked_tokenizer_methods():
+    """The Tokenizer's methods with the same argument checks as the rest of the API (the engine's own would take
+    bytes for text and give pybind's TypeError for ids beyond int32)."""
+    encode, encode_with_special, decode, token_text = (
+        Tokenizer.encode, Tokenizer.encode_with_special, Tokenizer.decode, Tokenizer.token_text)
+
+    def checked_encode(self, text, add_special=True):
+        """Token ids of `text` (a str), with the special tokens the tokenizer adds (BOS) when add_special."""
+        return encode(self, _str(text, "text"), _bool(add_special, "add_special"))
+
+    def checked_encode_with_special(self, text):
+        """Token ids of a rendered chat prompt (a str): special tokens' text becomes their ids, BOS first unless
+        the text begins with it."""
+        return encode_with_special(self, _str(text, "text"))
+
+    def checked_decode(self, ids):
+        """The text of `ids` (a list of ints); special tokens give nothing."""
+        return decode(self, _ids(ids))
+
+    def checked_token_text(self, id):  # noqa: A002 - the engine's name
+        """The text one token stands for ("<ID?>" outside the vocabulary)."""
+        return token_text(self, _int(id, "id", _INT32))
+
+    Tokenizer.encode = checked_encode
+    Tokenizer.encode_with_special = checked_encode_with_special
+    Tokenizer.decode = checked_decode
+    Tokenizer.token_text = checked_token_text
+
+
+_checked_tokenizer_methods()
 
 
 def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
@@ -228,26 +340,17 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
     threads: worker threads (0: all cores). progress: print what loading did to stderr, as the CLI does.
     Raises woq.Error for files that cannot be loaded, ValueError for bad arguments.
     """
+    path = _path(path, "path")
     request = _woq.LoadRequest()
-    request.low_bit = str(low_bit)
-    request.group_size = int(group_size)
-    request.int4_range = str(int4_range)
-    request.rounding = str(rounding)
-    request.lm_head_low_bit = "" if lm_head_low_bit is None else str(lm_head_low_bit)
-    request.activations = "" if activations is None else str(activations)
-    engine = _woq.load(str(path), request, int(threads), _progress(progress, "layer"))
+    request.low_bit = _str(low_bit, "low_bit")
+    request.group_size = _int(group_size, "group_size")
+    request.int4_range = _str(int4_range, "int4_range")
+    request.rounding = _str(rounding, "rounding")
+    request.lm_head_low_bit = _str(lm_head_low_bit, "lm_head_low_bit", optional=True) or ""
+    request.activations = _str(activations, "activations", optional=True) or ""
+    engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
     _say(engine.summary, progress)
     return Model(engine, progress)
-
-
-def _optional(value, kind, name):
-    if value is None:
-        return None
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if kind is bool and not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return kind(value)
 
 
 def quantize(input, output, method=None, low_bit=None, group_size=None, int4_range=None, format=None, recipe=None,
@@ -276,31 +379,31 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
     r = _woq.QuantizeRequest()
-    r.input, r.output = os.fspath(input), os.fspath(output)
-    r.format = "" if format is None else str(format)
-    r.recipe = _optional(recipe, str, "recipe")
-    r.low_bit = _optional(low_bit, str, "low_bit")
-    r.method = _optional(method, str, "method")
-    r.force = bool(force)
-    r.resume = bool(resume)
-    r.group_size = _optional(group_size, int, "group_size")
-    r.int4_range = _optional(int4_range, str, "int4_range")
-    r.rounding = _optional(rounding, str, "rounding")
-    r.gptq_format = _optional(gptq_format, str, "gptq_format")
-    r.max_shard_gb = _optional(max_shard_gb, float, "max_shard_gb")
-    r.damp_percent = _optional(damp_percent, float, "damp_percent")
-    r.desc_act = _optional(desc_act, bool, "desc_act")
-    r.static_groups = _optional(static_groups, bool, "static_groups")
-    r.true_sequential = _optional(true_sequential, bool, "true_sequential")
-    r.block_size = _optional(block_size, int, "block_size")
-    r.calib = _optional(calib, str, "calib")
-    r.calib_file = None if calib_file is None else os.fspath(calib_file)
-    r.nsamples = _optional(nsamples, int, "nsamples")
-    r.seqlen = _optional(seqlen, int, "seqlen")
-    r.seed = _optional(seed, int, "seed")
+    r.input, r.output = _path(input, "input"), _path(output, "output")
+    r.format = _str(format, "format", optional=True) or ""
+    r.recipe = _str(recipe, "recipe", optional=True)
+    r.low_bit = _str(low_bit, "low_bit", optional=True)
+    r.method = _str(method, "method", optional=True)
+    r.force = _bool(force, "force")
+    r.resume = _bool(resume, "resume")
+    r.group_size = _int(group_size, "group_size", optional=True)
+    r.int4_range = _str(int4_range, "int4_range", optional=True)
+    r.rounding = _str(rounding, "rounding", optional=True)
+    r.gptq_format = _str(gptq_format, "gptq_format", optional=True)
+    r.max_shard_gb = _float(max_shard_gb, "max_shard_gb", optional=True)
+    r.damp_percent = _float(damp_percent, "damp_percent", optional=True)
+    r.desc_act = _bool(desc_act, "desc_act", optional=True)
+    r.static_groups = _bool(static_groups, "static_groups", optional=True)
+    r.true_sequential = _bool(true_sequential, "true_sequential", optional=True)
+    r.block_size = _int(block_size, "block_size", optional=True)
+    r.calib = _str(calib, "calib", optional=True)
+    r.calib_file = _path(calib_file, "calib_file", optional=True)
+    r.nsamples = _int(nsamples, "nsamples", optional=True)
+    r.seqlen = _int(seqlen, "seqlen", optional=True)
+    r.seed = _int(seed, "seed", (_INT64[0], _UINT64[1]), optional=True)
     if seed is not None and seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed!r}")
-    _woq.quantize(r, int(threads), _log if progress else None, _progress(progress, "layer"))
+    _woq.quantize(r, _int(threads, "threads", _INT32), _log if progress else None, _progress(progress, "layer"))
 
 
 class Explanation:
@@ -327,7 +430,8 @@ def explain(reference_model, model, prompt, max_new_tokens=48, top=10):
     both generate greedily from `prompt`; the Explanation gives where they first diverge, the original's top-2 there
     (a near tie means the flip is expected and harmless), the KL divergence per generated token and the linear
     layers with the largest quantization error on this text, as `woq explain` does."""
-    text, fields = _woq.explain(reference_model._engine, model._engine, str(prompt), int(max_new_tokens), int(top))
+    text, fields = _woq.explain(reference_model._engine, model._engine, _str(prompt, "prompt"),
+                                _int(max_new_tokens, "max_new_tokens"), _int(top, "top"))
     return Explanation(text, json.loads(fields))
 
 

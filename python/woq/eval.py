@@ -12,7 +12,7 @@ Each function returns the dict `woq eval ... --json` writes; with print_report=T
 import json
 import os
 
-from . import _woq
+from . import _INT32, _UINT64, ArgumentTypeError, _bool, _int, _path, _str, _woq
 
 __all__ = ["perplexity", "compare", "tasks"]
 
@@ -29,15 +29,16 @@ def _text(text_or_path):
         except OSError as e:
             raise _woq.Error(f"{path}: {e.strerror}") from None
     if not isinstance(text_or_path, str):
-        raise ValueError(f"text_or_path must be a str or a path, got {type(text_or_path).__name__}")
+        raise ArgumentTypeError(f"text_or_path must be a str or a path, got {type(text_or_path).__name__}")
     return text_or_path, "the text"
 
 
 def _scoring(ctx, batch, chunks, bos_per_chunk, per_document):
     r = _woq.ScoringRequest()
-    r.ctx, r.batch, r.chunks = int(ctx), int(batch), int(chunks or 0)
-    r.bos_per_chunk = bool(bos_per_chunk)
-    if per_document is not None and per_document == "":
+    r.ctx, r.batch = _int(ctx, "ctx"), _int(batch, "batch")
+    r.chunks = _int(chunks, "chunks", optional=True) or 0
+    r.bos_per_chunk = _bool(bos_per_chunk, "bos_per_chunk")
+    if _str(per_document, "per_document", optional=True) == "":
         raise ValueError("per_document must be None or a non-empty separator")
     r.per_document = per_document or ""
     return r
@@ -98,19 +99,22 @@ def tasks(model, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, 
     from . import _log, _progress
     if isinstance(tasks, str):
         specs = tasks
+    elif isinstance(tasks, (bytes, bytearray)) or not hasattr(tasks, "__iter__"):
+        raise ArgumentTypeError(f"tasks must be a str or a list of str, got {type(tasks).__name__}")
     else:
-        specs = ",".join(str(t) for t in tasks)
+        specs = ",".join(_str(t, "tasks") for t in tasks)
     for name in specs.split(","):
         if "," in name or name.strip() != name:
             raise ValueError(f"task names must not have spaces: {name!r}")
     options = _woq.TaskOptions()
-    options.shots = -1 if num_fewshot is None else int(num_fewshot)
-    options.limit = 0 if limit is None else int(limit)
-    if limit is not None and options.limit <= 0:
+    num_fewshot = _int(num_fewshot, "num_fewshot", _INT32, optional=True)
+    options.shots = -1 if num_fewshot is None else num_fewshot
+    limit = _int(limit, "limit", optional=True)
+    if limit is not None and limit <= 0:
         raise ValueError(f"limit must be None or > 0, got {limit!r}")
-    if seed is None or int(seed) < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    options.seed = int(seed)
-    rows = _result(_woq.tasks(model._engine, specs, "" if data_dir is None else os.fspath(data_dir), options,
-                              _log if progress else None, _progress(progress, "item")), print_report)
+    options.limit = 0 if limit is None else limit
+    options.seed = _int(seed, "seed", _UINT64)
+    data_dir = _path(data_dir, "data_dir", optional=True)
+    rows = _result(_woq.tasks(model._engine, specs, data_dir or "", options, _log if progress else None,
+                              _progress(progress, "item")), print_report)
     return {row["task"]: row for row in rows}

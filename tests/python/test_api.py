@@ -160,6 +160,66 @@ def test_bad_arguments_raise_clear_exceptions(model):
         model.chat("hello")
 
 
+def test_arguments_of_the_wrong_type_or_beyond_range_name_the_argument(model, fp32, tmp_path, monkeypatch):
+    """Issue 29: no argument is converted behind the user's back (None to "None", bytes to ids, 3.5 to 3); a wrong
+    type is a TypeError (woq.ArgumentTypeError, also a ValueError), an int the engine cannot hold a ValueError,
+    both naming the argument (not pybind's TypeError listing the whole signature)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match="out_dir must be a str or an os.PathLike, got NoneType"):
+        woq.optimize_model(MODEL, low_bit="asym_int4", progress=False).save_pretrained(None)
+    assert not (tmp_path / "None").exists()
+    with pytest.raises(TypeError, match="path must be a str or an os.PathLike, got NoneType"):
+        woq.optimize_model(None, progress=False)
+    with pytest.raises(TypeError, match="prompt must be a str or a list of token ids"):
+        model.generate(b"Once")
+    assert model.generate(PROMPT, max_new_tokens=5) == model.generate(model.tokenizer.encode(PROMPT), max_new_tokens=5)
+    huge = 2 ** 70
+    calls = {  # name -> a call with that argument set to `v`
+        "max_new_tokens": lambda v: model.generate(PROMPT, max_new_tokens=v),
+        "top_k": lambda v: model.generate(PROMPT, top_k=v),
+        "repeat_last_n": lambda v: model.generate(PROMPT, repeat_last_n=v),
+        "seed": lambda v: model.generate(PROMPT, temperature=0.5, seed=v),
+        "group_size": lambda v: woq.optimize_model(MODEL, group_size=v, progress=False),
+        "threads": lambda v: woq.optimize_model(MODEL, threads=v, progress=False),
+        "top": lambda v: woq.explain(fp32, model, PROMPT, top=v),
+        "ctx": lambda v: woq.eval.perplexity(model, "x " * 300, ctx=v, progress=False),
+        "batch": lambda v: woq.eval.perplexity(model, "x " * 300, batch=v, progress=False),
+        "chunks": lambda v: woq.eval.compare(model, fp32, "x " * 300, chunks=v, progress=False),
+        "limit": lambda v: woq.eval.tasks(model, "arc_easy", limit=v, progress=False),
+        "num_fewshot": lambda v: woq.eval.tasks(model, "arc_easy", num_fewshot=v, progress=False),
+        "nsamples": lambda v: woq.quantize(MODEL, tmp_path / "q", method="gptq", nsamples=v, progress=False),
+        "block_size": lambda v: woq.quantize(MODEL, tmp_path / "q", method="gptq", block_size=v, progress=False),
+        "id": lambda v: model.tokenizer.token_text(v),
+    }
+    for name, call in calls.items():
+        for bad in (3.5, "3", True):
+            with pytest.raises(TypeError, match=f"^{name} must be (None or )?an int, got "):
+                call(bad)
+        with pytest.raises(ValueError, match=f"^{name} must be (None or )?an int in \\[") as e:
+            call(huge)
+        assert not isinstance(e.value, TypeError)
+    strings = {
+        "low_bit": lambda v: woq.optimize_model(MODEL, low_bit=v, progress=False),
+        "rounding": lambda v: woq.optimize_model(MODEL, rounding=v, progress=False),
+        "activations": lambda v: woq.optimize_model(MODEL, activations=v, progress=False),
+        "prompt": lambda v: woq.explain(fp32, model, v),
+        "text": lambda v: model.tokenizer.encode(v),
+        "stop": lambda v: model.generate(PROMPT, stop=[v]),
+        "calib": lambda v: woq.quantize(MODEL, tmp_path / "q", method="gptq", calib=v, progress=False),
+        "input": lambda v: woq.quantize(v, tmp_path / "q", progress=False),
+        "output": lambda v: woq.quantize(MODEL, v, progress=False),
+        "tasks": lambda v: woq.eval.tasks(model, [v], progress=False),
+    }
+    for name, call in strings.items():
+        with pytest.raises(TypeError, match=f"^{name} must be "):
+            call(b"x")
+    with pytest.raises(TypeError, match="force must be True or False"):
+        woq.quantize(MODEL, tmp_path / "q", force="no", progress=False)
+    with pytest.raises(TypeError, match="text_or_path must be a str or a path"):
+        woq.eval.perplexity(model, b"x " * 300, progress=False)
+    assert not os.listdir(tmp_path)
+
+
 def test_two_threads_on_two_models_at_once(model, fp32):
     want = {id(m): m.generate(PROMPT, max_new_tokens=120) for m in (model, fp32)}
     got = {}
