@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "test_files.h"
@@ -98,6 +99,65 @@ TEST(Cli, MakeRandomThenGenerate) {
   const RunResult not_a_model = run("make-random --preset tiny --force -o " + tmp.path());
   EXPECT_EQ(not_a_model.code, 1);
   EXPECT_NE(not_a_model.err.find("has no config.json: remove it yourself"), std::string::npos) << not_a_model.err;
+}
+
+// A failed make-random leaves nothing at -o (it writes beside it and renames), so the retry is not refused as
+// "already exists"; nor the parent directories it had to create (issue 29 E).
+TEST(Cli, FailedMakeRandomLeavesNoOutput) {
+  test::TempDir tmp;
+  const std::string out = tmp.file("a/b/m");
+  RunResult r = run("make-random --preset tiny-llama3 --layers 1 --tokenizer-root /nonexistent -o " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/llama3/tokenizer.json: not found"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "left behind: " << std::filesystem::directory_iterator(tmp.path())->path();
+  r = run("make-random --preset tiny-llama3 --layers 1 -o " + out);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(out + "/tokenizer.json"));
+  // A failed --force keeps the existing model as it was.
+  const std::string config = test::read_file(out + "/config.json");
+  r = run("make-random --preset tiny-llama3 --layers 2 --tokenizer-root /nonexistent --force -o " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(test::read_file(out + "/config.json"), config);
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.file("a/b"))) ++entries;
+  EXPECT_EQ(entries, 1u);
+}
+
+// What killed woq quantize runs left beside an output (.OUT.tmp-PID-RANDOM directories, OUT.tmp-PID files of a
+// GGUF output) is removed by the next run to that output once their process is gone, even a run that is then
+// refused, and said on stderr; a live process's, another output's and other names are kept (issue 29 E).
+TEST(Cli, QuantizeRemovesWhatKilledRunsLeftEvenWhenRefused) {
+  const pid_t dead = fork();  // a PID that no longer runs: a child that exited and was reaped
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  test::TempDir tmp;
+  const auto make = [&](const std::string& name, bool dir) {
+    if (dir) std::filesystem::create_directory(tmp.file(name));
+    else test::write_file(tmp.file(name), "partial");
+    return tmp.file(name);
+  };
+  const std::string stale_dir = make(fmt::format(".q.tmp-{}-0123abcd", dead), true);
+  const std::string live_dir = make(fmt::format(".q.tmp-{}-0123abcd", getpid()), true);
+  const std::string stale_file = make(fmt::format("q.gguf.tmp-{}", dead), false);
+  const std::string live_file = make(fmt::format("q.gguf.tmp-{}", getpid()), false);
+  const std::vector<std::string> kept = {live_dir, live_file, make(fmt::format("r.gguf.tmp-{}", dead), false),
+                                         make(fmt::format("q.gguf.tmp-{}x", dead), false),
+                                         make(fmt::format("q.gguf.tmp-0{}", dead), false)};
+  std::filesystem::create_directory(tmp.file("q"));  // the output exists: the run is refused
+  RunResult r = run("quantize -m " + kModel + " -o " + tmp.file("q") + " --method gptq");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("woq: removed {}, left by woq quantize process {}, which is no longer running",
+                                   stale_dir, dead)), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(stale_dir));
+  test::write_file(tmp.file("q.gguf"), "");
+  r = run("quantize -m " + kModel + " -o " + tmp.file("q.gguf"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(fmt::format("woq: removed {}, left by woq quantize process {}", stale_file, dead)),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(stale_file));
+  for (const std::string& k : kept) EXPECT_TRUE(std::filesystem::exists(k)) << k;
 }
 
 TEST(Cli, BadInputExitsNonZeroWithMessage) {

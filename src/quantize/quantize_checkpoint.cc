@@ -229,6 +229,36 @@ void publish(const fs::path& tmp, const fs::path& out, bool force) {
 
 }  // namespace
 
+void remove_stale_quantize_temps(const std::string& out_path, const std::string& input,
+                                 const std::function<void(const std::string&)>& log) {
+  std::error_code ec;
+  const fs::path out = fs::absolute(fs::path(out_path), ec).lexically_normal();
+  if (ec || out.filename().empty() || !fs::is_directory(out.parent_path(), ec)) return;
+  // The directories quantize_checkpoint reports again when it runs are left to it (only removals are said here).
+  remove_stale_temp_dirs(out, fs::weakly_canonical(fs::path(input), ec), [&log](const std::string& line) {
+    if (log && !line.starts_with("kept ")) log(line);
+  });
+  // gguf_writer's NAME.tmp-PID files (a GGUF output): no lock, so the PID alone says whether one is in use.
+  const std::string prefix = out.filename().string() + ".tmp-";
+  for (fs::directory_iterator it(out.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (!name.starts_with(prefix) || !it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;
+    const std::string_view digits = std::string_view(name).substr(prefix.size());
+    std::int64_t pid = 0;
+    const auto [end_digits, parse_ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (parse_ec != std::errc() || end_digits != digits.data() + digits.size() || pid <= 0 ||
+        pid > std::numeric_limits<pid_t>::max() || digits.front() == '0' || process_alive(static_cast<pid_t>(pid)))
+      continue;
+    fs::remove(it->path(), type_ec);
+    if (log)
+      log(type_ec ? fmt::format("could not remove {}, left by woq quantize process {} (no longer running): {}",
+                                it->path().string(), pid, type_ec.message())
+                  : fmt::format("removed {}, left by woq quantize process {}, which is no longer running",
+                                it->path().string(), pid));
+  }
+}
+
 BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& spec,
                              ThreadPool& pool) {
   return [&store, config, spec, &pool](std::int64_t layer) {

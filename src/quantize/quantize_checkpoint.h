@@ -74,6 +74,17 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
 /// options.force), in_dir is already quantized or its tensors are invalid
 /// (see LlamaModel::load), the spec is not an integer format, or when v1
 /// cannot store a zero point (see pack_gptq).
+/// Removes what woq quantize runs to `out` that were killed left beside it:
+/// the .NAME.tmp-PID-RANDOM directories of quantize_checkpoint (as it does
+/// itself, see below; never one that is or holds `input`) and the
+/// NAME.tmp-PID files a GGUF output is written into, each only when its
+/// process no longer runs (and its directory's lock is free). Reports each
+/// removal to `log`. run_quantize_request calls it first, so that a run
+/// refused or stopped before writing anything also cleans up. Never throws
+/// for what it cannot list or remove (it says so).
+void remove_stale_quantize_temps(const std::string& out, const std::string& input,
+                                 const std::function<void(const std::string&)>& log);
+
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                    const QuantizeOptions& options, ThreadPool& pool,
                                    const BlockQuantizer& quantize = nullptr);

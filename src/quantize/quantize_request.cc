@@ -165,6 +165,7 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
   const QuantizeRequest r = with_recipe(request);
   const std::string method = r.method.value_or("rtn");
   const std::string low_bit = r.low_bit.value_or("sym_int4");
+  remove_stale_quantize_temps(r.output, r.input, cb.log);  // also when this run is refused or stopped before writing
   if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
   // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
   std::int64_t group_size = r.group_size.value_or(128);
