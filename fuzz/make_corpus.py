@@ -314,6 +314,17 @@ def make_tokenizers():
             put("tokenizer_encode", "t%d_%02d" % (sel, k), bytes([sel]) + t.encode("utf-8"))
     put("tokenizer_encode", "invalid_utf8", b"\x00ab\xff\xfe\xc3(\xe2\x82\xf0\x9f\x98 end")
 
+    # tokenizer_time seeds: selector byte + a unit the target repeats (the pathological texts of
+    # tests/hostile_text_test.cc: combining marks, runs of one character, of spaces, digits, emoji ZWJ, jamo).
+    # Selector byte, head length, head, unit.
+    units = [("a", "\u0301\u0316"), ("", "a"), ("x", " "), ("x", "\n"), ("", "7"), ("", "!"),
+             ("", "\U0001F468\u200D\U0001F469"), ("", "\u1100\u1161\u11A8"), ("", "\u4e2d"), ("", "e\u0301 "),
+             ("", "Hello, world. "), ("x", "  \t\r\n")]
+    for sel in range(5):
+        for k, (head, unit) in enumerate(units):
+            h = head.encode("utf-8")
+            put("tokenizer_time", "t%d_%02d" % (sel, k), bytes([sel, len(h)]) + h + unit.encode("utf-8"))
+
 
 # ---------------------------------------------------------------- jinja
 

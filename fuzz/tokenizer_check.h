@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +14,29 @@
 #include "tokenizer/tokenizer.h"
 
 namespace woq_fuzz {
+
+/// A real tokenizer of the repository, loaded once.
+struct BundledTokenizer {
+  std::unique_ptr<woq::Tokenizer> tok;
+  bool round_trips;  ///< decode(encode(s)) == s for well-formed UTF-8 without "<|"
+};
+
+/// The repository's real tokenizers: Llama 3 and Qwen3 tokenizer.json, GPT-2 vocab.json + merges.txt,
+/// Llama 2 and stories260K SentencePiece.
+inline std::vector<BundledTokenizer>& bundled_tokenizers() {
+  static std::vector<BundledTokenizer> all = [] {
+    std::vector<BundledTokenizer> v;
+    const std::pair<const char*, bool> dirs[] = {{"assets/tokenizers/llama3", true},
+                                                  {"assets/tokenizers/qwen3", false},
+                                                  {"assets/tokenizers/gpt2", true},
+                                                  {"assets/tokenizers/llama2", false},
+                                                  {"assets/models/stories260K", false}};
+    for (const auto& [dir, rt] : dirs)
+      v.push_back({std::make_unique<woq::Tokenizer>(woq::Tokenizer::load(repo_file(dir))), rt});
+    return v;
+  }();
+  return all;
+}
 
 /// Encodes `text` every way woq does and checks the results: ids inside the
 /// vocabulary, special tokens only adding ids, decode and TextStream accepting

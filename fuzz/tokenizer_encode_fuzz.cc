@@ -17,38 +17,15 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_check.h"
 
-namespace {
-
-struct Loaded {
-  std::unique_ptr<woq::Tokenizer> tok;
-  bool round_trips;  ///< decode(encode(s)) == s for well-formed UTF-8 without "<|"
-};
-
-std::vector<Loaded>& tokenizers() {
-  static std::vector<Loaded> all = [] {
-    std::vector<Loaded> v;
-    const std::pair<const char*, bool> dirs[] = {{"assets/tokenizers/llama3", true},
-                                                  {"assets/tokenizers/qwen3", false},
-                                                  {"assets/tokenizers/gpt2", true},
-                                                  {"assets/tokenizers/llama2", false},
-                                                  {"assets/models/stories260K", false}};
-    for (const auto& [dir, rt] : dirs)
-      v.push_back({std::make_unique<woq::Tokenizer>(woq::Tokenizer::load(woq_fuzz::repo_file(dir))), rt});
-    return v;
-  }();
-  return all;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tokenizers();
+  woq_fuzz::bundled_tokenizers();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const Loaded& t = tokenizers()[data[0] % tokenizers().size()];
+  const auto& all = woq_fuzz::bundled_tokenizers();
+  const woq_fuzz::BundledTokenizer& t = all[data[0] % all.size()];
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     const std::vector<std::int32_t> ids = woq_fuzz::exercise_encode(*t.tok, text);

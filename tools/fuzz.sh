@@ -38,7 +38,7 @@ jobs=${WOQ_FUZZ_JOBS:-$(nproc)}
 parallel=${WOQ_FUZZ_PARALLEL:-1}
 
 all_targets=(safetensors safetensors_index hf_config generation_config tokenizer_json tokenizer_config
-             tokenizer_encode jinja jinja_chat openai_request)
+             tokenizer_encode tokenizer_time jinja jinja_chat openai_request)
 all_targets+=(gguf)
 if (($# > 0)); then
   targets=("$@")
@@ -60,7 +60,7 @@ dict_of() {
     safetensors | safetensors_index) echo fuzz/safetensors.dict ;;
     gguf) echo fuzz/gguf.dict ;;
     hf_config | generation_config) echo fuzz/hf_config.dict ;;
-    tokenizer_json | tokenizer_config | tokenizer_encode) echo fuzz/tokenizer.dict ;;
+    tokenizer_json | tokenizer_config | tokenizer_encode | tokenizer_time) echo fuzz/tokenizer.dict ;;
     jinja) echo fuzz/jinja.dict ;;
     jinja_chat | openai_request) echo fuzz/openai.dict ;;
     *) echo fuzz/json.dict ;;
@@ -89,7 +89,8 @@ fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:detect_stack_use_after_return=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-common=(-rss_limit_mb=2048 -timeout=10)
+# -report_slow_units: inputs over 2 s are printed as slow (the tokenizer_time target measures growth with length).
+common=(-rss_limit_mb=2048 -timeout=10 -report_slow_units=2)
 mkdir -p "$build/fuzz-logs"
 results=$build/fuzz-results
 rm -rf "$results"
