@@ -83,7 +83,7 @@ void quantize_q8_scalar(const float* x, Q8Activations& out) {
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row,
+  static const RowKernels k{dot_row_scalar, dot_rows_by_row<dot_row_scalar>, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row,
                             quantize_q8_scalar};
   return k;
 }
@@ -127,8 +127,14 @@ void float_rows(const QuantMatrix& w, const float* x, std::int64_t m, float* y, 
   if (m < kTiledMinRows && flat) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<std::size_t>(k));
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (std::int64_t i = 0; i < m; ++i) y[i * n + r] = kern.dot_row(w, r, x + i * k, scratch.data());
+    float out[detail::kDotRows];
+    for (std::int64_t r = r0; r < r1; r += detail::kDotRows) {
+      const std::int64_t rows = std::min(detail::kDotRows, r1 - r);
+      for (std::int64_t i = 0; i < m; ++i) {
+        kern.dot_rows(w, r, rows, x + i * k, out, scratch.data());
+        for (std::int64_t j = 0; j < rows; ++j) y[i * n + r + j] = out[j];
+      }
+    }
     return;
   }
   const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;

@@ -68,11 +68,25 @@ void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool = nullptr);
 
 namespace detail {
 
+/// Rows one dot_rows call covers at most.
+inline constexpr std::int64_t kDotRows = 8;
+
+/// dot_rows by DotRow, one row after another (the ISAs without a multi-row kernel).
+template <float (*DotRow)(const QuantMatrix&, std::int64_t, const float*, float*)>
+void dot_rows_by_row(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out,
+                     float* scratch) {
+  for (std::int64_t i = 0; i < rows; ++i) out[i] = DotRow(w, r0 + i, x, scratch);
+}
+
 /// One ISA's kernels. Internal to the kernels library.
 struct RowKernels {
   /// Σ_k W[row, k] · x[k], equal bit for bit to dot_f32 of the row widened by
   /// widen_row; `scratch` has room for W.cols floats.
   float (*dot_row)(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch);
+  /// out[i] = dot_row(w, r0 + i, x) for i < rows (at most kDotRows), bit for bit: ISAs may walk
+  /// several rows at once (one pass over x, independent accumulator chains).
+  void (*dot_rows)(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out,
+                   float* scratch);
   /// Σ_k a[k] · b[k].
   float (*dot_f32)(const float* a, const float* b, std::int64_t k);
   /// y[k] += a · x[k].

@@ -363,7 +363,8 @@ void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
 }  // namespace
 
 const RowKernels& avx2_kernels() {
-  static const RowKernels k{dot_row, dot_f32, axpy, tile_q8, widen_row, quantize_activations_avx2};
+  static const RowKernels k{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, widen_row,
+                            quantize_activations_avx2};
   return k;
 }
 

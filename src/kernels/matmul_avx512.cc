@@ -1,6 +1,6 @@
 // AVX-512 (F + BW + VL + VNNI) kernels of the integer path. This file alone is
 // compiled with the AVX-512 flags; it is only called after active_isa() found
-// them. The float-path entries are the AVX2 ones (every AVX-512 CPU has AVX2).
+// them.
 //
 // One tile covers two 8-row groups of the interleaved layout
 // (formats/interleave.h) side by side: chunk c of group g in the low 256 bits
@@ -14,12 +14,16 @@
 // once per block: acc = fma(sum, s_w·d_a, acc). That is the scalar
 // reference's sequence of operations (matmul.cc), so the outputs are the same
 // bits as every other ISA's, whatever the batch and the thread count.
+// The float path's decode kernel (dot_rows) is here too; its other entries are AVX2's.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "core/half.h"
 #include "formats/interleave.h"
+#include "formats/scale.h"
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
 #include "kernels/q8_tile.h"
@@ -143,12 +147,129 @@ void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Act
   }
 }
 
+// ---- Float path (f32 activations, decode): several rows per pass ----
+//
+// matmul_avx2.cc's dot_dequantized for R rows at once. Its two 8-wide accumulators over steps of 16
+// columns (acc0 over j..j+7, acc1 over j+8..j+15) are one 16-wide accumulator here (lanes 0-7 and
+// 8-15): lane for lane the same operations, ((q - z) · s) then fma with x, and acc0 + acc1 is the sum of
+// the two halves, so each row's result is the AVX2 kernel's bits (and dot_f32's of the widened row:
+// prefill and decode agree). One accumulator chain is bound by the FMA latency, which held the AVX2 code
+// to ~9 GB/s; R independent chains, with x loaded once for all of them, stream at memory bandwidth.
+
+float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Sixteen dequantized values of a row from column j (even): (q - z) · s. For the 4-bit formats `table`
+// holds (q - z) · s for q = 0..15 (computed once per group, the same value lane by lane), and each
+// nibble picks its entry: vpermps reads the low 4 bits of each index, so byte i's low nibble is lane
+// 2i's index and byte i shifted right by 4 (as 16-bit words: its own high nibble in the low 4 bits) is
+// lane 2i + 1's.
+template <LowBit T>
+inline __m512 sixteen_values(const std::uint8_t* p, std::int64_t j, __m512 table, __m512 s) {
+  if constexpr (T == LowBit::kSymInt8) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s);
+  } else {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j / 2));
+    const __m128i v = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(v), table);
+  }
+}
+
+template <LowBit T, int R>
+void dot_dequantized_rows(const QuantMatrix& w, std::int64_t r0, const float* x, float* out) {
+  const std::int64_t k = w.cols, g = w.group_size;
+  const std::uint8_t* p[R];
+  const std::uint16_t* scales[R];
+  for (int r = 0; r < R; ++r) {
+    p[r] = w.data.data() + (r0 + r) * w.row_bytes;
+    scales[r] = w.scales.data() + (r0 + r) * w.groups_per_row;
+  }
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  float s_last[R] = {};
+  int z_last[R] = {};
+  std::int64_t j = 0;
+  for (std::int64_t i = 0; i < w.groups_per_row; ++i) {
+    const std::int64_t end = std::min(k, (i + 1) * g);
+    __m512 vs[R], vz[R];  // scales; for the 4-bit formats, the table of (q - z) · s
+    for (int r = 0; r < R; ++r) {
+      s_last[r] = _cvtsh_ss(scales[r][i]);  // F16C: fp16_to_fp32's value, without its branches
+      z_last[r] = T == LowBit::kAsymInt4 ? w.zeros[static_cast<std::size_t>((r0 + r) * w.groups_per_row + i)] : 8;
+      vs[r] = _mm512_set1_ps(s_last[r]);
+      if constexpr (T != LowBit::kSymInt8) {
+        const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        vz[r] = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(static_cast<float>(z_last[r]))), vs[r]);
+      }
+    }
+    for (; j + 32 <= end; j += 32) {  // two steps a turn: the same operations in the same order
+      const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j, vz[r], vs[r]), x0, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j + 16, vz[r], vs[r]), x1, acc[r]);
+    }
+    for (; j + 16 <= end; j += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + j);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j, vz[r], vs[r]), xv, acc[r]);
+    }
+  }
+  // The last group's remainder, row by row: dot_f32's one step of 8 (into acc0) and its scalar tail.
+  for (int r = 0; r < R; ++r) {
+    auto value = [&](std::int64_t c) {
+      const int q = T == LowBit::kSymInt8 ? reinterpret_cast<const std::int8_t*>(p[r])[c]
+                                          : codec::get_nibble(p[r], c) - z_last[r];
+      return static_cast<float>(q) * s_last[r];
+    };
+    // The halves through memory: GCC 12 warns of its own uninitialised operand in the extract intrinsics.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[r]);
+    __m256 acc0 = _mm256_load_ps(lanes);
+    const __m256 acc1 = _mm256_load_ps(lanes + 8);
+    std::int64_t c = j;
+    if (c + 8 <= k) {
+      alignas(32) float v[8];
+      for (int e = 0; e < 8; ++e) v[e] = value(c + e);
+      acc0 = _mm256_fmadd_ps(_mm256_load_ps(v), _mm256_loadu_ps(x + c), acc0);
+      c += 8;
+    }
+    float sum = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; c < k; ++c) sum = std::fma(value(c), x[c], sum);
+    out[r] = sum;
+  }
+}
+
+template <LowBit T>
+void dot_rows_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out) {
+  if (rows == kDotRows) return dot_dequantized_rows<T, kDotRows>(w, r0, x, out);
+  std::int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) dot_dequantized_rows<T, 4>(w, r0 + i, x, out + i);
+  for (; i < rows; ++i) dot_dequantized_rows<T, 1>(w, r0 + i, x, out + i);
+}
+
+void dot_rows(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out, float* scratch) {
+  // The AVX2 kernel's condition for dequantizing in registers (dot_row), on the row-major layout.
+  if (w.interleave == 1 && (w.group_size % 16 == 0 || w.groups_per_row == 1)) {
+    switch (w.type) {
+      case LowBit::kSymInt4: return dot_rows_typed<LowBit::kSymInt4>(w, r0, rows, x, out);
+      case LowBit::kAsymInt4: return dot_rows_typed<LowBit::kAsymInt4>(w, r0, rows, x, out);
+      case LowBit::kSymInt8: return dot_rows_typed<LowBit::kSymInt8>(w, r0, rows, x, out);
+      default: break;
+    }
+  }
+  const auto dot_row = avx2_kernels().dot_row;
+  for (std::int64_t i = 0; i < rows; ++i) out[i] = dot_row(w, r0 + i, x, scratch);
+}
+
 }  // namespace
 
 const RowKernels& avx512_kernels() {
   static const RowKernels k = [] {
     RowKernels r = avx2_kernels();
     r.tile_q8 = tile_q8;
+    r.dot_rows = dot_rows;
     return r;
   }();
   return k;
