@@ -30,6 +30,7 @@
 #include "eval/reports.h"
 #include "generate/chat_template.h"
 #include "generate/generate.h"
+#include "generate/jinja.h"
 #include "io/hf_config_writer.h"
 #include "model/llama.h"
 #include "model/load_request.h"
@@ -336,6 +337,8 @@ PYBIND11_MODULE(_woq, mod) {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
       PyErr_SetString(error.ptr(), e.what());
+    } catch (const jinja::TemplateError& e) {  // the model's chat template failed on these messages
+      PyErr_SetString(error.ptr(), fmt::format("the chat template: {}", e.what()).c_str());
     }
   });
 

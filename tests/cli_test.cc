@@ -557,6 +557,16 @@ TEST(Cli, FlagsThatWouldDoNothingAreRefusedOrWarned) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("warning: group_size 16 is not a multiple of 32"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int4 f32"), std::string::npos) << r.err;  // what it really runs
+  // A GPTQ directory named *.gguf would be read as a GGUF file by every loading command; --resume has nothing
+  // to resume in a round-to-nearest GGUF export. Both refused, nothing written.
+  r = run("quantize -m " + kModel + " -o " + tmp.file("x.gguf") + " --format gptq");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("a name ending in .gguf is read as a GGUF file"), std::string::npos) << r.err;
+  r = run("quantize -m " + kModel + " -o " + tmp.file("y.gguf") + " --resume");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--resume applies to --method gptq only"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("x.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("y.gguf")));
   const std::string text = std::string(WOQ_TEST_DATA) + "/tinystories_heldout.txt";
   for (const char* flag : {"-c", "--ctx-size", "--ctx"}) {
     r = run("eval perplexity -m " + kModel + " -f " + text + " --chunks 1 " + flag + " 64 --json " + tmp.file("p.json"));

@@ -124,16 +124,21 @@ std::vector<std::string> bundled_tokenizers() {
 TEST(HostileText, TokenizingTimeGrowsLinearly) {
   // 25, 50, 100 and 200 KB of each pathological text with each tokenizer. Linear time gives a ratio of
   // 8 from 25 to 200 KB, quadratic 64; the bound leaves room for n log n and a loaded machine. Below
-  // 2 ms the 25 KB time is taken as 2 ms (timer and allocator noise).
+  // 5 ms the 25 KB time is taken as 5 ms (timer, allocator and scheduling noise). CTest runs this test
+  // alone (RUN_SERIAL).
   for (const std::string& dir : bundled_tokenizers()) {
     const Tokenizer tok = Tokenizer::load(dir);
     for (const Pathology& p : pathologies()) {
-      std::vector<double> ms;
-      for (const std::size_t kb : {25, 50, 100, 200}) {
-        const std::string text = repeated(p.head, p.unit, kb * 1000);
-        ms.push_back(best_ms([&] { (void)tok.encode(text); }));
-      }
-      const double ratio = ms[3] / std::max(ms[0], 2.0);
+      // The sizes in turn, three times, keeping each one's best: a busy spell of the machine (ctest runs
+      // other tests beside this one) then slows every size, not one.
+      const std::size_t sizes[] = {25, 50, 100, 200};
+      std::vector<std::string> texts;
+      for (const std::size_t kb : sizes) texts.push_back(repeated(p.head, p.unit, kb * 1000));
+      std::vector<double> ms(std::size(sizes), 1e300);
+      for (int round = 0; round < 3; ++round)
+        for (std::size_t i = 0; i < texts.size(); ++i)
+          ms[i] = std::min(ms[i], best_ms([&] { (void)tok.encode(texts[i]); }, 1));
+      const double ratio = ms[3] / std::max(ms[0], 5.0);
       std::printf("%-28s %-26s 25 KB %8.1f ms  50 KB %8.1f ms  100 KB %8.1f ms  200 KB %8.1f ms  ratio %.1f\n",
                   fs::path(dir).filename().c_str(), p.name, ms[0], ms[1], ms[2], ms[3], ratio);
       EXPECT_LE(ratio, 16.0) << dir << ", " << p.name << ": 25 KB in " << ms[0] << " ms, 200 KB in " << ms[3] << " ms";

@@ -129,11 +129,16 @@ void validate(const QuantizeRequest& request) {
     if (!given.empty())
       fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", given[0]);
     if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", method);
+    if (r.resume) fail("--resume applies to --method gptq only; a GGUF is written by round to nearest, quick to run again");
     parse_low_bit(low_bit);
     if (r.rounding) parse_rounding(*r.rounding);
     return;
   }
   if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", r.format);
+  // A directory named *.gguf would be read as a GGUF file by every loading command.
+  if (is_gguf_path(r.output))
+    fail("{}: a GPTQ checkpoint is a directory, and a name ending in .gguf is read as a GGUF file; choose another "
+         "name, or --format gguf", r.output);
   if (r.rounding) fail("--rounding applies to --format gguf only");
   parse_low_bit(low_bit);
   parse_int4_range(r.int4_range.value_or("full"));

@@ -215,11 +215,11 @@ void ResumeDir::continue_run(const fs::path& manifest) {
   try {
     m = read_manifest(manifest.string());
   } catch (const Error& e) {
-    fail("--resume: {} has no readable manifest ({}); start over without --resume", dir_.string(), e.what());
+    fail("--resume: {} has no readable manifest ({}); start over with --force instead of --resume", dir_.string(), e.what());
   }
   if (m.version != kManifestVersion)
     fail("--resume: {} was written by a woq with manifest version {} (this one reads version {}, which also "
-         "fingerprints the input by ctime and inode); its blocks cannot be checked: start over without --resume",
+         "fingerprints the input by ctime and inode); its blocks cannot be checked: start over with --force instead of --resume",
          manifest.string(), m.version, kManifestVersion);
   if (m.layers != layers_ || nlohmann::json::parse(fingerprint_.dump()) != m.fingerprint) {
     std::string what = m.layers != layers_ ? "the layer count" : "the run";
@@ -228,7 +228,7 @@ void ResumeDir::continue_run(const fs::path& manifest) {
         what = key;
         break;
       }
-    fail("--resume: {} belongs to a different run ({} differs); start over without --resume", dir_.string(), what);
+    fail("--resume: {} belongs to a different run ({} differs); start over with --force instead of --resume", dir_.string(), what);
   }
   hashes_ = std::move(m.hashes);
   if (completed() > layers_) fail("--resume: {}'s manifest lists more blocks than the model has", dir_.string());
@@ -272,7 +272,7 @@ std::vector<QuantMatrix> ResumeDir::load_block(std::int64_t layer) const {
   if (layer < 0 || layer >= completed()) fail("internal: block {} is not stored", layer);
   const std::string bytes = read_text_file(name, 1ull << 40);
   if (fnv1a64_hex(bytes.data(), bytes.size()) != hashes_[static_cast<std::size_t>(layer)])
-    fail("--resume: {} does not match the hash in the manifest (damaged); start over without --resume", name);
+    fail("--resume: {} does not match the hash in the manifest (damaged); start over with --force instead of --resume", name);
   Reader r{bytes, name};
   char magic[sizeof kMagic];
   r.get(magic, sizeof magic);

@@ -374,18 +374,24 @@ class Session : public std::enable_shared_from_this<Session> {
     // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
     // of ctx longest tokens (a bound, not a count: normalizers may shrink text, e.g. NFKC, collapsed spaces),
     // and at most max_prompt_bytes, which bounds the time tokenizing holds this worker (tokenizing is linear).
-    const std::int64_t max_bytes = std::min(
-        ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes(),
-        static_cast<std::int64_t>(std::min<std::size_t>(s_.options.max_prompt_bytes, INT64_MAX)));
-    const auto refuse_long = [&](std::size_t bytes) {
-      if (static_cast<std::int64_t>(bytes) > max_bytes)
-        throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, max_bytes));
+    const std::int64_t ctx_bytes =
+        ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
+    const auto cap = static_cast<std::int64_t>(std::min<std::size_t>(s_.options.max_prompt_bytes, INT64_MAX));
+    // `what`: the messages' text, or the prompt (a chat's as its template renders it).
+    const auto refuse_long = [&](std::size_t bytes, const char* what) {
+      const auto n = static_cast<std::int64_t>(bytes);
+      if (n > cap && cap <= ctx_bytes)
+        throw ApiError(400, fmt::format("{} has {} bytes, more than the {} bytes this server accepts (--max-prompt-bytes)",
+                                        what, bytes, cap),
+                       "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+      if (n > ctx_bytes)
+        throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, ctx_bytes));
     };
     std::string text;
     if (chat) {
       std::size_t content = 0;
       for (const auto& m : r.messages) content += m["content"].is_string() ? m["content"].get_ref<const std::string&>().size() : 0;
-      refuse_long(content);
+      refuse_long(content, "The messages' text");
       try {
         text = s_.chat.render(r.messages, true, r.template_kwargs);
       } catch (const jinja::RaisedException& e) {
@@ -395,7 +401,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     const std::string& prompt = chat ? text : r.prompt;
-    refuse_long(prompt.size());
+    refuse_long(prompt.size(), chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt");
     const std::vector<std::int32_t> ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
     const auto n = static_cast<std::int64_t>(ids.size());
     if (n >= ctx) throw too_long(fmt::format("{} tokens (at least one token must be left to generate)", n));

@@ -92,6 +92,12 @@ def test_logits_equal_the_numpy_reference(fp32):
     assert np.abs(fp32.logits(ids[:5]) - got[:5]).max() == 0  # a shorter prefix: the same rows
 
 
+def test_chat_template_errors_are_woq_errors(fp32):
+    # A message without content makes the model's chat template fail: woq.Error naming the template.
+    with pytest.raises(woq.Error, match="the chat template"):
+        fp32.chat([{"role": "user"}], max_new_tokens=1)
+
+
 def test_chat_replies_as_woq_serve(fp32):
     from serve_attack import Server, request
     messages = [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me one."}]
