@@ -133,7 +133,8 @@ TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
     w.activations = c.activations;
     if (!uses_q8_path(w)) GTEST_SKIP() << "takes the float path";
     prepare_for_kernels(w);
-    for (const std::int64_t m : {1, 2, 5, 13}) {
+    // 16, 17, 33 and 48 tokens: tiles of 16 (amx) with and without a rest.
+    for (const std::int64_t m : {1, 2, 5, 13, 16, 17, 33, 48}) {
       const auto x = random_vector(m * k, static_cast<std::uint32_t>(m), 1.0f);
       ThreadPool one(1), two(2);
       std::vector<float> ref(static_cast<std::size_t>(m * n));

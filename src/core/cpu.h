@@ -9,15 +9,19 @@
 namespace woq {
 
 /// Instruction sets a kernel may be specialised for, in increasing order of preference.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+/// kAmx is kAvx512 plus Intel AMX (AMX-TILE + AMX-INT8) for the integer path's prefill.
+enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
 
-/// "scalar", "avx2", "avx512".
+/// "scalar", "avx2", "avx512", "amx".
 std::string_view isa_name(Isa isa);
 
 /// What `isa` needs of the CPU, for messages ("AVX2 + FMA + F16C").
 std::string_view isa_requirements(Isa isa);
 
-/// Whether this CPU (and its OS) runs kernels of `isa`.
+/// Whether this CPU (and its OS) runs kernels of `isa`. For kAmx this also asks
+/// Linux for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA),
+/// which a process must hold before its first tile instruction; a refused
+/// request means AMX is unavailable, not an error.
 bool cpu_supports(Isa isa);
 
 /// Every ISA woq has kernels for, in the enum's order (whether or not this CPU runs them).
@@ -27,8 +31,9 @@ std::span<const Isa> all_isas();
 /// benchmarks loop over.
 std::span<const Isa> available_isas();
 
-/// The best ISA this CPU supports, unless the environment variable WOQ_ISA
-/// names another (one of isa_name's values). Asking for an ISA the CPU lacks,
+/// The best ISA this CPU supports (of those chosen automatically: amx is
+/// opt-in for now), unless the environment variable WOQ_ISA names another
+/// (one of isa_name's values). Asking for an ISA the CPU lacks,
 /// or an unknown name, throws woq::Error. Evaluated once and cached.
 Isa active_isa();
 

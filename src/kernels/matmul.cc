@@ -93,6 +93,7 @@ const RowKernels& kernels(Isa isa) {
     case Isa::kScalar: return scalar_kernels();
     case Isa::kAvx2: return avx2_kernels();
     case Isa::kAvx512: return avx512_kernels();
+    case Isa::kAmx: return amx_kernels();
   }
   return scalar_kernels();
 }
@@ -107,11 +108,6 @@ constexpr std::int64_t kTiledMinRows = 4;
 constexpr std::int64_t kTileRows = 8;
 // Row groups (of 8 rows) per work item of the integer path.
 constexpr std::int64_t kQ8GroupGrain = 4;
-// Bytes of int8 activations a token chunk may occupy, to stay in L2 while
-// every weight row group of a thread's range passes over it (96 KiB by
-// measurement at 2 threads on Zen 3: 192 KiB left the K = 11008 down
-// projection at 1.1x its one-thread speed, 96 KiB at 1.4x).
-constexpr std::int64_t kQ8ChunkBytes = 96 * 1024;
 
 // Rows [r0, r1) of y = x · wᵀ on the float path.
 // dot_row is dot_f32 on the exactly widened row (quantized rows dequantized
@@ -192,7 +188,8 @@ void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::i
   thread_local Q8Activations buffer;
   Q8Activations& a = buffer;
   quantize_activations(x, m, outs[0].w->cols, a, isa);
-  const std::int64_t chunk = std::max<std::int64_t>(4, kQ8ChunkBytes / (a.padded * kQ8Block) / 4 * 4);
+  const std::int64_t grain = kern.q8_chunk_tokens;
+  const std::int64_t chunk = std::max(grain, kern.q8_chunk_bytes / (a.padded * kQ8Block) / grain * grain);
   parallel_over(outs, group_units, kQ8GroupGrain, pool, [&](std::size_t i, std::int64_t g0, std::int64_t g1) {
     for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
       kern.tile_q8(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y);

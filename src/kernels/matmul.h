@@ -100,15 +100,22 @@ struct RowKernels {
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
   /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
   void (*quantize_q8)(const float* x, Q8Activations& out);
+  /// Bytes of int8 activations one tile_q8 call's tokens may occupy (to stay in L2 while a thread's
+  /// weight rows pass over them; 96 KiB by measurement at 2 threads on Zen 3: 192 KiB left the
+  /// K = 11008 down projection at 1.1x its one-thread speed, 96 KiB at 1.4x), and the multiple of
+  /// tokens a call gets (but the last).
+  std::int64_t q8_chunk_bytes = 96 * 1024;
+  std::int64_t q8_chunk_tokens = 4;
 };
 
 /// The kernels of `isa` (one table row per ISA; each ISA's in its own file:
-/// matmul.cc, matmul_avx2.cc, matmul_avx512.cc; avx512's table is avx2's with
-/// its own tile_q8).
+/// matmul.cc, matmul_avx2.cc, matmul_avx512.cc, matmul_amx.cc; avx512's table is
+/// avx2's with its own tile_q8 and dot_rows, amx's is avx512's with its own tile_q8).
 const RowKernels& kernels(Isa isa);
 const RowKernels& scalar_kernels();
 const RowKernels& avx2_kernels();
 const RowKernels& avx512_kernels();
+const RowKernels& amx_kernels();
 
 }  // namespace detail
 }  // namespace woq

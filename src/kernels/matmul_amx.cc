@@ -1,0 +1,193 @@
+// Intel AMX (AMX-TILE + AMX-INT8) prefill kernel of the integer path. This file
+// alone is compiled with the AMX flags (and AVX-512's); it runs only after
+// active_isa() found AMX and Linux granted this process the tile state
+// (core/cpu.cc). Intel's intrinsics guide and SDM vol. 1 ch. 18 define the
+// instructions; the layout of B is the one TDPBUSD/TDPBSSD read.
+//
+// One tile product covers 16 tokens x 16 weight rows x one block of 32 inputs:
+//   A (tmm0): the 16 tokens' int8 activations of the block, read in place from
+//     Q8Activations (16 rows of 32 bytes, stride = one token's bytes);
+//   B (tmm1): the 16 rows' weights of the block in AMX's layout, 8 rows of 64
+//     bytes, each 4 consecutive inputs of every one of the 16 weight rows:
+//     unpacked once per call from the interleaved layout (formats/interleave.h,
+//     two 8-row groups side by side) into a buffer every token tile reuses;
+//   C (tmm2): the 16 x 16 exact int32 sums Σ a·q: TDPBSUD (signed activations
+//     times the 4-bit formats' unsigned stored nibbles) or TDPBSSD (sym_int8).
+// C goes to memory, and each token's 16 sums meet the block's scales as on
+// every other ISA: Σ q·a - zero·Σa, then acc = fma(sum, s_w·d_a, acc), block
+// after block. The outputs are the scalar reference's bits (matmul.cc),
+// whatever the batch and the thread count. Tiles of fewer than 16 tokens
+// (decode, a prefill's last tokens) take the AVX-512 VNNI kernel.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/interleave.h"
+#include "kernels/matmul.h"
+#include "kernels/q8_activations.h"
+#include "kernels/q8_tile.h"
+
+namespace woq::detail {
+namespace {
+
+constexpr int kTileTokens = 16;
+constexpr std::int64_t kTileBBytes = 8 * 64;  // one block of 16 weight rows in B's layout
+
+// The tile configuration (palette 1): tmm0/tmm3 = A (16 x 32 bytes), tmm1/tmm4 = B (8 x 64), tmm2/tmm5 =
+// C (16 x 64); even blocks use the first three, odd ones the others, so that the next block's product
+// runs while this one's sums meet the scales.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {32, 64, 64, 32, 64, 64};
+  std::uint8_t rows[16] = {kTileTokens, 8, kTileTokens, kTileTokens, 8, kTileTokens};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Groups g and g2 (g2 == g: the odd last group, whose rows 8..15 are never stored) of the interleaved
+// layout in B's layout, block after block, into `b` (kb * kTileBBytes bytes).
+template <LowBit T>
+void unpack_pair(const QuantMatrix& w, std::int64_t g, std::int64_t g2, std::int64_t kb, std::uint8_t* b) {
+  constexpr std::int64_t kBlockBytes = T == LowBit::kSymInt8 ? 256 : 128;
+  const std::uint8_t* p0 = w.data.data() + g * kb * kBlockBytes;
+  const std::uint8_t* p1 = w.data.data() + g2 * kb * kBlockBytes;
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  for (std::int64_t blk = 0; blk < kb; ++blk, p0 += kBlockBytes, p1 += kBlockBytes, b += kTileBBytes) {
+    auto put = [&](int row, __m256i lo, __m256i hi) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + 64 * row), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + 64 * row + 32), hi);
+    };
+    for (int c = 0; c < (T == LowBit::kSymInt8 ? 8 : 4); ++c) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + 32 * c));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + 32 * c));
+      if constexpr (T == LowBit::kSymInt8) {
+        put(c, v0, v1);  // chunk c: inputs 4c..4c+3 of each of 8 rows
+      } else {
+        // Chunk c's low nibbles are inputs 4c..4c+3, its high ones 16 + 4c..
+        put(c, _mm256_and_si256(v0, mask), _mm256_and_si256(v1, mask));
+        put(4 + c, _mm256_and_si256(_mm256_srli_epi16(v0, 4), mask), _mm256_and_si256(_mm256_srli_epi16(v1, 4), mask));
+      }
+    }
+  }
+}
+
+// C = A · B for one block into tile set `Set` (0: tmm0-2, 1: tmm3-5): A the 16 tokens' activations at `a`
+// (`stride` bytes a token), B the block's weights at `b`.
+template <LowBit T, int Set>
+inline void product(const std::int8_t* a, std::int64_t stride, const std::uint8_t* b) {
+  // The tile numbers must be literals (GCC's intrinsics spell them into the instruction).
+  if constexpr (Set == 0) {
+    _tile_zero(2);
+    _tile_loadd(0, a, stride);
+    _tile_loadd(1, b, 64);
+    if constexpr (T == LowBit::kSymInt8) _tile_dpbssd(2, 0, 1);
+    else _tile_dpbsud(2, 0, 1);
+  } else {
+    _tile_zero(5);
+    _tile_loadd(3, a, stride);
+    _tile_loadd(4, b, 64);
+    if constexpr (T == LowBit::kSymInt8) _tile_dpbssd(5, 3, 4);
+    else _tile_dpbsud(5, 3, 4);
+  }
+}
+
+// Rows [8 g, 8 g + 16) x tokens [t, t + 16), B already unpacked into `b`; `c` holds one C tile.
+template <LowBit T>
+void amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const std::uint8_t* b, const Q8Activations& a,
+              std::int64_t t, std::int32_t* c, float* y) {
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::uint16_t* s0 = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
+  const std::uint16_t* s1 = w.scales.data() + g2 * w.groups_per_row * kInterleaveRows;
+  const std::int64_t stride = a.padded * kQ8Block;
+  __m512 acc[kTileTokens];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  std::int64_t group = -1;
+  __m512 dw = _mm512_setzero_ps();
+  __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
+  for (std::int64_t blk = 0; blk < kb; ++blk) {
+    if (const std::int64_t gi = group_of(blk); gi != group) {
+      group = gi;
+      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + gi * kInterleaveRows));
+      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + gi * kInterleaveRows));
+      dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+      if constexpr (T == LowBit::kAsymInt4) {
+        const std::uint8_t* z = w.zeros.data();
+        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
+        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
+        zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
+      }
+    }
+    // This block's sums were started by the previous turn (or just below for the first block); start the
+    // next block's product before these sums meet the scales.
+    if (blk == 0) product<T, 0>(a.row(t), stride, b);
+    if (blk + 1 < kb) {
+      if (blk % 2 == 0) product<T, 1>(a.row(t) + (blk + 1) * kQ8Block, stride, b + (blk + 1) * kTileBBytes);
+      else product<T, 0>(a.row(t) + (blk + 1) * kQ8Block, stride, b + (blk + 1) * kTileBBytes);
+    }
+    if (blk % 2 == 0) _tile_stored(2, c, 64);
+    else _tile_stored(5, c, 64);
+    for (int j = 0; j < kTileTokens; ++j) {
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + blk);
+      __m512i isum = _mm512_load_si512(c + 16 * j);
+      const std::int32_t qsum = a.qsum[at];
+      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+      if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
+    }
+  }
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
+  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+}
+
+template <LowBit T>
+void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
+                   std::int64_t tokens, float* y) {
+  const std::int64_t full = tokens / kTileTokens * kTileTokens;
+  if (full > 0) {
+    // Reused between calls (one per worker thread).
+    thread_local std::vector<std::uint8_t> b;
+    b.resize(static_cast<std::size_t>(a.blocks * kTileBBytes));
+    alignas(64) std::int32_t c[kTileTokens * 16];
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+    for (std::int64_t g = g0; g < g1; g += 2) {
+      const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
+      unpack_pair<T>(w, g, g2, a.blocks, b.data());
+      for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) amx_tile<T>(w, g, g2, b.data(), a, t, c, y);
+    }
+    _tile_release();
+  }
+  if (full < tokens) avx512_kernels().tile_q8(w, g0, g1, a, t0 + full, tokens - full, y);
+}
+
+void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
+             std::int64_t tokens, float* y) {
+  switch (w.type) {
+    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
+    default: break;  // float formats never take the integer path
+  }
+}
+
+}  // namespace
+
+const RowKernels& amx_kernels() {
+  static const RowKernels k = [] {
+    RowKernels r = avx512_kernels();
+    r.tile_q8 = tile_q8;
+    r.q8_chunk_bytes = 512 * 1024;  // tiles of 16 tokens: more tokens per chunk, one unpack of B for all
+    r.q8_chunk_tokens = kTileTokens;
+    return r;
+  }();
+  return k;
+}
+
+}  // namespace woq::detail
