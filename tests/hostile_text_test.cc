@@ -178,7 +178,32 @@ TEST(HostileTokenizer, BacktrackingSplitRegexFailsFastNamingTheField) {
   EXPECT_EQ(tok.encode("ab"), Tokenizer::load(dir.path()).encode("ab"));
 }
 
+TEST(HostileTokenizer, PatternsThatRescanTheRestAreRefusedWithinTheBudget) {
+  // \p{L}*\d scans every remaining letter from each position before `.` matches one: quadratic work that
+  // PCRE2's match limit does not count (24.8 s for 200 KB). The CPU-time budget ends it.
+  for (const char* pattern : {"\\p{L}*\\d|.", "a(?=a*c)|."}) {
+    const Regex re(pattern, "test.json: normalizer.pattern");
+    const std::string text(200000, 'a');
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      (void)re.find_all(text);
+      ADD_FAILURE() << pattern << " matched 200 KB";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("test.json: normalizer.pattern: regex"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("of CPU time"), std::string::npos) << e.what();
+    }
+    std::printf("%s refused after %.2f s\n", pattern,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
 TEST(HostileTokenizer, RegexBudgetKeepsLinearPatternsWorking) {
+  // deepseek-llm's GGUF pre-tokenizer \s+$ over a long run of spaces that is not at the end: PCRE2 rejects
+  // each position at once (a unit-counting budget refused 1200 spaces).
+  for (const std::size_t n : {1200, 200000}) {
+    const std::string text = "total:" + std::string(n, ' ') + "42\n";
+    EXPECT_NO_THROW(Regex("\\s+$").find_all(text)) << n;
+  }
   // A pattern that scans the rest of a long run at its first position (\s*[\r\n]+ over 200 000 spaces, as
   // Llama 3's does) needs a large limit once, not at every position: the budget allows it.
   const Regex re("\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+|x");

@@ -189,7 +189,9 @@ std::vector<std::int32_t> HfTokenizer::encode(std::string_view text) const {
   try {
     return encode_pieces(text);
   } catch (const Error& e) {
-    fail("{}: {}", source_, e.what());  // a regex's match limit, a normalizer's growth
+    // A normalizer's growth names no file; a regex's budget names the file and field already.
+    if (std::string_view(e.what()).starts_with(source_)) throw;
+    fail("{}: {}", source_, e.what());
   }
 }
 

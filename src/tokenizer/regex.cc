@@ -1,6 +1,7 @@
 #include "tokenizer/regex.h"
 
 #include <algorithm>
+#include <ctime>
 #include <cstdint>
 #include <optional>
 
@@ -8,7 +9,6 @@
 #include <pcre2.h>
 
 #include "core/error.h"
-#include "core/utf8.h"
 #include "tokenizer/unicode.h"
 
 namespace woq {
@@ -58,12 +58,17 @@ Regex& Regex::operator=(Regex&&) noexcept = default;
 
 namespace {
 
-// The first match limit of a search; doubled each time PCRE2 reports reaching it. The pre-tokenizer
-// patterns of real tokenizers need 2-4 (JIT) or 16 (interpreter) at every position, even for a match of
-// 200 000 letters or spaces.
-constexpr std::uint64_t kFirstLimit = 64;
-// PCRE2's interpreter keeps backtracking frames on the heap: at most this many KiB.
-constexpr std::uint32_t kHeapLimitKib = 64 * 1024;
+// PCRE2's interpreter keeps backtracking frames on the heap: at most this many KiB (its default is 20 GB).
+constexpr std::uint32_t kHeapLimitKib = 512 * 1024;
+// The JIT's stack grows up to this many bytes; a search that needs more runs in the interpreter.
+constexpr std::size_t kJitStackBytes = 4 << 20;
+
+// CPU seconds this thread has used (what other threads and processes do not change).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // One find_all's matching state and its work budget.
 class Matcher {
@@ -71,76 +76,49 @@ class Matcher {
   Matcher(const Regex& re, pcre2_code* code, bool jit, std::string_view text, std::string_view source)
       : re_(re), code_(code), jit_(jit), text_(text), source_(source),
         subject_(reinterpret_cast<PCRE2_SPTR>(text.data())),
-        budget_(Regex::kBudgetBase + Regex::kBudgetPerByte * static_cast<std::uint64_t>(text.size())) {
+        budget_s_(Regex::kBudgetSeconds + Regex::kBudgetSecondsPerByte * static_cast<double>(text.size())),
+        start_s_(thread_cpu_seconds()) {
     data_ = pcre2_match_data_create_from_pattern(code_, nullptr);
     context_ = pcre2_match_context_create(nullptr);
-    if (data_ == nullptr || context_ == nullptr) failure("out of memory");
+    if (jit_) stack_ = pcre2_jit_stack_create(32 * 1024, kJitStackBytes, nullptr);
+    if (data_ == nullptr || context_ == nullptr || (jit_ && stack_ == nullptr)) failure("out of memory");
     pcre2_set_heap_limit(context_, kHeapLimitKib);
+    if (stack_ != nullptr) pcre2_jit_stack_assign(context_, nullptr, stack_);
   }
   ~Matcher() {
     pcre2_match_data_free(data_);
     pcre2_match_context_free(context_);
+    pcre2_jit_stack_free(stack_);
   }
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
 
-  // The leftmost match at or after `start`: {begin, end}, or nullopt.
-  //
-  // PCRE2 resets its match limit at every start position a search tries, so a search under limit L that
-  // tries P positions does up to L * P steps, and that is what is charged. A search first runs under
-  // kFirstLimit; if some position needs more, the positions are tried one by one (anchored), each with a
-  // limit doubled until it matches or fails by itself, every attempt charged its limit. Work is thus at
-  // most twice the budget (the first search's positions are tried again), whatever the pattern and text.
+  // The leftmost match at or after `start`: {begin, end}, or nullopt. PCRE2's own match limit bounds one
+  // search at one position; the CPU time of all searches together is checked between them, which bounds
+  // patterns that rescan the rest of the text from every position (\p{L}*\d|. over letters) and those that
+  // backtrack to just under the match limit at every position ((a|aa)*b|.).
   std::optional<std::pair<std::size_t, std::size_t>> next(std::size_t start) {
-    const std::uint64_t positions = text_.size() - start + 1;
-    if (kFirstLimit * positions <= budget_ - spent_) {
-      const int rc = match(start, 0, kFirstLimit);
-      if (rc != PCRE2_ERROR_MATCHLIMIT) {
-        const auto found = result(rc);
-        spent_ += kFirstLimit * (found ? found->first - start + 1 : positions);
-        return found;
-      }
-      spent_ += kFirstLimit;  // at least one position reached the limit
-    }
-    for (std::size_t p = start; p <= text_.size();) {
-      int rc = PCRE2_ERROR_MATCHLIMIT;
-      for (std::uint64_t limit = kFirstLimit; rc == PCRE2_ERROR_MATCHLIMIT; limit *= 2) {
-        const std::uint64_t tried = std::min<std::uint64_t>({limit, budget_ - spent_, UINT32_MAX});
-        if (tried <= limit / 2)  // no more than the attempt before
-          failure(fmt::format("matching {} bytes of text needs more than {} steps; the pattern backtracks too much",
-                              text_.size(), budget_));
-        rc = match(p, PCRE2_ANCHORED, tried);
-        spent_ += tried;
-      }
-      if (auto found = result(rc)) return found;
-      if (p == text_.size()) break;
-      const std::size_t n = utf8_sequence_length(text_, p);
-      p += n > 0 ? n : 1;
-    }
-    return std::nullopt;
-  }
-
- private:
-  int match(std::size_t start, std::uint32_t options, std::uint64_t limit) {
-    pcre2_set_match_limit(context_, static_cast<std::uint32_t>(limit));
-    int rc = jit_ ? pcre2_jit_match(code_, subject_, text_.size(), start, options, data_, context_)
-                  : PCRE2_ERROR_JIT_STACKLIMIT;
+    int rc = jit_ ? pcre2_jit_match(code_, subject_, text_.size(), start, 0, data_, context_) : PCRE2_ERROR_JIT_STACKLIMIT;
     // The interpreter keeps its backtracking state on the heap: it takes over when the JIT stack is too small.
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_, subject_, text_.size(), start, options | PCRE2_NO_JIT, data_, context_);
-    return rc;
-  }
-
-  std::optional<std::pair<std::size_t, std::size_t>> result(int rc) {
+      rc = pcre2_match(code_, subject_, text_.size(), start, PCRE2_NO_JIT, data_, context_);
+    // Every 32 searches (reading a thread's CPU clock is a system call): one search is bounded by the match
+    // limit or by one pass over the text.
+    if (++searches_ % 32 == 0 && thread_cpu_seconds() - start_s_ > budget_s_)
+      failure(fmt::format("matching {} bytes of text took more than {:.2f} s of CPU time; the pattern backtracks or "
+                          "rescans too much", text_.size(), budget_s_));
     if (rc == PCRE2_ERROR_NOMATCH) return std::nullopt;
+    if (rc == PCRE2_ERROR_MATCHLIMIT)
+      failure("matching backtracks too much: more than PCRE2's match limit at one position");
     if (rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT)
       failure(fmt::format("matching needs more than {} MiB of backtracking memory", kHeapLimitKib / 1024));
     if (rc < 0) failure(fmt::format("matching failed: {}", pcre2_message(rc)));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data_);
-    if (ov[0] > ov[1] || ov[1] > text_.size()) failure("a match outside the text");
+    if (ov[0] > ov[1] || ov[1] > text_.size() || ov[0] < start) failure("a match outside the text");
     return std::pair<std::size_t, std::size_t>(ov[0], ov[1]);
   }
 
+ private:
   [[noreturn]] void failure(const std::string& what) const {
     fail("{}{}regex '{}': {}", source_, source_.empty() ? "" : ": ", printable(re_.pattern()), what);
   }
@@ -150,9 +128,11 @@ class Matcher {
   bool jit_;
   std::string_view text_, source_;
   PCRE2_SPTR subject_;
-  std::uint64_t budget_, spent_ = 0;
+  double budget_s_, start_s_;
+  std::uint64_t searches_ = 0;
   pcre2_match_data* data_ = nullptr;
   pcre2_match_context* context_ = nullptr;
+  pcre2_jit_stack* stack_ = nullptr;
 };
 
 }  // namespace

@@ -28,17 +28,19 @@ class Regex {
   /// Non-overlapping matches [begin, end) of `text`, left to right,
   /// leftmost-first as Oniguruma's find_iter: after an empty match the search
   /// resumes one character later. Ill-formed UTF-8 in `text` never matches.
-  /// Work is bounded for the whole text, not per position: PCRE2's match
-  /// limit is charged to a budget of kBudgetBase + kBudgetPerByte steps per
-  /// byte of `text` (each search starts with a small limit, doubled when it is
-  /// reached), so a pattern that backtracks a lot at every position (e.g.
-  /// `(a|aa)*b|.`) fails fast instead of taking minutes. Throws woq::Error,
-  /// naming `source`, when the budget or PCRE2's depth or heap limit is
-  /// exhausted, or PCRE2 fails otherwise.
+  /// Work is bounded for the whole text, not only per position: besides
+  /// PCRE2's match limit at each position, all searches of one call together
+  /// may take kBudgetSeconds + kBudgetSecondsPerByte per byte of `text` of
+  /// this thread's CPU time (at least 1 MB/s; the real tokenizers' patterns
+  /// run at 50-500 MB/s), so a pattern that backtracks a lot at every
+  /// position (`(a|aa)*b|.`) or rescans the rest of the text from every
+  /// position (`\p{L}*\d|.`) fails within about a second instead of taking
+  /// minutes. Throws woq::Error, naming `source`, when the budget or PCRE2's
+  /// match, depth or heap limit is exhausted, or PCRE2 fails otherwise.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
-  /// Matching steps (PCRE2 match-limit units) every text may spend, plus per byte.
-  static constexpr std::uint64_t kBudgetBase = 1'000'000, kBudgetPerByte = 256;
+  /// CPU time one find_all may take: this much, plus the next per byte of text.
+  static constexpr double kBudgetSeconds = 0.5, kBudgetSecondsPerByte = 1e-6;
 
   const std::string& pattern() const { return pattern_; }
 
