@@ -207,6 +207,11 @@ void dot_dequantized_rows(const QuantMatrix& w, std::int64_t r0, const float* x,
       }
     }
     for (; j + 32 <= end; j += 32) {  // two steps a turn: the same operations in the same order
+      // Each row's stream kPrefetchBytes ahead (the hardware prefetcher falls behind on 8 streams).
+      if constexpr (T == LowBit::kSymInt8)
+        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(p[r] + j + kPrefetchBytes), _MM_HINT_T0);
+      else if (j % 128 == 0)
+        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(p[r] + j / 2 + kPrefetchBytes), _MM_HINT_T0);
       const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j, vz[r], vs[r]), x0, acc[r]);
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j + 16, vz[r], vs[r]), x1, acc[r]);
@@ -241,6 +246,53 @@ void dot_dequantized_rows(const QuantMatrix& w, std::int64_t r0, const float* x,
   }
 }
 
+// matmul_avx2.cc's dot_half (fp16 / bf16 rows: lm_head, embeddings) for R rows at once, the same way.
+template <bool kBf16, int R>
+void dot_half_rows(const QuantMatrix& w, std::int64_t r0, const float* x, float* out) {
+  const std::int64_t k = w.cols;
+  const std::uint8_t* p[R];
+  for (int r = 0; r < R; ++r) p[r] = w.data.data() + (r0 + r) * w.row_bytes;
+  auto sixteen = [](const std::uint8_t* q) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    if constexpr (kBf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else return _mm512_cvtph_ps(h);
+  };
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  std::int64_t j = 0;
+  for (; j + 16 <= k; j += 16) {
+    for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(p[r] + 2 * j + kPrefetchBytes), _MM_HINT_T0);
+    const __m512 xv = _mm512_loadu_ps(x + j);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen(p[r] + 2 * j), xv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[r]);
+    __m256 acc0 = _mm256_load_ps(lanes);
+    const __m256 acc1 = _mm256_load_ps(lanes + 8);
+    std::int64_t c = j;
+    if (c + 8 <= k) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + 2 * c));
+      const __m256 v = kBf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+      acc0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + c), acc0);
+      c += 8;
+    }
+    float sum = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; c < k; ++c) {
+      std::uint16_t h;
+      std::memcpy(&h, p[r] + 2 * c, 2);
+      sum = std::fma(kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h), x[c], sum);
+    }
+    out[r] = sum;
+  }
+}
+
+template <bool kBf16>
+void dot_half_rows_any(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out) {
+  if (rows == kDotRows) return dot_half_rows<kBf16, kDotRows>(w, r0, x, out);
+  for (std::int64_t i = 0; i < rows; ++i) dot_half_rows<kBf16, 1>(w, r0 + i, x, out + i);
+}
+
 template <LowBit T>
 void dot_rows_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out) {
   if (rows == kDotRows) return dot_dequantized_rows<T, kDotRows>(w, r0, x, out);
@@ -250,6 +302,8 @@ void dot_rows_typed(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, co
 }
 
 void dot_rows(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* out, float* scratch) {
+  if (w.type == LowBit::kFp16) return dot_half_rows_any<false>(w, r0, rows, x, out);
+  if (w.type == LowBit::kBf16) return dot_half_rows_any<true>(w, r0, rows, x, out);
   // The AVX2 kernel's condition for dequantizing in registers (dot_row), on the row-major layout.
   if (w.interleave == 1 && (w.group_size % 16 == 0 || w.groups_per_row == 1)) {
     switch (w.type) {
