@@ -77,11 +77,8 @@ constexpr std::array<IsaInfo, 4> kIsas = {{
     {Isa::kScalar, "scalar", "nothing", [] { return true; }, true},
     {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2, true},
     {Isa::kAvx512, "avx512", "AVX-512 F + BW + VL + VNNI (and AVX2 + FMA + F16C)", has_avx512, true},
-    // Opt-in (WOQ_ISA=amx) until it beats avx512 at the usual thread counts: measured on a 2-vCPU Xeon,
-    // its int8 prefill is 1.55x avx512's on one thread but does not scale to the second vCPU (one AMX unit
-    // for the pair), where avx512's two threads are faster (README, Kernels).
     {Isa::kAmx, "amx", "AMX-TILE + AMX-INT8 with Linux's permission for the tile state (and avx512's needs)", has_amx,
-     false},
+     true},
 }};
 
 const IsaInfo& info(Isa isa) { return kIsas[static_cast<std::size_t>(isa)]; }

@@ -29,6 +29,7 @@
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
 #include "kernels/q8_tile.h"
+#include "kernels/q8_tile_avx512.h"
 
 namespace woq::detail {
 namespace {
@@ -101,8 +102,6 @@ void amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const std::
               std::int64_t t, std::int32_t* c, float* y) {
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
-  const std::uint16_t* s0 = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
-  const std::uint16_t* s1 = w.scales.data() + g2 * w.groups_per_row * kInterleaveRows;
   const std::int64_t stride = a.padded * kQ8Block;
   __m512 acc[kTileTokens];
   for (auto& v : acc) v = _mm512_setzero_ps();
@@ -112,15 +111,7 @@ void amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const std::
   for (std::int64_t blk = 0; blk < kb; ++blk) {
     if (const std::int64_t gi = group_of(blk); gi != group) {
       group = gi;
-      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + gi * kInterleaveRows));
-      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + gi * kInterleaveRows));
-      dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
-      if constexpr (T == LowBit::kAsymInt4) {
-        const std::uint8_t* z = w.zeros.data();
-        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
-        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
-        zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
-      }
+      pair_scales<T>(w, g, g2, gi, dw, zero);
     }
     // This block's sums were started by the previous turn (or just below for the first block); start the
     // next block's product before these sums meet the scales.
@@ -183,7 +174,7 @@ const RowKernels& amx_kernels() {
   static const RowKernels k = [] {
     RowKernels r = avx512_kernels();
     r.tile_q8 = tile_q8;
-    r.q8_chunk_bytes = 512 * 1024;  // tiles of 16 tokens: more tokens per chunk, one unpack of B for all
+    r.q8_chunk_bytes = 1024 * 1024;  // tiles of 16 tokens: more tokens per chunk, one unpack of B for all
     r.q8_chunk_tokens = kTileTokens;
     return r;
   }();

@@ -27,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
 #include "kernels/q8_tile.h"
+#include "kernels/q8_tile_avx512.h"
 
 namespace woq::detail {
 namespace {
@@ -56,8 +57,6 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
   const GroupOf group_of(w, kb);
   const std::uint8_t* p0 = w.data.data() + g * kb * kBlockBytes;
   const std::uint8_t* p1 = w.data.data() + g2 * kb * kBlockBytes;
-  const std::uint16_t* s0 = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
-  const std::uint16_t* s1 = w.scales.data() + g2 * w.groups_per_row * kInterleaveRows;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[TOK];
@@ -72,15 +71,7 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
     }
     if (const std::int64_t gi = group_of(b); gi != group) {
       group = gi;
-      const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0 + gi * kInterleaveRows));
-      const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1 + gi * kInterleaveRows));
-      dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
-      if constexpr (T == LowBit::kAsymInt4) {
-        const std::uint8_t* z = w.zeros.data();
-        const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
-        const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
-        zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
-      }
+      pair_scales<T>(w, g, g2, gi, dw, zero);
     }
     // The block's weights as unsigned bytes, kept in registers across the tokens.
     __m512i v[8];
@@ -163,6 +154,28 @@ float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The end of a row of the multi-row kernels below, as the AVX2 kernels end it: acc's halves are AVX2's
+// acc0 and acc1; then dot_f32's one step of 8 (into acc0) over value(c) for the columns from j, the
+// horizontal sum, and the scalar tail.
+template <typename Value>
+float finish_row(__m512 acc, std::int64_t j, std::int64_t k, const float* x, const Value& value) {
+  // The halves through memory: GCC 12 warns of its own uninitialised operand in the extract intrinsics.
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  __m256 acc0 = _mm256_load_ps(lanes);
+  const __m256 acc1 = _mm256_load_ps(lanes + 8);
+  std::int64_t c = j;
+  if (c + 8 <= k) {
+    alignas(32) float v[8];
+    for (int e = 0; e < 8; ++e) v[e] = value(c + e);
+    acc0 = _mm256_fmadd_ps(_mm256_load_ps(v), _mm256_loadu_ps(x + c), acc0);
+    c += 8;
+  }
+  float sum = hsum8(_mm256_add_ps(acc0, acc1));
+  for (; c < k; ++c) sum = std::fma(value(c), x[c], sum);
+  return sum;
+}
+
 // Sixteen dequantized values of a row from column j (even): (q - z) · s. For the 4-bit formats `table`
 // holds (q - z) · s for q = 0..15 (computed once per group, the same value lane by lane), and each
 // nibble picks its entry: vpermps reads the low 4 bits of each index, so byte i's low nibble is lane
@@ -221,29 +234,13 @@ void dot_dequantized_rows(const QuantMatrix& w, std::int64_t r0, const float* x,
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen_values<T>(p[r], j, vz[r], vs[r]), xv, acc[r]);
     }
   }
-  // The last group's remainder, row by row: dot_f32's one step of 8 (into acc0) and its scalar tail.
-  for (int r = 0; r < R; ++r) {
-    auto value = [&](std::int64_t c) {
+  // The last group's remainder, row by row.
+  for (int r = 0; r < R; ++r)
+    out[r] = finish_row(acc[r], j, k, x, [&](std::int64_t c) {
       const int q = T == LowBit::kSymInt8 ? reinterpret_cast<const std::int8_t*>(p[r])[c]
                                           : codec::get_nibble(p[r], c) - z_last[r];
       return static_cast<float>(q) * s_last[r];
-    };
-    // The halves through memory: GCC 12 warns of its own uninitialised operand in the extract intrinsics.
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc[r]);
-    __m256 acc0 = _mm256_load_ps(lanes);
-    const __m256 acc1 = _mm256_load_ps(lanes + 8);
-    std::int64_t c = j;
-    if (c + 8 <= k) {
-      alignas(32) float v[8];
-      for (int e = 0; e < 8; ++e) v[e] = value(c + e);
-      acc0 = _mm256_fmadd_ps(_mm256_load_ps(v), _mm256_loadu_ps(x + c), acc0);
-      c += 8;
-    }
-    float sum = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; c < k; ++c) sum = std::fma(value(c), x[c], sum);
-    out[r] = sum;
-  }
+    });
 }
 
 // matmul_avx2.cc's dot_half (fp16 / bf16 rows: lm_head, embeddings) for R rows at once, the same way.
@@ -265,26 +262,12 @@ void dot_half_rows(const QuantMatrix& w, std::int64_t r0, const float* x, float*
     const __m512 xv = _mm512_loadu_ps(x + j);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(sixteen(p[r] + 2 * j), xv, acc[r]);
   }
-  for (int r = 0; r < R; ++r) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc[r]);
-    __m256 acc0 = _mm256_load_ps(lanes);
-    const __m256 acc1 = _mm256_load_ps(lanes + 8);
-    std::int64_t c = j;
-    if (c + 8 <= k) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + 2 * c));
-      const __m256 v = kBf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
-      acc0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + c), acc0);
-      c += 8;
-    }
-    float sum = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; c < k; ++c) {
+  for (int r = 0; r < R; ++r)
+    out[r] = finish_row(acc[r], j, k, x, [&](std::int64_t c) {
       std::uint16_t h;
       std::memcpy(&h, p[r] + 2 * c, 2);
-      sum = std::fma(kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h), x[c], sum);
-    }
-    out[r] = sum;
-  }
+      return kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+    });
 }
 
 template <bool kBf16>

@@ -1,0 +1,34 @@
+// What the AVX-512 and AMX integer-path tiles share (included only by files
+// compiled with the AVX-512 flags: matmul_avx512.cc, matmul_amx.cc).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "formats/interleave.h"
+#include "formats/low_bit.h"
+
+namespace woq::detail {
+namespace {  // each including file keeps its own copy, compiled with its own flags
+
+/// The scales of the 16 rows of row groups g and g2 (g2 == g: the same 8 twice) for weight group gi of the
+/// interleaved layout (fp16 -> fp32, lanes 0-7 from g, 8-15 from g2), and for asym_int4 their zero points.
+template <LowBit T>
+inline void pair_scales(const QuantMatrix& w, std::int64_t g, std::int64_t g2, std::int64_t gi, __m512& dw,
+                        __m512i& zero) {
+  const std::uint16_t* s0 = w.scales.data() + (g * w.groups_per_row + gi) * kInterleaveRows;
+  const std::uint16_t* s1 = w.scales.data() + (g2 * w.groups_per_row + gi) * kInterleaveRows;
+  const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s0));
+  const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1));
+  dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+  if constexpr (T == LowBit::kAsymInt4) {
+    const std::uint8_t* z = w.zeros.data();
+    const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
+    const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
+    zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
+  }
+}
+
+}  // namespace
+}  // namespace woq::detail
