@@ -82,6 +82,10 @@ def _str(value, name, optional=False):
         return None
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{name} must be {'None or ' if optional else ''}a str, got {_describe(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ('\ud800') has no UTF-8 form
+        raise ValueError(f"{name} is not valid Unicode text: {e.reason} at index {e.start}") from None
     return value
 
 
@@ -217,11 +221,13 @@ class Model:
 
     def _args(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty, repeat_last_n,
               presence_penalty, frequency_penalty):
-        if not isinstance(prompt, str):
+        if isinstance(prompt, str):
+            prompt = _str(prompt, "prompt")
+        else:
             prompt = _ids(prompt, "prompt", "a str or a list of token ids (ints)")
         if stop is None or isinstance(stop, str):
             stop = [] if stop is None else [stop]
-        elif isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+        elif isinstance(stop, (bytes, bytearray, dict, set, frozenset)) or not hasattr(stop, "__iter__"):
             raise ArgumentTypeError(f"stop must be None, a str or a list of str, got {_describe(stop)}")
         stop = [_str(s, "stop") for s in stop]
         penalties = _woq.Penalties()
@@ -282,7 +288,8 @@ class Model:
 
 def _ids(ids, name="ids", what="a list of token ids (ints)"):
     """Token ids for the engine: a list (or any iterable but a str or bytes) of ints (NumPy's too) within int32."""
-    if isinstance(ids, (str, bytes, bytearray, memoryview)) or not hasattr(ids, "__iter__"):
+    # A dict or a set iterates its keys (a set in no fixed order): not a sequence of ids.
+    if isinstance(ids, (str, bytes, bytearray, memoryview, dict, set, frozenset)) or not hasattr(ids, "__iter__"):
         raise ArgumentTypeError(f"{name} must be {what}, got {_describe(ids)}")
     out = []
     for i in ids:

@@ -92,6 +92,20 @@ def test_logits_equal_the_numpy_reference(fp32):
     assert np.abs(fp32.logits(ids[:5]) - got[:5]).max() == 0  # a shorter prefix: the same rows
 
 
+def test_unencodable_text_and_unordered_ids_are_refused(fp32):
+    # A lone surrogate has no UTF-8 form (pybind's TypeError with the signature before); a dict or a set would be
+    # taken as its keys, a set in no fixed order.
+    with pytest.raises(ValueError, match="prompt is not valid Unicode text"):
+        fp32.generate("\ud800", max_new_tokens=1)
+    with pytest.raises(ValueError, match="text is not valid Unicode text"):
+        fp32.tokenizer.encode("a\udcff")
+    for ids in ({1: 2, 3: 4}, {1, 2}):
+        with pytest.raises(TypeError, match="prompt must be a str or a list of token ids"):
+            fp32.generate(ids, max_new_tokens=1)
+    with pytest.raises(TypeError, match="stop must be None, a str or a list of str"):
+        fp32.generate("Once", max_new_tokens=1, stop={"a": 1})
+
+
 def test_chat_template_errors_are_woq_errors(fp32):
     # A message without content makes the model's chat template fail: woq.Error naming the template.
     with pytest.raises(woq.Error, match="the chat template"):
