@@ -160,12 +160,7 @@ void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
              std::int64_t tokens, float* y) {
-  switch (w.type) {
-    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
-    default: break;  // float formats never take the integer path
-  }
+  for_integer_format(w.type, [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y); });
 }
 
 }  // namespace

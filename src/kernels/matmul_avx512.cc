@@ -130,12 +130,7 @@ void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
              std::int64_t tokens, float* y) {
-  switch (w.type) {
-    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
-    default: break;  // float formats never take the integer path
-  }
+  for_integer_format(w.type, [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y); });
 }
 
 // ---- Float path (f32 activations, decode): several rows per pass ----
@@ -288,13 +283,9 @@ void dot_rows(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, const fl
   if (w.type == LowBit::kFp16) return dot_half_rows_any<false>(w, r0, rows, x, out);
   if (w.type == LowBit::kBf16) return dot_half_rows_any<true>(w, r0, rows, x, out);
   // The AVX2 kernel's condition for dequantizing in registers (dot_row), on the row-major layout.
-  if (w.interleave == 1 && (w.group_size % 16 == 0 || w.groups_per_row == 1)) {
-    switch (w.type) {
-      case LowBit::kSymInt4: return dot_rows_typed<LowBit::kSymInt4>(w, r0, rows, x, out);
-      case LowBit::kAsymInt4: return dot_rows_typed<LowBit::kAsymInt4>(w, r0, rows, x, out);
-      case LowBit::kSymInt8: return dot_rows_typed<LowBit::kSymInt8>(w, r0, rows, x, out);
-      default: break;
-    }
+  if (w.interleave == 1 && (w.group_size % 16 == 0 || w.groups_per_row == 1) && is_quantized(w.type)) {
+    for_integer_format(w.type, [&](auto type) { dot_rows_typed<decltype(type)::value>(w, r0, rows, x, out); });
+    return;
   }
   const auto dot_row = avx2_kernels().dot_row;
   for (std::int64_t i = 0; i < rows; ++i) out[i] = dot_row(w, r0 + i, x, scratch);

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "formats/interleave.h"
 #include "formats/low_bit.h"
@@ -27,6 +28,18 @@ inline void pair_scales(const QuantMatrix& w, std::int64_t g, std::int64_t g2, s
     const __m128i z0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g * w.groups_per_row + gi) * kInterleaveRows));
     const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
     zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
+  }
+}
+
+/// fn(std::integral_constant<LowBit, T>{}) for the integer format T of `type`; nothing for a float format
+/// (those never take the integer path).
+template <typename Fn>
+inline void for_integer_format(LowBit type, const Fn& fn) {
+  switch (type) {
+    case LowBit::kSymInt4: return fn(std::integral_constant<LowBit, LowBit::kSymInt4>{});
+    case LowBit::kAsymInt4: return fn(std::integral_constant<LowBit, LowBit::kAsymInt4>{});
+    case LowBit::kSymInt8: return fn(std::integral_constant<LowBit, LowBit::kSymInt8>{});
+    default: break;
   }
 }
 
