@@ -70,16 +70,12 @@ TEST(Normalize, EqualsUtf8procOnRandomTextWithMarks) {
   }
 }
 
-// Milliseconds to run `f`, the best of `reps`.
+// Milliseconds `f` takes.
 template <typename F>
-double best_ms(F&& f, int reps = 2) {
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+double elapsed_ms(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // `head` then `unit` repeated to at least `bytes` bytes.
@@ -137,7 +133,7 @@ TEST(HostileText, TokenizingTimeGrowsLinearly) {
       std::vector<double> ms(std::size(sizes), 1e300);
       for (int round = 0; round < 3; ++round)
         for (std::size_t i = 0; i < texts.size(); ++i)
-          ms[i] = std::min(ms[i], best_ms([&] { (void)tok.encode(texts[i]); }, 1));
+          ms[i] = std::min(ms[i], elapsed_ms([&] { (void)tok.encode(texts[i]); }));
       const double ratio = ms[3] / std::max(ms[0], 5.0);
       std::printf("%-28s %-26s 25 KB %8.1f ms  50 KB %8.1f ms  100 KB %8.1f ms  200 KB %8.1f ms  ratio %.1f\n",
                   fs::path(dir).filename().c_str(), p.name, ms[0], ms[1], ms[2], ms[3], ratio);

@@ -69,28 +69,21 @@ struct IsaInfo {
   std::string_view name;
   std::string_view requirements;
   bool (*supported)();
-  bool automatic;  ///< chosen by active_isa() without WOQ_ISA when it is the best this CPU runs
 };
 
 // One row per ISA, in the enum's order.
 constexpr std::array<IsaInfo, 4> kIsas = {{
-    {Isa::kScalar, "scalar", "nothing", [] { return true; }, true},
-    {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2, true},
-    {Isa::kAvx512, "avx512", "AVX-512 F + BW + VL + VNNI (and AVX2 + FMA + F16C)", has_avx512, true},
-    {Isa::kAmx, "amx", "AMX-TILE + AMX-INT8 with Linux's permission for the tile state (and avx512's needs)", has_amx,
-     true},
+    {Isa::kScalar, "scalar", "nothing", [] { return true; }},
+    {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2},
+    {Isa::kAvx512, "avx512", "AVX-512 F + BW + VL + VNNI (and AVX2 + FMA + F16C)", has_avx512},
+    {Isa::kAmx, "amx", "AMX-TILE + AMX-INT8 with Linux's permission for the tile state (and avx512's needs)", has_amx},
 }};
 
 const IsaInfo& info(Isa isa) { return kIsas[static_cast<std::size_t>(isa)]; }
 
 Isa detect_isa() {
   const char* env = std::getenv("WOQ_ISA");
-  if (env == nullptr || *env == '\0') {
-    Isa best = Isa::kScalar;
-    for (const IsaInfo& i : kIsas)
-      if (i.automatic && i.supported()) best = i.isa;
-    return best;
-  }
+  if (env == nullptr || *env == '\0') return available_isas().back();
   const std::string want(env);
   std::string names;
   for (const IsaInfo& i : kIsas) {

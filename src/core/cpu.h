@@ -31,9 +31,8 @@ std::span<const Isa> all_isas();
 /// benchmarks loop over.
 std::span<const Isa> available_isas();
 
-/// The best ISA this CPU supports (of the rows marked automatic in cpu.cc),
-/// unless the environment variable WOQ_ISA names another (one of isa_name's
-/// values). Asking for an ISA the CPU lacks,
+/// The best ISA this CPU supports, unless the environment variable WOQ_ISA
+/// names another (one of isa_name's values). Asking for an ISA the CPU lacks,
 /// or an unknown name, throws woq::Error. Evaluated once and cached.
 Isa active_isa();
 

@@ -83,8 +83,8 @@ void quantize_q8_scalar(const float* x, Q8Activations& out) {
 }  // namespace
 
 const RowKernels& scalar_kernels() {
-  static const RowKernels k{dot_row_scalar, dot_rows_by_row<dot_row_scalar>, dot_f32_scalar, axpy_scalar, tile_q8_scalar, dequantize_stored_row,
-                            quantize_q8_scalar};
+  static const RowKernels k{dot_row_scalar, dot_rows_by_row<dot_row_scalar>, dot_f32_scalar, axpy_scalar,
+                            tile_q8_scalar, dequantize_stored_row, quantize_q8_scalar};
   return k;
 }
 
