@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -57,68 +58,23 @@ KVCache LlamaModel::make_cache(std::int64_t capacity) const {
 // Causal scaled dot-product attention of t_count new query rows (positions
 // pos0 + t) over cached positions [0, pos0 + t], or the last `window` of them
 // (sliding window: keys j with i - j < window). GQA: query head h reads KV
-// head h / (heads / kv_heads). q, out: [t_count, q_dim].
+// head h / (heads / kv_heads). q, out: [t_count, q_dim]. The tiled kernel
+// (kernels/attention.h) gives each query the same bits in any batch, so
+// prefill equals token-by-token decode.
 void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
                            std::int64_t window, KVCache& cache, float* out) {
-  const std::int64_t heads = config_.num_attention_heads;
-  const std::int64_t d = config_.head_dim;
-  const std::int64_t group = heads / config_.num_key_value_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  // Jobs are (tile of up to kTile consecutive tokens, head): the tile's
-  // queries share each key and value row while it is in L1, instead of each
-  // query streaming the whole cache. Every query still computes its scores
-  // and its weighted sum over positions in the same order as alone, so
-  // prefill equals token-by-token decode bit for bit.
-  constexpr std::int64_t kTile = 4;
-  const std::int64_t tiles = (t_count + kTile - 1) / kTile;
-  pool_->parallel_for(tiles * heads, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> scores(static_cast<std::size_t>(kTile * (pos0 + t_count)));
-    for (std::int64_t job = begin; job < end; ++job) {
-      // Causal rows grow with t: jobs alternate between early and late tiles
-      // (0, last, 1, last - 1, ...) so that contiguous chunks carry equal work.
-      const std::int64_t u = job / heads;
-      const std::int64_t tile = u % 2 == 0 ? u / 2 : tiles - 1 - u / 2;
-      const std::int64_t h = job % heads;
-      const std::int64_t kv_off = (h / group) * d;
-      const std::int64_t t0 = tile * kTile;
-      const std::int64_t rows = std::min(kTile, t_count - t0);
-      std::int64_t first[kTile], last[kTile];  // each query's positions [first, last)
-      std::int64_t lo = 0, hi = pos0 + t_count;  // positions every query of the tile attends to
-      for (std::int64_t i = 0; i < rows; ++i) {
-        last[i] = pos0 + t0 + i + 1;
-        first[i] = window > 0 ? std::max<std::int64_t>(0, last[i] - window) : 0;
-        lo = std::max(lo, first[i]);
-        hi = std::min(hi, last[i]);
-      }
-      hi = std::max(hi, lo);
-      // Runs f(i, pos) for every query i and its positions, in position order
-      // per query: positions before the shared range, the shared range with
-      // all queries at each position, then the rest.
-      auto each_position = [&](auto&& f) {
-        for (std::int64_t i = 0; i < rows; ++i)
-          for (std::int64_t pos = first[i]; pos < std::min(lo, last[i]); ++pos) f(i, pos);
-        for (std::int64_t pos = lo; pos < hi; ++pos)
-          for (std::int64_t i = 0; i < rows; ++i) f(i, pos);
-        for (std::int64_t i = 0; i < rows; ++i)
-          for (std::int64_t pos = std::max(hi, first[i]); pos < last[i]; ++pos) f(i, pos);
-      };
-      const std::int64_t stride = pos0 + t_count;
-      each_position([&](std::int64_t i, std::int64_t pos) {
-        const float* qh = q + (t0 + i) * config_.q_dim() + h * d;
-        scores[static_cast<std::size_t>(i * stride + pos - first[i])] =
-            dot(qh, cache.key(layer, pos) + kv_off, d) * scale;
-      });
-      for (std::int64_t i = 0; i < rows; ++i) {
-        softmax(scores.data() + i * stride, last[i] - first[i]);
-        float* oh = out + (t0 + i) * config_.q_dim() + h * d;
-        std::fill(oh, oh + d, 0.0f);
-      }
-      each_position([&](std::int64_t i, std::int64_t pos) {
-        axpy(scores[static_cast<std::size_t>(i * stride + pos - first[i])], cache.value(layer, pos) + kv_off,
-             out + (t0 + i) * config_.q_dim() + h * d, d);
-      });
-    }
-  });
+  static_assert(KVCache::kPageTokens % kAttentionKeyTile == 0, "a key tile lies in one page of the cache");
+  const std::int64_t tiles = (pos0 + t_count + kAttentionKeyTile - 1) / kAttentionKeyTile;
+  std::vector<const float*> keys(static_cast<std::size_t>(tiles)), values(keys.size());
+  for (std::int64_t b = 0; b < tiles; ++b) {
+    keys[static_cast<std::size_t>(b)] = cache.key(layer, b * kAttentionKeyTile);
+    values[static_cast<std::size_t>(b)] = cache.value(layer, b * kAttentionKeyTile);
+  }
+  const AttentionShape shape{.heads = config_.num_attention_heads,
+                             .kv_heads = config_.num_key_value_heads,
+                             .head_dim = config_.head_dim,
+                             .window = window};
+  causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_);
 }
 
 // Activations of one forward pass, [T, dim] row-major each.
