@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention_tile.h"
@@ -12,10 +13,11 @@
 namespace woq::detail {
 namespace {
 
-/// kt[i][j] = k[j][i] for 8 keys j and 8 dims i (rows `stride` apart; kt rows kT apart).
-inline void transpose8x8(const float* k, std::int64_t stride, float* kt) {
+/// kt[i][j] = k[j][i] for 8 keys j and 8 dims i (rows `stride` apart; kt rows
+/// kT apart), 0 for the keys j >= n.
+inline void transpose8x8(const float* k, std::int64_t stride, std::int64_t n, float* kt) {
   __m256 r[8], t[8];
-  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(k + j * stride);
+  for (int j = 0; j < 8; ++j) r[j] = j < n ? _mm256_loadu_ps(k + j * stride) : _mm256_setzero_ps();
   for (int j = 0; j < 8; j += 2) {
     t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
     t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
@@ -32,17 +34,15 @@ inline void transpose8x8(const float* k, std::int64_t stride, float* kt) {
   }
 }
 
-/// transpose_keys (attention_tile.h) by 8x8 blocks where 8 keys and 8 dims are whole.
+/// transpose_keys (attention_tile.h) by 8x8 blocks where 8 dims are whole.
 inline void transpose_keys8(const float* k, std::int64_t stride, std::int64_t n, std::int64_t d, float* kt) {
-  std::int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
+  for (std::int64_t j = 0; j < kT; j += 8) {
+    const std::int64_t rows = std::max<std::int64_t>(0, std::min<std::int64_t>(8, n - j));
     std::int64_t i = 0;
-    for (; i + 8 <= d; i += 8) transpose8x8(k + j * stride + i, stride, kt + i * kT + j);
+    for (; i + 8 <= d; i += 8) transpose8x8(k + j * stride + i, stride, rows, kt + i * kT + j);
     for (; i < d; ++i)
-      for (std::int64_t jj = j; jj < j + 8; ++jj) kt[i * kT + jj] = k[jj * stride + i];
+      for (std::int64_t jj = j; jj < j + 8; ++jj) kt[i * kT + jj] = jj < n ? k[jj * stride + i] : 0.0f;
   }
-  for (; j < kT; ++j)
-    for (std::int64_t i = 0; i < d; ++i) kt[i * kT + j] = j < n ? k[j * stride + i] : 0.0f;
 }
 
 }  // namespace
