@@ -170,7 +170,7 @@ std::pair<std::string, std::string> compare(Model& m, Model& ref, const std::str
   write_reference(*ref.model, plan, request.batch, file, ref_bar);
   const CompareStats s = compare_with_reference(*m.model, plan, request.batch, file, bar);
   std::optional<CompareStats> weights_only;
-  if (m.report.int8_activations && !ref.report.int8_activations) {
+  if (m.report.rounded_activations && !ref.report.rounded_activations) {
     LoadOptions options = m.options;
     options.activations = Activations::kF32;
     auto f32 = LlamaModel::load(m.path, options, *m.pool);

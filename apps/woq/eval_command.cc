@@ -117,7 +117,7 @@ int run_compare(const EvalArgs& a) {
   const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
   std::string ref_label = a.load_ref.empty() ? "" : fmt::format("log-probabilities saved in {}", a.load_ref);
-  bool ref_int8 = false;  // then the f32-activation rerun would not isolate the weights' share
+  bool ref_rounded = false;  // then the f32-activation rerun would not isolate the weights' share
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
@@ -127,7 +127,7 @@ int run_compare(const EvalArgs& a) {
     auto ref_model = load(ref_dir, a, a.ref_low_bit, pool, &ref_report);
     ref_label = model_label(ref_dir, ref_report);
     note_reference(a.model_dir, a.ref_dir, ref_report);
-    ref_int8 = ref_report.int8_activations;
+    ref_rounded = ref_report.rounded_activations;
     if (ref_model->config().vocab_size != vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, ref_model->config().vocab_size, vocab);
     ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
@@ -136,9 +136,9 @@ int run_compare(const EvalArgs& a) {
   LoadReport report;
   auto model = load(a.model_dir, a, a.low_bit, pool, &report);
   const CompareStats s = compare_with_reference(*model, plan, a.scoring.batch, *ref, terminal_progress("candidate"));
-  // With int8 activations, the same weights again with f32 activations: the weights' share of the error.
+  // With int8 or bf16 activations, the same weights again with f32 activations: the weights' share of the error.
   std::optional<CompareStats> weights_only;
-  if (report.int8_activations && !ref_int8) {
+  if (report.rounded_activations && !ref_rounded) {
     model.reset();
     LoadOptions options = load_options(a.model, a.low_bit);
     options.activations = Activations::kF32;

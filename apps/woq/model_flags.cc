@@ -57,7 +57,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
                   "Also convert lm_head to this format (default: keep it as stored)");
   cmd->add_option("--activations", flags.activations,
                   "What integer-format layers multiply their inputs as: int8 (quantized per block of 32, integer dot "
-                  "products) or f32 (weights dequantized in the dot product: w4a16/w8a16); default: per format");
+                  "products), f32 (weights dequantized in the dot product: w4a16/w8a16) or bf16 (inputs rounded "
+                  "to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: per format");
   add_threads_flag(cmd, flags.threads);
 }
 

@@ -41,16 +41,26 @@ bool has_avx512() {
 #endif
 }
 
-// AMX-TILE and AMX-INT8 (CPUID leaf 7 EDX bits 24 and 25), their tile state enabled by the OS (XCR0
-// bits 17 and 18), and Linux's permission to use it (requested once; Intel SDM vol. 1 ch. 18, and the
-// kernel's Documentation/arch/x86/xstate.rst).
+// AVX512_BF16: CPUID leaf 7 sub-leaf 1, EAX bit 5 (Intel SDM vol. 2, CPUID).
+bool has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return has_avx512() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
+// AMX-BF16, AMX-TILE and AMX-INT8 (CPUID leaf 7 EDX bits 22, 24 and 25), their tile state enabled by the
+// OS (XCR0 bits 17 and 18), and Linux's permission to use it (requested once; Intel SDM vol. 1 ch. 18,
+// and the kernel's Documentation/arch/x86/xstate.rst).
 bool has_amx() {
 #if defined(__linux__) && defined(__x86_64__)
   static const bool ok = [] {
-    if (!has_avx512()) return false;
+    if (!has_avx512_bf16()) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
     unsigned xcr0_lo = 0, xcr0_hi = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
@@ -72,11 +82,13 @@ struct IsaInfo {
 };
 
 // One row per ISA, in the enum's order.
-constexpr std::array<IsaInfo, 4> kIsas = {{
+constexpr std::array<IsaInfo, 5> kIsas = {{
     {Isa::kScalar, "scalar", "nothing", [] { return true; }},
     {Isa::kAvx2, "avx2", "AVX2 + FMA + F16C", has_avx2},
     {Isa::kAvx512, "avx512", "AVX-512 F + BW + VL + VNNI (and AVX2 + FMA + F16C)", has_avx512},
-    {Isa::kAmx, "amx", "AMX-TILE + AMX-INT8 with Linux's permission for the tile state (and avx512's needs)", has_amx},
+    {Isa::kAvx512Bf16, "avx512_bf16", "AVX512_BF16 (and avx512's needs)", has_avx512_bf16},
+    {Isa::kAmx, "amx", "AMX-TILE + AMX-INT8 + AMX-BF16 with Linux's permission for the tile state (and avx512_bf16's needs)",
+     has_amx},
 }};
 
 const IsaInfo& info(Isa isa) { return kIsas[static_cast<std::size_t>(isa)]; }

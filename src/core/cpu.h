@@ -9,10 +9,11 @@
 namespace woq {
 
 /// Instruction sets a kernel may be specialised for, in increasing order of preference.
-/// kAmx is kAvx512 plus Intel AMX (AMX-TILE + AMX-INT8) for the integer path's prefill.
-enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
+/// kAvx512Bf16 is kAvx512 plus AVX512_BF16 (vdpbf16ps, for bf16 activations); kAmx is kAvx512Bf16 plus
+/// Intel AMX (AMX-TILE + AMX-INT8 + AMX-BF16) for the integer and bf16 paths' tiles.
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmx };
 
-/// "scalar", "avx2", "avx512", "amx".
+/// "scalar", "avx2", "avx512", "avx512_bf16", "amx".
 std::string_view isa_name(Isa isa);
 
 /// What `isa` needs of the CPU, for messages ("AVX2 + FMA + F16C").

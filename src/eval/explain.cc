@@ -104,11 +104,12 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
       std::vector<float> ref(static_cast<std::size_t>(rows * w.rows)), got(ref.size()), weights_only;
       matmul(w, in, rows, ref.data(), pool);
       matmul(wq, in, rows, got.data(), pool);
-      if (uses_q8_path(wq)) {  // again with the inputs as they are: the weights' share of the error
+      if (const Activations act = wq.activations; uses_q8_path(wq) || uses_bf16_path(wq)) {
+        // Again with the inputs as they are: the weights' share of the error.
         weights_only.resize(got.size());
         wq.activations = Activations::kF32;
         matmul(wq, in, rows, weights_only.data(), pool);
-        wq.activations = Activations::kInt8;
+        wq.activations = act;
       }
       std::vector<float> row(static_cast<std::size_t>(w.cols)), rowq(row.size());
       double dw = 0, nw = 0;

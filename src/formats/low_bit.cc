@@ -151,12 +151,19 @@ bool is_quantized(LowBit type) {
   return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4 || type == LowBit::kSymInt8;
 }
 
-std::string_view activations_name(Activations a) { return a == Activations::kInt8 ? "int8" : "f32"; }
+std::string_view activations_name(Activations a) {
+  switch (a) {
+    case Activations::kInt8: return "int8";
+    case Activations::kF32: return "f32";
+    case Activations::kBf16: return "bf16";
+  }
+  return "?";
+}
 
 Activations parse_activations(std::string_view name) {
-  if (name == "int8") return Activations::kInt8;
-  if (name == "f32") return Activations::kF32;
-  fail("unknown activations '{}' (expected int8 or f32)", name);
+  for (const Activations a : {Activations::kInt8, Activations::kF32, Activations::kBf16})
+    if (name == activations_name(a)) return a;
+  fail("unknown activations '{}' (expected int8, f32 or bf16)", printable(name));
 }
 
 // By measurement on this machine's kind (README, "Activations"): for 8-bit

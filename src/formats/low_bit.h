@@ -38,9 +38,17 @@ enum class Activations {
   /// the weights' error alone (w4a16 / w8a16, as vLLM and transformers run
   /// GPTQ checkpoints), at the cost of float arithmetic.
   kF32,
+  /// Inputs rounded to bf16 (nearest even; subnormals to zero), met by the
+  /// weights' exact integers (q - zero, which bf16 holds exactly) in products
+  /// summed in fp32 per group, then scaled: bf16 dot products on CPUs that
+  /// have them (AVX512_BF16 vdpbf16ps, AMX-BF16 tiles). Adds the inputs'
+  /// relative rounding (2^-9 per value) to the weights' error: w4a16 / w8a16
+  /// at the matrix engines' speed. Integer formats whose groups are whole
+  /// blocks of 32 (kernels/matmul.h).
+  kBf16,
 };
 
-/// "int8" or "f32".
+/// "int8", "f32" or "bf16".
 std::string_view activations_name(Activations a);
 /// Inverse of activations_name. Throws woq::Error on anything else.
 Activations parse_activations(std::string_view name);

@@ -58,21 +58,69 @@ float dot_q8_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint
   return acc;
 }
 
-void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
-                    std::int64_t t0, std::int64_t tokens, float* y) {
+
+// Reference bf16 path (Activations::kBf16), in the order of AVX512_BF16's
+// vdpbf16ps with one output per lane (matmul_avx512_bf16.cc): per group, the
+// products of the bf16 inputs and the weights' integers (q - z, exact in
+// fp32) are added to an fp32 sum one input pair after another, the odd input
+// of each pair first, from 0 over the group's whole blocks (inputs past K are
+// zero); then acc = fma(sum, s_w, acc), group after group.
+template <LowBit T>
+float dot_bf16_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint16_t* scales,
+                      const std::uint8_t* zeros, const Bf16Activations& a, std::int64_t t) {
+  const std::uint16_t* x = a.row(t);
+  const std::int64_t padded = a.blocks * kBf16Block;
+  const std::int64_t group = w.groups_per_row == 1 ? padded : w.group_size;
+  float acc = 0.0f;
+  for (std::int64_t g0 = 0, g = 0; g0 < padded; g0 += group, ++g) {
+    auto product = [&](std::int64_t j) {
+      if (j >= w.cols) return 0.0f;
+      const int v = T == LowBit::kSymInt8 ? static_cast<std::int8_t>(q[j])
+                                          : codec::get_nibble(q, j) - (T == LowBit::kSymInt4 ? 8 : zeros[g]);
+      return bf16_to_fp32(x[j]) * static_cast<float>(v);  // exact: 8 by at most 8 significant bits
+    };
+    float sum = 0.0f;
+    for (std::int64_t j = g0; j < std::min(g0 + group, padded); j += 2) {
+      sum += product(j + 1);
+      sum += product(j);
+    }
+    acc = std::fma(sum, fp16_to_fp32(scales[g]), acc);
+  }
+  return acc;
+}
+
+// One reference tile: rows of groups [g0, g1) x tokens [t0, t0 + tokens) by Dot, on the interleaved layout.
+template <typename Activations, typename Dot>
+void tile_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Activations& a, std::int64_t t0,
+                 std::int64_t tokens, float* y, const Dot& dot) {
   std::vector<std::uint8_t> q(static_cast<std::size_t>(w.row_bytes)), zeros(static_cast<std::size_t>(w.groups_per_row));
   std::vector<std::uint16_t> scales(static_cast<std::size_t>(w.groups_per_row));
   for (std::int64_t r = g0 * kInterleaveRows; r < std::min(w.rows, g1 * kInterleaveRows); ++r) {
     gather_row(w, r, q.data(), scales.data(), zeros.data());
-    for (std::int64_t t = t0; t < t0 + tokens; ++t) {
-      float& out = y[t * w.rows + r];
-      switch (w.type) {
-        case LowBit::kSymInt4: out = dot_q8_scalar<LowBit::kSymInt4>(w, q.data(), scales.data(), zeros.data(), a, t); break;
-        case LowBit::kAsymInt4: out = dot_q8_scalar<LowBit::kAsymInt4>(w, q.data(), scales.data(), zeros.data(), a, t); break;
-        default: out = dot_q8_scalar<LowBit::kSymInt8>(w, q.data(), scales.data(), zeros.data(), a, t); break;
-      }
-    }
+    for (std::int64_t t = t0; t < t0 + tokens; ++t) y[t * w.rows + r] = dot(q.data(), scales.data(), zeros.data(), a, t);
   }
+}
+
+void tile_bf16_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
+                      std::int64_t t0, std::int64_t tokens, float* y) {
+  tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
+    switch (w.type) {
+      case LowBit::kSymInt4: return dot_bf16_scalar<LowBit::kSymInt4>(w, args...);
+      case LowBit::kAsymInt4: return dot_bf16_scalar<LowBit::kAsymInt4>(w, args...);
+      default: return dot_bf16_scalar<LowBit::kSymInt8>(w, args...);
+    }
+  });
+}
+
+void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
+                    std::int64_t t0, std::int64_t tokens, float* y) {
+  tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
+    switch (w.type) {
+      case LowBit::kSymInt4: return dot_q8_scalar<LowBit::kSymInt4>(w, args...);
+      case LowBit::kAsymInt4: return dot_q8_scalar<LowBit::kAsymInt4>(w, args...);
+      default: return dot_q8_scalar<LowBit::kSymInt8>(w, args...);
+    }
+  });
 }
 
 void quantize_q8_scalar(const float* x, Q8Activations& out) {
@@ -84,7 +132,7 @@ void quantize_q8_scalar(const float* x, Q8Activations& out) {
 
 const RowKernels& scalar_kernels() {
   static const RowKernels k{dot_row_scalar, dot_rows_by_row<dot_row_scalar>, dot_f32_scalar, axpy_scalar,
-                            tile_q8_scalar, dequantize_stored_row, quantize_q8_scalar};
+                            tile_q8_scalar, tile_bf16_scalar, dequantize_stored_row, quantize_q8_scalar};
   return k;
 }
 
@@ -93,6 +141,7 @@ const RowKernels& kernels(Isa isa) {
     case Isa::kScalar: return scalar_kernels();
     case Isa::kAvx2: return avx2_kernels();
     case Isa::kAvx512: return avx512_kernels();
+    case Isa::kAvx512Bf16: return avx512_bf16_kernels();
     case Isa::kAmx: return amx_kernels();
   }
   return scalar_kernels();
@@ -168,32 +217,61 @@ void parallel_over(std::span<const MatmulOutput> outs, std::int64_t (*units)(con
 std::int64_t row_units(const QuantMatrix& w) { return w.rows; }
 std::int64_t group_units(const QuantMatrix& w) { return (w.rows + kInterleaveRows - 1) / kInterleaveRows; }
 
-// Every matrix of `outs` takes the same path (both integer, or both float) and
-// reads x as given (no act-order).
-void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool, Isa isa) {
-  const detail::RowKernels& kern = detail::kernels(isa);
-  if (!uses_q8_path(*outs[0].w)) {
-    const std::int64_t grain = m < kTiledMinRows ? 1 : kTileRows;
-    parallel_over(outs, row_units, grain, pool, [&](std::size_t i, std::int64_t r0, std::int64_t r1) {
-      float_rows(*outs[i].w, x, m, outs[i].y, kern, r0, r1);
-    });
-    return;
-  }
+// Which kernels a matrix's product takes.
+enum class Path { kFloat, kInt8, kBf16 };
+
+Path path_of(const QuantMatrix& w) {
+  if (w.activations == Activations::kF32 || !can_interleave(w)) return Path::kFloat;
+  return w.activations == Activations::kInt8 ? Path::kInt8 : Path::kBf16;
+}
+
+// Tokens of one tile call: as many as kern.tile_chunk_bytes of activations hold (token_bytes each), in
+// multiples of kern.tile_chunk_tokens.
+std::int64_t tile_chunk(const detail::RowKernels& kern, std::int64_t token_bytes) {
+  const std::int64_t grain = kern.tile_chunk_tokens;
+  return std::max(grain, kern.tile_chunk_bytes / token_bytes / grain * grain);
+}
+
+// The tile kernel `tile` of every matrix of `outs` (all interleaved) over activations `a` of m tokens:
+// one parallel pass over 8-row groups, tokens in chunks of `chunk`.
+template <typename Activations, typename Tile>
+void tiles_over(std::span<const MatmulOutput> outs, const Activations& a, std::int64_t m, std::int64_t chunk,
+                ThreadPool& pool, Tile tile) {
   for (const MatmulOutput& o : outs)
     if (o.w->interleave != kInterleaveRows)
-      fail("matmul: a [{}, {}] {} matrix with int8 activations must be prepared first (prepare_for_kernels)",
-           o.w->rows, o.w->cols, low_bit_name(o.w->type));
-  // Reused between calls; workers see it through the reference (a
-  // thread_local named inside the lambda would be each worker's own).
-  thread_local Q8Activations buffer;
-  Q8Activations& a = buffer;
-  quantize_activations(x, m, outs[0].w->cols, a, isa);
-  const std::int64_t grain = kern.q8_chunk_tokens;
-  const std::int64_t chunk = std::max(grain, kern.q8_chunk_bytes / (a.padded * kQ8Block) / grain * grain);
+      fail("matmul: a [{}, {}] {} matrix with {} activations must be prepared first (prepare_for_kernels)",
+           o.w->rows, o.w->cols, low_bit_name(o.w->type), activations_name(o.w->activations));
   parallel_over(outs, group_units, kQ8GroupGrain, pool, [&](std::size_t i, std::int64_t g0, std::int64_t g1) {
-    for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
-      kern.tile_q8(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y);
+    for (std::int64_t t0 = 0; t0 < m; t0 += chunk) tile(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y);
   });
+}
+
+// Every matrix of `outs` takes the same path and reads x as given (no act-order).
+void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool, Isa isa) {
+  const detail::RowKernels& kern = detail::kernels(isa);
+  const std::int64_t k = outs[0].w->cols;
+  switch (path_of(*outs[0].w)) {
+    case Path::kFloat: {
+      const std::int64_t grain = m < kTiledMinRows ? 1 : kTileRows;
+      parallel_over(outs, row_units, grain, pool, [&](std::size_t i, std::int64_t r0, std::int64_t r1) {
+        float_rows(*outs[i].w, x, m, outs[i].y, kern, r0, r1);
+      });
+      return;
+    }
+    case Path::kInt8: {
+      // Reused between calls; workers see it through the reference (a
+      // thread_local named inside the lambda would be each worker's own).
+      thread_local Q8Activations buffer;
+      quantize_activations(x, m, k, buffer, isa);
+      return tiles_over(outs, buffer, m, tile_chunk(kern, buffer.padded * kQ8Block), pool, kern.tile_q8);
+    }
+    case Path::kBf16: {
+      thread_local Bf16Activations buffer;
+      round_activations_bf16(x, m, k, buffer);
+      const std::int64_t bytes = buffer.stride() * static_cast<std::int64_t>(sizeof(std::uint16_t));
+      return tiles_over(outs, buffer, m, tile_chunk(kern, bytes), pool, kern.tile_bf16);
+    }
+  }
 }
 
 }  // namespace
@@ -202,10 +280,12 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return deta
 
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
-bool uses_q8_path(const QuantMatrix& w) { return w.activations == Activations::kInt8 && can_interleave(w); }
+bool uses_q8_path(const QuantMatrix& w) { return path_of(w) == Path::kInt8; }
+
+bool uses_bf16_path(const QuantMatrix& w) { return path_of(w) == Path::kBf16; }
 
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
-  if (uses_q8_path(w)) interleave_rows(w, pool);
+  if (path_of(w) != Path::kFloat) interleave_rows(w, pool);
 }
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Isa isa) {
@@ -221,7 +301,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std
       fail("matmul: matrices of {} and {} inputs cannot share one input", outs[0].w->cols, o.w->cols);
   bool same = true;
   for (const MatmulOutput& o : outs)
-    same = same && o.w->input_order.empty() && uses_q8_path(*o.w) == uses_q8_path(*outs[0].w);
+    same = same && o.w->input_order.empty() && path_of(*o.w) == path_of(*outs[0].w);
   if (same) return matmul_same_path(outs, x, m, pool, isa);
   for (const MatmulOutput& o : outs) {
     const float* in = x;

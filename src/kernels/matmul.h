@@ -7,6 +7,7 @@
 
 #include "core/cpu.h"
 #include "formats/low_bit.h"
+#include "kernels/bf16_activations.h"
 #include "kernels/q8_activations.h"
 
 namespace woq {
@@ -23,16 +24,24 @@ class ThreadPool;
 /// to int8 per block of 32 (q8_activations.h) and each weight block meets it
 /// in an integer dot product (AVX2 maddubs, AVX-512 VNNI vpdpbusd), scaled by the weight and
 /// activation scales; this adds the activation's rounding (~amax/254 per
-/// value) to the weights'. Such matrices must be row-interleaved first
-/// (prepare_for_kernels; woq::Error otherwise). Everything else takes the float path: a weight
+/// value) to the weights'. With bf16 activations the same matrices take the
+/// bf16 path: x rounded to bf16 (bf16_activations.h), each group's products
+/// with the weights' integers summed in fp32, then scaled (AVX512_BF16
+/// vdpbf16ps, AMX-BF16 tdpbf16ps; emulated in fp32 FMAs on the other ISAs).
+/// Both must be row-interleaved first (prepare_for_kernels; woq::Error
+/// otherwise). Everything else takes the float path: a weight
 /// row is widened to fp32 (quantized ones dequantized exactly, (q - z) · s)
 /// and meets x in an fp32 dot product; for m >= 4 (prefill) tiles of widened
 /// rows are reused across many inputs. Every output is the same dot product
 /// whatever m, so results do not depend on the batch.
 ///
 /// `isa` selects the kernels (the scalar ones are the reference). On the
-/// integer path every ISA gives the same bits; on the float path results
-/// agree to float rounding.
+/// integer path every ISA gives the same bits; on the bf16 path every ISA but
+/// amx gives the reference's bits (amx's tiles sum in their own order, and
+/// agree to float rounding) — except that avx512_bf16 and amx flush sums that
+/// fall below fp32's normal range to zero; on the float path results agree
+/// to float rounding. On every path, within one ISA, an output does not
+/// depend on m, the other inputs or the thread count.
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
 
@@ -60,8 +69,12 @@ void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa = active_is
 /// True when `w` takes the integer (int8-activation) path of matmul.
 bool uses_q8_path(const QuantMatrix& w);
 
+/// True when `w` takes the bf16 path of matmul (Activations::kBf16 on a
+/// matrix the integer path could take).
+bool uses_bf16_path(const QuantMatrix& w);
+
 /// Puts `w` in the layout its matmul path reads: matrices that take the
-/// integer path are row-interleaved (formats/interleave.h), in parallel when
+/// integer or the bf16 path are row-interleaved (formats/interleave.h), in parallel when
 /// `pool` is given; others are left as they are. Call once after loading
 /// and after setting w.activations.
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool = nullptr);
@@ -96,25 +109,32 @@ struct RowKernels {
   /// with A the int8 activations; y is [a.m, W.rows].
   void (*tile_q8)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                   std::int64_t t0, std::int64_t tokens, float* y);
+  /// tile_q8 of the bf16 path: the bf16 activations `a` (tokens [t0, t0 + tokens), a.rows >= the
+  /// next multiple of 16) against the weights' integers, summed per group (matmul.cc's reference order;
+  /// amx's tiles sum in their own order, the same for every batch).
+  void (*tile_bf16)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
+                    std::int64_t t0, std::int64_t tokens, float* y);
   /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
   /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
   void (*quantize_q8)(const float* x, Q8Activations& out);
-  /// Bytes of int8 activations one tile_q8 call's tokens may occupy (to stay in L2 while a thread's
+  /// Bytes of activations (int8 or bf16) one tile_q8 or tile_bf16 call's tokens may occupy (to stay in L2 while a thread's
   /// weight rows pass over them; 96 KiB by measurement at 2 threads on Zen 3: 192 KiB left the
   /// K = 11008 down projection at 1.1x its one-thread speed, 96 KiB at 1.4x), and the multiple of
   /// tokens a call gets (but the last).
-  std::int64_t q8_chunk_bytes = 96 * 1024;
-  std::int64_t q8_chunk_tokens = 4;
+  std::int64_t tile_chunk_bytes = 96 * 1024;
+  std::int64_t tile_chunk_tokens = 4;
 };
 
 /// The kernels of `isa` (one table row per ISA; each ISA's in its own file:
-/// matmul.cc, matmul_avx2.cc, matmul_avx512.cc, matmul_amx.cc; avx512's table is
-/// avx2's with its own tile_q8 and dot_rows, amx's is avx512's with its own tile_q8).
+/// matmul.cc, matmul_avx2.cc, matmul_avx512.cc, matmul_avx512_bf16.cc, matmul_amx.cc; avx512's table
+/// is avx2's with its own tile_q8 and dot_rows, avx512_bf16's is avx512's with its own tile_bf16, amx's
+/// is avx512_bf16's with its own tile_q8 and tile_bf16).
 const RowKernels& kernels(Isa isa);
 const RowKernels& scalar_kernels();
 const RowKernels& avx2_kernels();
 const RowKernels& avx512_kernels();
+const RowKernels& avx512_bf16_kernels();
 const RowKernels& amx_kernels();
 
 }  // namespace detail

@@ -18,14 +18,26 @@
 // after block. The outputs are the scalar reference's bits (matmul.cc),
 // whatever the batch and the thread count. Tiles of fewer than 16 tokens
 // (decode, a prefill's last tokens) take the AVX-512 VNNI kernel.
+//
+// The bf16 path (AMX-BF16) has the same shape: A = 16 tokens' bf16 inputs of
+// a block (Bf16Activations, padded to whole tiles of 16 tokens), B = the
+// block's 16 weight rows as bf16 pairs (unpack_bf16_pairs), C = fp32 sums
+// that TDPBF16PS accumulates over a group's blocks; then acc = fma(C, s_w,
+// acc), group after group. TDPBF16PS sums in an order of its own (not the
+// reference's: measured), so outputs agree with the other ISAs to float
+// rounding; every token, decode included, takes these tiles (a tile's
+// unused rows are the buffer's zeros), so an output is the same whatever the
+// batch and the thread count.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "formats/interleave.h"
+#include "kernels/bf16_tile.h"
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
 #include "kernels/q8_tile.h"
@@ -34,7 +46,7 @@
 namespace woq::detail {
 namespace {
 
-constexpr int kTileTokens = 16;
+constexpr std::int64_t kTileTokens = 16;
 constexpr std::int64_t kTileBBytes = 8 * 64;  // one block of 16 weight rows in B's layout
 
 // The tile configuration (palette 1): tmm0/tmm3 = A (16 x 32 bytes), tmm1/tmm4 = B (8 x 64), tmm2/tmm5 =
@@ -163,14 +175,115 @@ void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Act
   for_integer_format(w.type, [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y); });
 }
 
+// ---- bf16 path ----
+
+// Palette 1 with tmm0/tmm3 = A (`rows` tokens x 32 bf16), tmm1/tmm4 = B (16 pairs x 16 weight rows),
+// tmm2/tmm5 = C (`rows` x 16 fp32): even blocks use the first three, odd ones the others (two chains of
+// products, so that one block's product need not wait for the previous one's).
+struct alignas(64) Bf16TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(Bf16TileConfig) == 64);
+
+// Loads the configuration for tiles of `rows` tokens (1..16).
+void load_bf16_config(std::int64_t rows) {
+  static const auto configs = [] {
+    std::array<Bf16TileConfig, kTileTokens> c{};
+    for (int r = 1; r <= kTileTokens; ++r) {
+      const auto n = static_cast<std::uint8_t>(r);
+      const std::uint8_t tile_rows[6] = {n, 16, n, n, 16, n};
+      std::copy(tile_rows, tile_rows + 6, c[static_cast<std::size_t>(r - 1)].rows);
+    }
+    return c;
+  }();
+  _tile_loadconfig(&configs[static_cast<std::size_t>(rows - 1)]);
+}
+
+// Rows [8 g, 8 g + 16) x tokens [t, t + rows) (the configuration loaded for `rows`); pairs(blk) gives
+// block blk's unpacked pairs; c0 and c1 hold one C tile each. Per group, the even blocks' products
+// accumulate in one C tile and the odd blocks' in the other; their sum meets the scales.
+template <typename Pairs>
+void bf16_amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Pairs& pairs, const Bf16Activations& a,
+                   std::int64_t t, std::int64_t rows, float* c0, float* c1, float* y) {
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::int64_t stride = a.stride() * static_cast<std::int64_t>(sizeof(std::uint16_t));
+  const std::uint16_t* x = a.row(t);
+  __m512 acc[kTileTokens];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  _tile_zero(2);
+  _tile_zero(5);
+  for (std::int64_t blk = 0; blk < kb; ++blk) {
+    // The tile numbers must be literals (GCC's intrinsics spell them into the instruction).
+    if (blk % 2 == 0) {
+      _tile_loadd(0, x + blk * kBf16Block, stride);
+      _tile_loadd(1, pairs(blk), 64);
+      _tile_dpbf16ps(2, 0, 1);
+    } else {
+      _tile_loadd(3, x + blk * kBf16Block, stride);
+      _tile_loadd(4, pairs(blk), 64);
+      _tile_dpbf16ps(5, 3, 4);
+    }
+    if (const std::int64_t gi = group_of(blk); blk + 1 == kb || group_of(blk + 1) != gi) {
+      _tile_stored(2, c0, 64);
+      _tile_stored(5, c1, 64);
+      _tile_zero(2);
+      _tile_zero(5);
+      __m512 dw;
+      __m512i unused;
+      pair_scales<LowBit::kSymInt8>(w, g, g2, gi, dw, unused);
+      for (std::int64_t j = 0; j < rows; ++j)
+        acc[j] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_load_ps(c0 + 16 * j), _mm512_load_ps(c1 + 16 * j)), dw, acc[j]);
+    }
+  }
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
+  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (std::int64_t j = 0; j < rows; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+}
+
+void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
+               std::int64_t tokens, float* y) {
+  thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
+  const bool fused = tokens <= kBf16FusedTokens;
+  buffer.resize(static_cast<std::size_t>((fused ? 2 * kBf16FusedBlocks : a.blocks) * kBf16PairBlockBytes));
+  std::uint8_t* buf = buffer.data();
+  alignas(64) float c0[kTileTokens * 16], c1[kTileTokens * 16];
+  std::int64_t configured = 0;
+  for (std::int64_t g = g0; g < g1; g += 2) {
+    const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
+    const auto unpacked = [&](std::int64_t blk) { return buf + blk * kBf16PairBlockBytes; };
+    const auto fresh = [&](std::int64_t blk) {
+      // Two halves: a half is refilled while the tiles of the other may still be reading it.
+      const std::int64_t i = blk % (2 * kBf16FusedBlocks);
+      if (i % kBf16FusedBlocks == 0)
+        unpack_bf16_pairs(w, g, g2, a.blocks, blk, std::min(a.blocks, blk + kBf16FusedBlocks), buf + i * kBf16PairBlockBytes);
+      return buf + i * kBf16PairBlockBytes;
+    };
+    if (!fused) unpack_bf16_pairs(w, g, g2, a.blocks, 0, a.blocks, buf);
+    for (std::int64_t t = t0; t < t0 + tokens; t += kTileTokens) {
+      const std::int64_t rows = std::min(kTileTokens, t0 + tokens - t);
+      if (rows != configured) load_bf16_config(configured = rows);
+      if (fused) bf16_amx_tile(w, g, g2, fresh, a, t, rows, c0, c1, y);
+      else bf16_amx_tile(w, g, g2, unpacked, a, t, rows, c0, c1, y);
+    }
+  }
+  if (configured != 0) _tile_release();
+}
+
 }  // namespace
 
 const RowKernels& amx_kernels() {
   static const RowKernels k = [] {
-    RowKernels r = avx512_kernels();
+    RowKernels r = avx512_bf16_kernels();
     r.tile_q8 = tile_q8;
-    r.q8_chunk_bytes = 1024 * 1024;  // tiles of 16 tokens: more tokens per chunk, one unpack of B for all
-    r.q8_chunk_tokens = kTileTokens;
+    r.tile_bf16 = tile_bf16;
+    r.tile_chunk_bytes = 1024 * 1024;  // tiles of 16 tokens: more tokens per chunk, one unpack of B for all
+    r.tile_chunk_tokens = kTileTokens;
     return r;
   }();
   return k;

@@ -296,6 +296,94 @@ void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Act
   }
 }
 
+// ---- bf16 path (Activations::kBf16), emulated in fp32 ----
+//
+// Lanes are the 8 rows of one interleaved group: per input pair, the odd input's product and then the
+// even one's are added to each row's sum (an fma of an exact product: one rounding, as vdpbf16ps), and
+// each group's sums meet the scales, acc = fma(sum, s_w, acc): the reference's order (matmul.cc).
+
+// The weights' integers (q - zero) of one block of group g as floats: v[i] holds input i of the 8 rows.
+template <LowBit T>
+inline void block_values(const std::uint8_t* p, __m256i zero, __m256* v) {
+  for (int c = 0; c < (T == LowBit::kSymInt8 ? 8 : 4); ++c) {
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * c));
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (T == LowBit::kSymInt8) {
+        // Byte j of each row's four, sign-extended.
+        v[4 * c + j] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 24 - 8 * j), 24));
+      } else {
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(d, 8 * j), _mm256_set1_epi32(0x0f));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(d, 8 * j + 4), _mm256_set1_epi32(0x0f));
+        v[4 * c + j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo, zero));
+        v[16 + 4 * c + j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi, zero));
+      }
+    }
+  }
+}
+
+// Rows [8 g, 8 g + 8) x tokens [t, t + TOK) of the bf16 path; y is [a.m, w.rows].
+template <LowBit T, int TOK>
+void bf16_tile(const QuantMatrix& w, std::int64_t g, const Bf16Activations& a, std::int64_t t, float* y) {
+  constexpr std::int64_t kBlockBytes = T == LowBit::kSymInt8 ? 256 : 128;
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::uint8_t* p = w.data.data() + g * kb * kBlockBytes;
+  const std::uint16_t* scales = w.scales.data() + g * w.groups_per_row * kInterleaveRows;
+  __m256 acc[TOK], sum[TOK];
+  for (int j = 0; j < TOK; ++j) acc[j] = sum[j] = _mm256_setzero_ps();
+  __m256i zero = _mm256_set1_epi32(T == LowBit::kSymInt4 ? 8 : 0);
+  for (std::int64_t b = 0; b < kb; ++b, p += kBlockBytes) {
+    const std::int64_t gi = group_of(b);
+    if constexpr (T == LowBit::kAsymInt4)
+      zero = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros.data() + (g * w.groups_per_row + gi) * kInterleaveRows)));
+    __m256 v[32];
+    block_values<T>(p, zero, v);
+    for (int j = 0; j < TOK; ++j) {
+      const std::uint16_t* x = a.row(t + j) + b * kBf16Block;
+      for (int i = 0; i < 32; i += 2) {
+        sum[j] = _mm256_fmadd_ps(_mm256_set1_ps(bf16_to_fp32(x[i + 1])), v[i + 1], sum[j]);
+        sum[j] = _mm256_fmadd_ps(_mm256_set1_ps(bf16_to_fp32(x[i])), v[i], sum[j]);
+      }
+    }
+    if (b + 1 == kb || group_of(b + 1) != gi) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + gi * kInterleaveRows)));
+      for (int j = 0; j < TOK; ++j) {
+        acc[j] = _mm256_fmadd_ps(sum[j], dw, acc[j]);
+        sum[j] = _mm256_setzero_ps();
+      }
+    }
+  }
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t valid = std::min(kInterleaveRows, w.rows - r0);
+  for (int j = 0; j < TOK; ++j) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, acc[j]);
+    std::memcpy(y + (t + j) * w.rows + r0, out, static_cast<std::size_t>(valid) * sizeof(float));
+  }
+}
+
+template <LowBit T>
+void tile_bf16_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
+                     std::int64_t t0, std::int64_t tokens, float* y) {
+  const std::int64_t t_end = t0 + tokens;
+  for (std::int64_t g = g0; g < g1; ++g) {
+    std::int64_t t = t0;
+    for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) bf16_tile<T, kPrefillTokens>(w, g, a, t, y);
+    for (; t < t_end; ++t) bf16_tile<T, 1>(w, g, a, t, y);
+  }
+}
+
+void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
+               std::int64_t t0, std::int64_t tokens, float* y) {
+  switch (w.type) {
+    case LowBit::kSymInt4: return tile_bf16_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kAsymInt4: return tile_bf16_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
+    case LowBit::kSymInt8: return tile_bf16_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
+    default: break;  // float formats never take the bf16 path
+  }
+}
+
 // (q - zero) · s of n nibbles starting at an even column, 16 at a time: the
 // same float operations as the codecs' scalar dequantization, so the same bits.
 void widen_int4_group(const std::uint8_t* q, float s, int zero, std::int64_t n, float* out) {
@@ -363,7 +451,7 @@ void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
 }  // namespace
 
 const RowKernels& avx2_kernels() {
-  static const RowKernels k{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, widen_row,
+  static const RowKernels k{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, tile_bf16, widen_row,
                             quantize_activations_avx2};
   return k;
 }

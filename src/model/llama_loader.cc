@@ -120,16 +120,17 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
                      ThreadPool& pool) {
   if (!is_quantized(w.type)) return;
   w.activations = options.activations.value_or(default_activations(w.type));
-  if (w.activations == Activations::kInt8 && !can_interleave(w)) {
-    // The integer kernels need groups of whole 32-blocks: these layers multiply in f32 (and say so).
-    w.activations = Activations::kF32;
+  if (w.activations != Activations::kF32 && !can_interleave(w)) {
+    // The integer and bf16 kernels need groups of whole 32-blocks: these layers multiply in f32 (and say so).
     const std::string slow = fmt::format(
-        "group_size {} is not a multiple of 32: {} layers with it take the f32 kernels instead of the integer ones "
-        "(decode several times slower); use a multiple of 32, or -1", w.group_size, low_bit_name(w.type));
+        "group_size {} is not a multiple of 32: {} layers with it take the f32 kernels instead of the {} ones "
+        "(several times slower); use a multiple of 32, or -1",
+        w.group_size, low_bit_name(w.type), w.activations == Activations::kInt8 ? "integer" : "bf16");
+    w.activations = Activations::kF32;
     if (std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end()) rep.warnings.push_back(slow);
   }
   prepare_for_kernels(w, &pool);
-  rep.int8_activations |= w.activations == Activations::kInt8;
+  rep.rounded_activations |= w.activations != Activations::kF32;
   const std::string what = fmt::format("{} {}", low_bit_name(w.type), activations_name(w.activations));
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
 }
