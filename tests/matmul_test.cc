@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -151,6 +152,27 @@ TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
           ASSERT_EQ(y, ref) << "n=" << n << " k=" << k << " m=" << m << " isa=" << isa_name(isa);
         }
     }
+  }
+}
+
+// bf16 activations: nearest even, subnormals to a signed zero, NaN quieted (VCVTNEPS2BF16), on every ISA.
+TEST(Bf16Activations, EveryIsaRoundsLikeVcvtneps2bf16) {
+  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // halfway: to even (down)
+  EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256), 0x3f82);  // halfway: to even (up)
+  EXPECT_EQ(round_to_bf16(-1e-39f), 0x8000);            // subnormal: signed zero
+  EXPECT_EQ(round_to_bf16(std::bit_cast<float>(0x7f800001u)), 0x7fc0);  // signalling NaN: quieted
+  EXPECT_EQ(round_to_bf16(3.4028235e38f), 0x7f80);      // rounds up to infinity
+  std::mt19937 rng(7);
+  std::vector<float> x(1000 + 13);
+  for (auto& v : x) v = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));  // every class of value
+  x[5] = 1e-39f;
+  x[6] = -0.0f;
+  for (const Isa isa : available_isas()) {
+    std::vector<std::uint16_t> got(x.size() + 1, 0xabcd);
+    detail::kernels(isa).round_bf16(x.data(), static_cast<std::int64_t>(x.size()), got.data());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(got[i], round_to_bf16(x[i])) << "isa " << isa_name(isa) << " at " << i;
+    EXPECT_EQ(got.back(), 0xabcd) << "wrote past the end: " << isa_name(isa);
   }
 }
 

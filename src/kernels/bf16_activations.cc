@@ -13,18 +13,24 @@ std::uint16_t round_to_bf16(float x) {
   return fp32_to_bf16(x);
 }
 
-void round_activations_bf16(const float* x, std::int64_t m, std::int64_t k, Bf16Activations& out) {
+void round_row_bf16(const float* x, std::int64_t n, std::uint16_t* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
+}
+
+void round_activations_bf16(const float* x, std::int64_t m, std::int64_t k, Bf16Activations& out,
+                            RoundRowBf16 round_row) {
   out.m = m;
   out.k = k;
   out.blocks = (k + kBf16Block - 1) / kBf16Block;
   out.rows = (m + kBf16RowPad - 1) / kBf16RowPad * kBf16RowPad;
   const std::int64_t stride = out.stride();
-  out.v.assign(static_cast<std::size_t>(out.rows * stride), 0);
+  out.v.resize(static_cast<std::size_t>(out.rows * stride));
   for (std::int64_t t = 0; t < m; ++t) {
     std::uint16_t* row = out.v.data() + t * stride;
-    const float* in = x + t * k;
-    for (std::int64_t i = 0; i < k; ++i) row[i] = round_to_bf16(in[i]);
+    round_row(x + t * k, k, row);
+    std::fill(row + k, row + stride, std::uint16_t{0});
   }
+  std::fill(out.v.begin() + m * stride, out.v.end(), std::uint16_t{0});
 }
 
 }  // namespace woq

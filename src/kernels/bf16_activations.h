@@ -32,8 +32,15 @@ struct Bf16Activations {
 /// subnormal inputs to a zero of their sign, NaN quieted (Intel SDM vol. 2).
 std::uint16_t round_to_bf16(float x);
 
+/// out[i] = round_to_bf16(x[i]) for i < n: one ISA's kernel (round_row_bf16 below is the scalar one).
+using RoundRowBf16 = void (*)(const float* x, std::int64_t n, std::uint16_t* out);
+
+/// The scalar RoundRowBf16.
+void round_row_bf16(const float* x, std::int64_t n, std::uint16_t* out);
+
 /// Rounds x [m, k] (row-major fp32) into `out` (its buffer reused when large
-/// enough), by round_to_bf16.
-void round_activations_bf16(const float* x, std::int64_t m, std::int64_t k, Bf16Activations& out);
+/// enough), row by row with `round_row` (every ISA's gives round_to_bf16's bits).
+void round_activations_bf16(const float* x, std::int64_t m, std::int64_t k, Bf16Activations& out,
+                            RoundRowBf16 round_row = round_row_bf16);
 
 }  // namespace woq

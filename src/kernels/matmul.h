@@ -118,6 +118,8 @@ struct RowKernels {
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
   /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
   void (*quantize_q8)(const float* x, Q8Activations& out);
+  /// One row of the bf16 path's activations (bf16_activations.h; the same bits on every ISA).
+  RoundRowBf16 round_bf16 = round_row_bf16;
   /// Bytes of activations (int8 or bf16) one tile_q8 or tile_bf16 call's tokens may occupy (to stay in L2 while a thread's
   /// weight rows pass over them; 96 KiB by measurement at 2 threads on Zen 3: 192 KiB left the
   /// K = 11008 down projection at 1.1x its one-thread speed, 96 KiB at 1.4x), and the multiple of

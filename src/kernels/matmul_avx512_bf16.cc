@@ -145,23 +145,33 @@ void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf1
                std::int64_t tokens, float* y) {
   thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
   const bool fused = tokens <= kBf16FusedTokens;
-  buffer.resize(static_cast<std::size_t>((fused ? 2 * kBf16FusedBlocks : a.blocks) * kBf16PairBlockBytes));
+  buffer.resize(static_cast<std::size_t>((fused ? 1 : a.blocks) * kBf16PairBlockBytes));
   std::uint8_t* buf = buffer.data();
   for (std::int64_t g = g0; g < g1; g += 2) {
     const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
     if (fused) {
       const auto pairs = [&](std::int64_t blk) {
-        // Two halves: a half is refilled while the tiles of the other may still be reading it.
-        const std::int64_t i = blk % (2 * kBf16FusedBlocks);
-        if (i % kBf16FusedBlocks == 0)
-          unpack_bf16_pairs(w, g, g2, a.blocks, blk, std::min(a.blocks, blk + kBf16FusedBlocks), buf + i * kBf16PairBlockBytes);
-        return buf + i * kBf16PairBlockBytes;
+        unpack_bf16_pairs(w, g, g2, a.blocks, blk, blk + 1, buf);  // one block at a time, in L1
+        return buf;
       };
       pair_tiles(w, g, g2, pairs, a, t0, t0 + tokens, y);
     } else {
       unpack_bf16_pairs(w, g, g2, a.blocks, 0, a.blocks, buf);
       pair_tiles(w, g, g2, [&](std::int64_t blk) { return buf + blk * kBf16PairBlockBytes; }, a, t0, t0 + tokens, y);
     }
+  }
+}
+
+// round_row_bf16 by VCVTNEPS2BF16 (the rule round_to_bf16 follows; tested bit for bit).
+void round_row(const float* x, std::int64_t n, std::uint16_t* out) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i))));
+  if (i < n) {
+    const auto mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
+    _mm256_mask_storeu_epi16(out + i, mask, reinterpret_cast<__m256i>(v));
   }
 }
 
@@ -176,6 +186,7 @@ const RowKernels& avx512_bf16_kernels() {
   static const RowKernels k = [] {
     RowKernels r = avx512_kernels();
     r.tile_bf16 = tile_bf16;
+    r.round_bf16 = round_row;
     return r;
   }();
   return k;
