@@ -704,7 +704,11 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int4 int8"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
-  r = run(common + " --low-bit sym_int8");  // f32 by default: nothing to split
+  r = run(common + " --low-bit sym_int8");  // bf16 by default: split too
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int8 bf16"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
+  r = run(common + " --low-bit sym_int8 --activations f32");  // nothing to split
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int8 f32"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -61,9 +62,10 @@ std::string export_to(const std::string& in, const std::string& out, LowBit type
 }
 
 // Logits of every position of a fixed sequence (shorter than every sliding window: GGUF stores none).
-std::vector<float> logits_of(const std::string& model, const QuantSpec& linear) {
+std::vector<float> logits_of(const std::string& model, const QuantSpec& linear,
+                             std::optional<Activations> activations = std::nullopt) {
   ThreadPool pool(2);
-  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, std::nullopt, {}}, pool);
+  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, activations, {}}, pool);
   std::mt19937 rng(11);
   std::vector<std::int32_t> ids(10);
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);
@@ -278,7 +280,8 @@ TEST(GgufExport, GptqCheckpointIsDequantized) {
     o.type = LowBit::kFp32;
     const GgufExportReport r = export_gguf(tmp.file("gptq"), tmp.file("g.gguf"), o, pool);
     EXPECT_GT(r.bytes_before, 0u);
-    const std::vector<float> a = logits_of(tmp.file("gptq"), kFp32), b = logits_of(tmp.file("g.gguf"), kFp32);
+    const std::vector<float> a = logits_of(tmp.file("gptq"), kFp32, Activations::kF32),
+                             b = logits_of(tmp.file("g.gguf"), kFp32);
     EXPECT_TRUE(bit_identical(a, b)) << preset;
   }
 }
