@@ -274,26 +274,25 @@ void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations&
 // 11008 x 4096 on Zen 3); decode runs tiles of one token.
 constexpr int kPrefillTokens = 4;
 
-// Covers row groups [g0, g1) x tokens [t0, t0 + tokens).
-template <LowBit T>
-void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
-                   std::int64_t t0, std::int64_t tokens, float* y) {
+// tile(g, t, std::integral_constant<int, N>{}) over row groups [g0, g1) x tokens [t0, t0 + tokens), in
+// tiles of N = kPrefillTokens tokens, then single ones.
+template <typename Tile>
+void each_tile(std::int64_t g0, std::int64_t g1, std::int64_t t0, std::int64_t tokens, const Tile& tile) {
   const std::int64_t t_end = t0 + tokens;
   for (std::int64_t g = g0; g < g1; ++g) {
     std::int64_t t = t0;
-    for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) interleaved_tile<T, kPrefillTokens>(w, g, a, t, y);
-    for (; t < t_end; ++t) interleaved_tile<T, 1>(w, g, a, t, y);
+    for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) tile(g, t, std::integral_constant<int, kPrefillTokens>{});
+    for (; t < t_end; ++t) tile(g, t, std::integral_constant<int, 1>{});
   }
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
              std::int64_t t0, std::int64_t tokens, float* y) {
-  switch (w.type) {
-    case LowBit::kSymInt4: return tile_q8_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kAsymInt4: return tile_q8_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kSymInt8: return tile_q8_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
-    default: break;  // float formats never take the integer path
-  }
+  for_integer_format(w.type, [&](auto type) {
+    each_tile(g0, g1, t0, tokens, [&](std::int64_t g, std::int64_t t, auto tok) {
+      interleaved_tile<decltype(type)::value, decltype(tok)::value>(w, g, a, t, y);
+    });
+  });
 }
 
 // ---- bf16 path (Activations::kBf16), emulated in fp32 ----
@@ -363,25 +362,13 @@ void bf16_tile(const QuantMatrix& w, std::int64_t g, const Bf16Activations& a, s
   }
 }
 
-template <LowBit T>
-void tile_bf16_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
-                     std::int64_t t0, std::int64_t tokens, float* y) {
-  const std::int64_t t_end = t0 + tokens;
-  for (std::int64_t g = g0; g < g1; ++g) {
-    std::int64_t t = t0;
-    for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) bf16_tile<T, kPrefillTokens>(w, g, a, t, y);
-    for (; t < t_end; ++t) bf16_tile<T, 1>(w, g, a, t, y);
-  }
-}
-
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
                std::int64_t t0, std::int64_t tokens, float* y) {
-  switch (w.type) {
-    case LowBit::kSymInt4: return tile_bf16_typed<LowBit::kSymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kAsymInt4: return tile_bf16_typed<LowBit::kAsymInt4>(w, g0, g1, a, t0, tokens, y);
-    case LowBit::kSymInt8: return tile_bf16_typed<LowBit::kSymInt8>(w, g0, g1, a, t0, tokens, y);
-    default: break;  // float formats never take the bf16 path
-  }
+  for_integer_format(w.type, [&](auto type) {
+    each_tile(g0, g1, t0, tokens, [&](std::int64_t g, std::int64_t t, auto tok) {
+      bf16_tile<decltype(type)::value, decltype(tok)::value>(w, g, a, t, y);
+    });
+  });
 }
 
 // (q - zero) · s of n nibbles starting at an even column, 16 at a time: the

@@ -109,23 +109,13 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
   for (int j = 0; j < TOK; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
 }
 
-// Tokens per prefill tile (bench/matmul_bench); decode runs tiles of one token.
-constexpr int kPrefillTokens = 8;
-
-// Tokens [t, t_end) of groups g, g2 in tiles of kPrefillTokens, then 4, 2, 1.
-template <LowBit T>
-void pair_tiles(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Activations& a, std::int64_t t,
-                std::int64_t t_end, float* y) {
-  for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) pair_tile<T, kPrefillTokens>(w, g, g2, a, t, y);
-  if (t + 4 <= t_end) pair_tile<T, 4>(w, g, g2, a, t, y), t += 4;
-  if (t + 2 <= t_end) pair_tile<T, 2>(w, g, g2, a, t, y), t += 2;
-  if (t < t_end) pair_tile<T, 1>(w, g, g2, a, t, y);
-}
-
 template <LowBit T>
 void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                    std::int64_t t0, std::int64_t tokens, float* y) {
-  for (std::int64_t g = g0; g < g1; g += 2) pair_tiles<T>(w, g, g + 1 < g1 ? g + 1 : g, a, t0, t0 + tokens, y);
+  for (std::int64_t g = g0; g < g1; g += 2) {
+    const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
+    token_tiles(t0, t0 + tokens, [&](std::int64_t t, auto tok) { pair_tile<T, decltype(tok)::value>(w, g, g2, a, t, y); });
+  }
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,

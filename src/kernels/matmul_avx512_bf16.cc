@@ -128,19 +128,6 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Pair
   for (int j = 0; j < TOK; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
 }
 
-// Tokens per prefill tile; decode runs tiles of one token.
-constexpr int kPrefillTokens = 8;
-
-// Tokens [t, t_end) of row groups g, g2 in tiles of kPrefillTokens, then 4, 2, 1.
-template <typename Pairs>
-void pair_tiles(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Pairs& pairs, const Bf16Activations& a,
-                std::int64_t t, std::int64_t t_end, float* y) {
-  for (; t + kPrefillTokens <= t_end; t += kPrefillTokens) pair_tile<kPrefillTokens>(w, g, g2, pairs, a, t, y);
-  if (t + 4 <= t_end) pair_tile<4>(w, g, g2, pairs, a, t, y), t += 4;
-  if (t + 2 <= t_end) pair_tile<2>(w, g, g2, pairs, a, t, y), t += 2;
-  if (t < t_end) pair_tile<1>(w, g, g2, pairs, a, t, y);
-}
-
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
                std::int64_t tokens, float* y) {
   thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
@@ -154,10 +141,11 @@ void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf1
         unpack_bf16_pairs(w, g, g2, a.blocks, blk, blk + 1, buf);  // one block at a time, in L1
         return buf;
       };
-      pair_tiles(w, g, g2, pairs, a, t0, t0 + tokens, y);
+      token_tiles(t0, t0 + tokens, [&](std::int64_t t, auto tok) { pair_tile<decltype(tok)::value>(w, g, g2, pairs, a, t, y); });
     } else {
       unpack_bf16_pairs(w, g, g2, a.blocks, 0, a.blocks, buf);
-      pair_tiles(w, g, g2, [&](std::int64_t blk) { return buf + blk * kBf16PairBlockBytes; }, a, t0, t0 + tokens, y);
+      const auto pairs = [&](std::int64_t blk) { return buf + blk * kBf16PairBlockBytes; };
+      token_tiles(t0, t0 + tokens, [&](std::int64_t t, auto tok) { pair_tile<decltype(tok)::value>(w, g, g2, pairs, a, t, y); });
     }
   }
 }

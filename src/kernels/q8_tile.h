@@ -1,9 +1,10 @@
-// Helpers shared by the integer-path tile kernels of every SIMD ISA
-// (matmul_avx2.cc, matmul_avx512.cc). Internal to src/kernels.
+// Helpers shared by the integer- and bf16-path tile kernels of every SIMD ISA
+// (matmul_avx2.cc, matmul_avx512.cc, matmul_avx512_bf16.cc, matmul_amx.cc). Internal to src/kernels.
 #pragma once
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 #include "formats/low_bit.h"
 #include "kernels/q8_activations.h"
@@ -31,5 +32,17 @@ class GroupOf {
 /// (chosen by measurement on lm_head-sized matrices, out of cache).
 /// Prefetching past the end of the weights is harmless (prefetches do not fault).
 inline constexpr std::int64_t kPrefetchBytes = 1024;
+
+/// fn(std::integral_constant<LowBit, T>{}) for the integer format T of `type`; nothing for a float format
+/// (those never take the integer path).
+template <typename Fn>
+inline void for_integer_format(LowBit type, const Fn& fn) {
+  switch (type) {
+    case LowBit::kSymInt4: return fn(std::integral_constant<LowBit, LowBit::kSymInt4>{});
+    case LowBit::kAsymInt4: return fn(std::integral_constant<LowBit, LowBit::kAsymInt4>{});
+    case LowBit::kSymInt8: return fn(std::integral_constant<LowBit, LowBit::kSymInt8>{});
+    default: break;
+  }
+}
 
 }  // namespace woq::detail

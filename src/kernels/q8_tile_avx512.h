@@ -31,16 +31,14 @@ inline void pair_scales(const QuantMatrix& w, std::int64_t g, std::int64_t g2, s
   }
 }
 
-/// fn(std::integral_constant<LowBit, T>{}) for the integer format T of `type`; nothing for a float format
-/// (those never take the integer path).
+/// fn(t, std::integral_constant<int, N>{}) over tokens [t, t_end) in tiles of N = 8 tokens (the prefill
+/// tiles of the AVX-512 kernels), then 4, 2 and 1; decode runs tiles of one token.
 template <typename Fn>
-inline void for_integer_format(LowBit type, const Fn& fn) {
-  switch (type) {
-    case LowBit::kSymInt4: return fn(std::integral_constant<LowBit, LowBit::kSymInt4>{});
-    case LowBit::kAsymInt4: return fn(std::integral_constant<LowBit, LowBit::kAsymInt4>{});
-    case LowBit::kSymInt8: return fn(std::integral_constant<LowBit, LowBit::kSymInt8>{});
-    default: break;
-  }
+inline void token_tiles(std::int64_t t, std::int64_t t_end, const Fn& fn) {
+  for (; t + 8 <= t_end; t += 8) fn(t, std::integral_constant<int, 8>{});
+  if (t + 4 <= t_end) fn(t, std::integral_constant<int, 4>{}), t += 4;
+  if (t + 2 <= t_end) fn(t, std::integral_constant<int, 2>{}), t += 2;
+  if (t < t_end) fn(t, std::integral_constant<int, 1>{});
 }
 
 }  // namespace
