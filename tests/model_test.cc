@@ -173,7 +173,8 @@ TEST(Stories260K, StopStringsCutTheTextWhereTheyBegin) {
 // lengths) gives each exactly the logits of its own forward().
 TEST(Stories260K, DecodeBatchRowsEqualEachSequenceAlone) {
   ThreadPool pool(2);
-  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}}) {
+  // sym_int8 takes the bf16 path by default (amx's tiles for every token count).
+  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}}) {
     auto model = load(pool, spec);
     const std::vector<std::vector<std::int32_t>> prompts = {{1, 403, 407, 261}, {1, 9}, {1, 66, 67, 68, 69, 70, 71}};
     const std::vector<std::int32_t> next = {300, 301, 302};
@@ -241,7 +242,8 @@ TEST(Stories260K, KvCacheGrowsInPagesAndPageBoundariesDoNotChangeLogits) {
 // batch), and the thread count does not change a single bit either.
 TEST(Stories260K, PrefillEqualsStepwiseDecodeAndThreadsAreDeterministic) {
   const auto ids = reference()["ids"].get<std::vector<std::int32_t>>();
-  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}}) {
+  // sym_int8 takes the bf16 path by default (amx's tiles for every token count).
+  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}}) {
     ThreadPool pool1(1), pool2(2);
     auto m1 = load(pool1, spec);
     auto m2 = load(pool2, spec);
