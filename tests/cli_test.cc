@@ -711,6 +711,7 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   r = run(common + " --low-bit sym_int8 --activations f32");  // nothing to split
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int8 f32"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;  // the flag is the candidate's, not the fp32 reference's
   EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;
   r = run(common + " --low-bit sym_int8 --activations int16");
   EXPECT_EQ(r.code, 1);

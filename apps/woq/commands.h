@@ -70,6 +70,10 @@ void add_threads_flag(CLI::App* cmd, int& threads);
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 /// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
+
+/// load_options for the reference of a comparison (eval compare, explain): --activations is the candidate's,
+/// so the reference's integer layers take their formats' defaults.
+LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit);
 /// Loads DIR with `options` (LlamaModel::load; its errors) and prints the
 /// one-line summary of what loading converted, and any warnings, to stderr
 /// (and gives the report when `report` is set).

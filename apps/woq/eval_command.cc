@@ -124,7 +124,7 @@ int run_compare(const EvalArgs& a) {
     const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
     if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);
     LoadReport ref_report;
-    auto ref_model = load(ref_dir, a, a.ref_low_bit, pool, &ref_report);
+    auto ref_model = load_model(ref_dir, reference_load_options(a.model, a.ref_low_bit), pool, &ref_report);
     ref_label = model_label(ref_dir, ref_report);
     note_reference(a.model_dir, a.ref_dir, ref_report);
     ref_rounded = ref_report.rounded_activations;

@@ -30,7 +30,7 @@ int run_explain(const ExplainArgs& a) {
   if (!a.json.empty()) require_writable_path(a.json);
   ThreadPool pool(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
-  const LoadOptions ref_options = load_options(a.model, a.ref_low_bit);
+  const LoadOptions ref_options = reference_load_options(a.model, a.ref_low_bit);
   const LoadOptions options = load_options(a.model, a.low_bit);
   const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
   if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);

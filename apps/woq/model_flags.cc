@@ -58,7 +58,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--activations", flags.activations,
                   "What integer-format layers multiply their inputs as: int8 (quantized per block of 32, integer dot "
                   "products), f32 (weights dequantized in the dot product: w4a16/w8a16) or bf16 (inputs rounded "
-                  "to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: per format");
+                  "to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: int8 for the 4-bit formats, bf16 for "
+                  "sym_int8");
   add_threads_flag(cmd, flags.threads);
 }
 
@@ -67,6 +68,12 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   const LoadOptions options = parse_load_request(
       {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations}, &notes);
   for (const std::string& line : notes) fmt::print(stderr, "woq: {}\n", line);
+  return options;
+}
+
+LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit) {
+  LoadOptions options = load_options(flags, low_bit);
+  options.activations.reset();
   return options;
 }
 
