@@ -465,6 +465,7 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
     EXPECT_TRUE(tg["bw_fraction"].is_null()) << tg;
   }
   EXPECT_EQ(pp["low_bit"], "sym_int4");
+  EXPECT_EQ(pp["activations"], "sym_int4 int8");
 
   r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 -t 1");
   ASSERT_EQ(r.code, 0) << r.err;

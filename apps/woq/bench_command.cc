@@ -40,6 +40,7 @@ std::string bytes_str(std::uint64_t bytes) {
 // One measured test: pp (prefill) or tg (decode) of one format at one thread count.
 struct Row {
   std::string low_bit;
+  std::string activations;  // LoadReport::activations: "sym_int8 bf16"; empty for float formats
   int threads;
   bool is_pp;
   Stat ts;
@@ -63,6 +64,7 @@ void print_json_line(const Row& row, const BenchArgs& a) {
       {"avg_ts", row.ts.mean},
       {"stddev_ts", or_null(a.reps > 1, row.ts.stddev)},
       {"low_bit", row.low_bit},
+      {"activations", row.activations.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.activations)},
       {"isa", isa_name(active_isa())},
       {"bytes_per_token", row.is_pp ? nlohmann::json(nullptr) : nlohmann::json(row.bytes_per_token)},
       {"gbps", or_null(!row.is_pp, gbps)},
@@ -122,12 +124,12 @@ int run_bench_command(const BenchArgs& a) {
       model->set_thread_pool(pool);
       if (a.n_prompt > 0) {
         const BenchResult r = run_bench(*model, a.n_prompt, 0, a.reps);
-        emit({label, t, true, mean_stddev(r.pp_tokens_per_s), r.first_token_ms, bpt, bandwidth[t], in_cache,
+        emit({label, report.activations, t, true, mean_stddev(r.pp_tokens_per_s), r.first_token_ms, bpt, bandwidth[t], in_cache,
               peak_rss_bytes()});
       }
       if (a.n_gen > 0) {
         const BenchResult r = run_bench(*model, 0, a.n_gen, a.reps);
-        emit({label, t, false, mean_stddev(r.tg_tokens_per_s), r.next_token_ms, bpt, bandwidth[t], in_cache,
+        emit({label, report.activations, t, false, mean_stddev(r.tg_tokens_per_s), r.next_token_ms, bpt, bandwidth[t], in_cache,
               peak_rss_bytes()});
       }
     }
