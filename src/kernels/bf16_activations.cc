@@ -22,15 +22,13 @@ void round_activations_bf16(const float* x, std::int64_t m, std::int64_t k, Bf16
   out.m = m;
   out.k = k;
   out.blocks = (k + kBf16Block - 1) / kBf16Block;
-  out.rows = (m + kBf16RowPad - 1) / kBf16RowPad * kBf16RowPad;
   const std::int64_t stride = out.stride();
-  out.v.resize(static_cast<std::size_t>(out.rows * stride));
+  out.v.resize(static_cast<std::size_t>(m * stride));
   for (std::int64_t t = 0; t < m; ++t) {
     std::uint16_t* row = out.v.data() + t * stride;
     round_row(x + t * k, k, row);
     std::fill(row + k, row + stride, std::uint16_t{0});
   }
-  std::fill(out.v.begin() + m * stride, out.v.end(), std::uint16_t{0});
 }
 
 }  // namespace woq

@@ -11,18 +11,15 @@ namespace woq {
 /// Values per block of the bf16 activations (one AMX tile row of 64 bytes, one
 /// block of the interleaved weight layout).
 inline constexpr std::int64_t kBf16Block = 32;
-/// Rows the buffer is padded to (one AMX tile of tokens).
-inline constexpr std::int64_t kBf16RowPad = 16;
 
 /// m rows of K activations as bfloat16 bits, row t at v[t * stride()], values
-/// past K (up to blocks * 32) and rows past m (up to `rows`) zero, so that tile
-/// kernels may read whole blocks of 32 inputs and whole tiles of 16 tokens.
+/// past K (up to blocks * 32) zero, so that tile kernels may read whole blocks
+/// of 32 inputs.
 struct Bf16Activations {
   std::int64_t m = 0;
   std::int64_t k = 0;
   std::int64_t blocks = 0;  ///< ceil(k / 32)
-  std::int64_t rows = 0;    ///< m rounded up to a multiple of 16
-  std::vector<std::uint16_t> v;  ///< (rows, blocks * 32)
+  std::vector<std::uint16_t> v;  ///< (m, blocks * 32)
 
   std::int64_t stride() const { return blocks * kBf16Block; }
   const std::uint16_t* row(std::int64_t t) const { return v.data() + t * stride(); }

@@ -20,9 +20,5 @@ inline constexpr std::int64_t kBf16PairBlockBytes = 16 * 64;
 void unpack_bf16_pairs(const QuantMatrix& w, std::int64_t g, std::int64_t g2, std::int64_t blocks, std::int64_t b0,
                        std::int64_t b1, std::uint8_t* out);
 
-/// Token count up to which a tile kernel unpacks a few blocks at a time just before using them (decode:
-/// the weights stream once, through L1) rather than a row pair's whole row first (prefill: one unpack
-/// for many tokens).
-inline constexpr std::int64_t kBf16FusedTokens = 16;
 
 }  // namespace woq::detail

@@ -109,8 +109,7 @@ struct RowKernels {
   /// with A the int8 activations; y is [a.m, W.rows].
   void (*tile_q8)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                   std::int64_t t0, std::int64_t tokens, float* y);
-  /// tile_q8 of the bf16 path: the bf16 activations `a` (tokens [t0, t0 + tokens), a.rows >= the
-  /// next multiple of 16) against the weights' integers, summed per group (matmul.cc's reference order;
+  /// tile_q8 of the bf16 path: the bf16 activations `a` (tokens [t0, t0 + tokens)) against the weights' integers, summed per group (matmul.cc's reference order;
   /// amx's tiles sum in their own order, the same for every batch).
   void (*tile_bf16)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
                     std::int64_t t0, std::int64_t tokens, float* y);

@@ -278,14 +278,16 @@ void bf16_amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const 
   for (std::int64_t j = 0; j < rows; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
 }
 
-// Blocks unpacked at a time for decode: not one, since a tile load of bytes just stored waits for the
-// stores to retire (measured: 40 % slower decode).
+// Up to one tile of tokens (decode), a row pair's blocks are unpacked kFusedBlocks at a time just before
+// their products (the weights stream once, through L1); more tokens unpack the whole row first, once for
+// all their tiles. Not one block at a time: a tile load of bytes just stored waits for the stores to
+// retire (measured: 40 % slower decode).
 constexpr std::int64_t kFusedBlocks = 8;
 
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
                std::int64_t tokens, float* y) {
   thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
-  const bool fused = tokens <= kBf16FusedTokens;
+  const bool fused = tokens <= kTileTokens;
   buffer.resize(static_cast<std::size_t>((fused ? 2 * kFusedBlocks : a.blocks) * kBf16PairBlockBytes));
   std::uint8_t* buf = buffer.data();
   alignas(64) float c0[kTileTokens * 16], c1[kTileTokens * 16];

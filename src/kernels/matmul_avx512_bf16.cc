@@ -131,7 +131,9 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Pair
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
                std::int64_t tokens, float* y) {
   thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
-  const bool fused = tokens <= kBf16FusedTokens;
+  // One token (decode): each block is unpacked just before its products, in L1. More tokens take several
+  // tiles (token_tiles), so the row pair is unpacked once for all of them.
+  const bool fused = tokens == 1;
   buffer.resize(static_cast<std::size_t>((fused ? 1 : a.blocks) * kBf16PairBlockBytes));
   std::uint8_t* buf = buffer.data();
   for (std::int64_t g = g0; g < g1; g += 2) {
