@@ -63,7 +63,7 @@ void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t grou
       benchmark::Counter(2.0 * static_cast<double>(m * n * k), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Registers gemv/<isa>/<format>[_f32act|_bf16act] (m = 1, decode) and gemm/<isa>/<format>
+// Registers gemv/<isa>/<format>[_f32act|_bf16act|_int16act] (m = 1, decode) and gemm/<isa>/<format>
 // (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
 // gate/up and down projections of Llama-2-7B and its lm_head (too big for any
 // cache), with 1 and 2 threads. sym_int4 g16 shows the row path that group
@@ -75,6 +75,7 @@ void register_all() {
       {LowBit::kSymInt4, 32, Activations::kF32},  {LowBit::kSymInt8, -1, Activations::kF32},
       {LowBit::kSymInt4, 32, Activations::kBf16}, {LowBit::kSymInt8, -1, Activations::kBf16},
       {LowBit::kSymInt8, 128, Activations::kBf16},
+      {LowBit::kSymInt8, 32, Activations::kInt16}, {LowBit::kSymInt8, -1, Activations::kInt16},
       {LowBit::kFp16, 0, Activations::kInt8},     {LowBit::kBf16, 0, Activations::kInt8},
       {LowBit::kSymInt4, 16, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};

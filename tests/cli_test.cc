@@ -705,7 +705,11 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int4 int8"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
-  r = run(common + " --low-bit sym_int8");  // bf16 by default: split too
+  r = run(common + " --low-bit sym_int8");  // int16 by default: split too
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int8 int16"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
+  r = run(common + " --low-bit sym_int8 --activations bf16");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("activations: sym_int8 bf16"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("With f32 activations (the weights alone): mean KLD = "), std::string::npos) << r.out;
@@ -714,9 +718,9 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   EXPECT_NE(r.err.find("activations: sym_int8 f32"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;  // the flag is the candidate's, not the fp32 reference's
   EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;
-  r = run(common + " --low-bit sym_int8 --activations int16");
+  r = run(common + " --low-bit sym_int8 --activations int4");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("unknown activations 'int16'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown activations 'int4' (expected int8, f32, bf16 or int16)"), std::string::npos) << r.err;
 }
 
 }  // namespace

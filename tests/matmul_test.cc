@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -53,13 +55,14 @@ TEST_P(MatmulTest, MatchesF64Reference) {
       std::vector<float> xe = x;
       if (uses_bf16_path(w))  // the bf16 path: the inputs rounded to bf16
         for (float& v : xe) v = bf16_to_fp32(round_to_bf16(v));
-      if (uses_q8_path(w)) {
+      if (uses_q8_path(w)) {  // int8 or int16 activations
         Q8Activations a;
-        quantize_activations(x.data(), m, k, a, Isa::kScalar);
+        if (w.activations == Activations::kInt16) quantize_activations_int16(x.data(), m, k, a);
+        else quantize_activations(x.data(), m, k, a, Isa::kScalar);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t j = 0; j < k; ++j)
             xe[static_cast<std::size_t>(i * k + j)] =
-                a.d[static_cast<std::size_t>(i * a.padded + j / kQ8Block)] * a.row(i)[j];
+                a.d[static_cast<std::size_t>(i * a.padded + j / kQ8Block)] * static_cast<float>(a.value(i, j));
       }
       std::vector<double> ref(static_cast<std::size_t>(m * n)), bound(ref.size());
       for (std::int64_t i = 0; i < m; ++i)
@@ -386,6 +389,69 @@ TEST(Q8Activations, EveryIsaMatchesScalarBitForBitAndRoundsToNearest) {
   }
 }
 
+// int16 activations: each value is 255·hi + lo with |hi|, |lo| <= 127 (what AVX2's sign trick and VNNI
+// take), within d/2 of the input, d = amax / 32512 per 128 inputs (their largest value at +-32512: hi = lo
+// = 127), d stored in each of their 4 blocks; qsum is each block's sum; 128 inputs with a NaN or an
+// infinity get zeros and d = NaN.
+TEST(Q8Activations, Int16SplitsIntoTwoInt8PartsAndRoundsToNearest) {
+  for (const std::int64_t k : {1, 31, 32, 33, 172, 4096 + 17}) {
+    auto x = random_vector(3 * k, static_cast<std::uint32_t>(k), 2.0f);
+    x[0] = 0.0f;
+    if (k > 40) x[static_cast<std::size_t>(k + 35)] = -1e4f;  // one unit with a huge range
+    Q8Activations a;
+    quantize_activations_int16(x.data(), 3, k, a);
+    ASSERT_TRUE(a.wide);
+    ASSERT_EQ(a.scale_blocks, 4);
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t j0 = 0; j0 < k; j0 += 128) {
+        const std::int64_t n = std::min<std::int64_t>(128, k - j0);
+        const float d = a.d[static_cast<std::size_t>(r * a.padded + j0 / kQ8Block)];
+        float amax = 0;
+        int vmax = 0;
+        std::vector<int> sums(4, 0);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::int64_t j = j0 + i;
+          const std::size_t at = static_cast<std::size_t>(r * a.padded * kQ8Block + j);
+          ASSERT_LE(std::abs(a.q[at]), 127);
+          ASSERT_LE(std::abs(a.lo[at]), 127);
+          const int v = a.value(r, j);
+          ASSERT_EQ(v, 255 * a.q[at] + a.lo[at]);
+          ASSERT_EQ(a.d[static_cast<std::size_t>(r * a.padded + j / kQ8Block)], d);
+          const float xv = x[static_cast<std::size_t>(r * k + j)];
+          // d/2, plus the fp32 rounding of x / d at |v| up to 32512 (~2^-9 of d).
+          ASSERT_LE(std::fabs(d * static_cast<float>(v) - xv), d * 0.505f + 1e-30f) << k << " " << j;
+          amax = std::max(amax, std::fabs(xv));
+          vmax = std::max(vmax, std::abs(v));
+          sums[static_cast<std::size_t>(i / kQ8Block)] += v;
+        }
+        EXPECT_EQ(d, amax / 32512.0f);
+        if (amax > 0) {
+          EXPECT_EQ(vmax, kInt16Max);
+        }
+        for (std::int64_t b = j0 / kQ8Block; b < (j0 + n + kQ8Block - 1) / kQ8Block; ++b)
+          EXPECT_EQ(a.qsum[static_cast<std::size_t>(r * a.padded + b)], sums[static_cast<std::size_t>(b - j0 / kQ8Block)]);
+      }
+  }
+  std::vector<float> x(256 + 64, 0.5f);
+  x[200] = std::numeric_limits<float>::infinity();
+  Q8Activations a;
+  quantize_activations_int16(x.data(), 1, 320, a);
+  EXPECT_EQ(a.d[0], 0.5f / 32512.0f);
+  for (std::int64_t b = 4; b < 8; ++b) EXPECT_TRUE(std::isnan(a.d[static_cast<std::size_t>(b)])) << b;
+  EXPECT_EQ(a.d[8], 0.5f / 32512.0f);
+  for (std::int64_t j = 128; j < 256; ++j) EXPECT_EQ(a.value(0, j), 0);
+  // A product with such inputs is NaN, as with int8 activations.
+  QuantMatrix w = quantize_matrix(random_vector(8 * 320, 9, 0.05f).data(), 8, 320, {LowBit::kSymInt8, 32, Int4Range::kFull});
+  w.activations = Activations::kInt16;
+  prepare_for_kernels(w);
+  ThreadPool pool(1);
+  for (const Isa isa : available_isas()) {
+    std::vector<float> y(8);
+    matmul(w, x.data(), 1, y.data(), pool, isa);
+    for (const float v : y) EXPECT_TRUE(std::isnan(v)) << isa_name(isa);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatmulTest,
     ::testing::Values(Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},
@@ -399,7 +465,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{LowBit::kSymInt4, 32, Activations::kBf16}, Case{LowBit::kAsymInt4, 128, Activations::kBf16},
                       Case{LowBit::kAsymInt4, 32, Activations::kBf16}, Case{LowBit::kSymInt8, -1, Activations::kBf16},
                       Case{LowBit::kSymInt8, 32, Activations::kBf16}, Case{LowBit::kSymInt8, 96, Activations::kBf16},
-                      Case{LowBit::kSymInt4, -1, Activations::kBf16}),
+                      Case{LowBit::kSymInt4, -1, Activations::kBf16},
+                      Case{LowBit::kSymInt8, -1, Activations::kInt16}, Case{LowBit::kSymInt8, 32, Activations::kInt16},
+                      Case{LowBit::kSymInt8, 96, Activations::kInt16}, Case{LowBit::kSymInt4, 32, Activations::kInt16},
+                      Case{LowBit::kAsymInt4, 128, Activations::kInt16}, Case{LowBit::kAsymInt4, 32, Activations::kInt16}),
     [](const auto& param_info) {
       const Case& c = param_info.param;
       return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group)) +

@@ -3,6 +3,8 @@
 // compressed-tensors checkpoints; bad quantized checkpoints; safe writing.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -13,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -32,8 +35,9 @@ namespace fs = std::filesystem;
 using test::RawTensor;
 using test::TempDir;
 
-std::vector<float> logits_of(const std::string& dir, const QuantSpec& spec, ThreadPool& pool) {
-  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, std::nullopt, {}}, pool);
+std::vector<float> logits_of(const std::string& dir, const QuantSpec& spec, ThreadPool& pool,
+                             std::optional<Activations> activations = std::nullopt) {
+  auto model = LlamaModel::load(dir, LoadOptions{spec, std::nullopt, activations, {}}, pool);
   KVCache cache = model->make_cache(16);
   std::vector<float> logits;
   const std::vector<std::int32_t> tokens = {1, 403, 407, 261, 378, 9, 300};
@@ -223,8 +227,13 @@ TEST(QuantizedCheckpoint, ActOrderCheckpointMatchesUnpermutedEquivalent) {
       }
     });
     edit_config(tmp.file("act"), [](nlohmann::json& cfg) { cfg["quantization_config"]["desc_act"] = true; });
-    const auto want = logits_of(tmp.file("plain"), c.spec, pool);
-    const auto got = logits_of(tmp.file("act"), c.spec, pool);
+    // Activations rounded per element or per block of 32 (a group here), so that relabelling groups only
+    // reorders float sums: sym_int8's default int16 activations share a scale per 128 inputs, which the
+    // relabelling regroups (a rounding difference of ~2e-4 in these logits).
+    const std::optional<Activations> act =
+        c.spec.type == LowBit::kSymInt8 ? std::optional(Activations::kBf16) : std::nullopt;
+    const auto want = logits_of(tmp.file("plain"), c.spec, pool, act);
+    const auto got = logits_of(tmp.file("act"), c.spec, pool, act);
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
     EXPECT_NE(got, std::vector<float>(got.size(), 0.0f));

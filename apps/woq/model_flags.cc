@@ -57,9 +57,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
                   "Also convert lm_head to this format (default: keep it as stored)");
   cmd->add_option("--activations", flags.activations,
                   "What integer-format layers multiply their inputs as: int8 (quantized per block of 32, integer dot "
-                  "products), f32 (weights dequantized in the dot product: w4a16/w8a16) or bf16 (inputs rounded "
-                  "to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: int8 for the 4-bit formats, bf16 for "
-                  "sym_int8");
+                  "products), int16 (quantized to int16 per 128 inputs, two integer dot products: as accurate as f32 "
+                  "at about int8's speed), f32 (weights dequantized in the dot product: w4a16/w8a16) or bf16 (inputs "
+                  "rounded to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: int8 for the 4-bit "
+                  "formats, int16 for sym_int8");
   add_threads_flag(cmd, flags.threads);
 }
 

@@ -343,7 +343,7 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
         sym_int8, fp16, bf16 or fp32; a pre-quantized checkpoint's layers are used as stored.
     group_size: weights per scale (32; -1 = per output channel). int4_range: "full" [-8, 7] or "clip" [-7, 7].
     rounding: "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule). lm_head_low_bit: also convert lm_head (None:
-        keep it as stored). activations: None (each format's default), "int8", "f32" or "bf16".
+        keep it as stored). activations: None (each format's default), "int8", "int16", "f32" or "bf16".
     threads: worker threads (0: all cores). progress: print what loading did to stderr, as the CLI does.
     Raises woq.Error for files that cannot be loaded, ValueError for bad arguments.
     """

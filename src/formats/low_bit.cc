@@ -156,25 +156,29 @@ std::string_view activations_name(Activations a) {
     case Activations::kInt8: return "int8";
     case Activations::kF32: return "f32";
     case Activations::kBf16: return "bf16";
+    case Activations::kInt16: return "int16";
   }
   return "?";
 }
 
 Activations parse_activations(std::string_view name) {
-  for (const Activations a : {Activations::kInt8, Activations::kF32, Activations::kBf16})
+  for (const Activations a : {Activations::kInt8, Activations::kF32, Activations::kBf16, Activations::kInt16})
     if (name == activations_name(a)) return a;
-  fail("unknown activations '{}' (expected int8, f32 or bf16)", printable(name));
+  fail("unknown activations '{}' (expected int8, f32, bf16 or int16)", printable(name));
 }
 
 // By measurement (README, "Activations"): for 8-bit weights int8 activations
 // double the KL divergence on the bundled model (0.00146 vs 0.00070 with f32
-// ones) and bf16 ones add 6 % (0.00074), while bf16 prefills ~10x faster than
-// f32 and decodes as fast (8-layer llama-2-7b shapes on an AMX Xeon: pp512
-// 152-164 against 14.7 t/s, tg32 9.8-10.3 against 10.1 t/s at 2 threads; on its
-// avx2 kernels bf16 is faster too). For 4-bit weights int8 activations cost
-// nothing measurable (0.1810 vs 0.1807) and decode ~2.7x faster.
+// ones), bf16 ones add 6 % (0.00074) and int16 ones nothing measurable
+// (0.000702), while int16 decodes at the integer path's speed (8-layer
+// llama-2-7b shapes on an AMX Xeon, 2026-12-03: tg32 7.5 / 13.8 t/s at 1 / 2
+// threads against bf16's 5.9 / 10.9 and llama.cpp Q8_0's 8.2 / 15.8 with fewer
+// bytes per token) and prefills faster than bf16 on AVX2 and AVX-512 (pp128 at
+// 2 threads: 27 against 19, 95 against 62); on AMX bf16 prefills faster
+// (pp512 ~180 against 130 at g32, 175 per channel). For 4-bit weights int8
+// activations cost nothing measurable (0.1810 vs 0.1807) and decode ~2.7x faster.
 Activations default_activations(LowBit type) {
-  return type == LowBit::kSymInt8 ? Activations::kBf16 : Activations::kInt8;
+  return type == LowBit::kSymInt8 ? Activations::kInt16 : Activations::kInt8;
 }
 
 std::string_view int4_range_name(Int4Range range) {

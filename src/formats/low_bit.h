@@ -46,9 +46,18 @@ enum class Activations {
   /// at the matrix engines' speed. Integer formats whose groups are whole
   /// blocks of 32 (kernels/matmul.h).
   kBf16,
+  /// Inputs quantized to int16 per block of 32 (d = amax / 32512, each value
+  /// held as 255·hi + lo with hi, lo int8 in [-127, 127]) and met by the
+  /// integer dot products of the int8 path, two per block (hi, lo), summed
+  /// exactly in int32: the inputs' rounding is ~amax/65024 per value (about
+  /// 256x int8's, and below bf16's 2^-9 of each value unless a block's
+  /// values span more than ~100x), at about the integer path's speed
+  /// (w8a16 at memory bandwidth on decode, on VNNI and AMX-INT8 on prefill).
+  /// Integer formats whose groups are whole blocks of 32 (kernels/matmul.h).
+  kInt16,
 };
 
-/// "int8", "f32" or "bf16".
+/// "int8", "f32", "bf16" or "int16".
 std::string_view activations_name(Activations a);
 /// Inverse of activations_name. Throws woq::Error on anything else.
 Activations parse_activations(std::string_view name);

@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "formats/interleave.h"
 #include "formats/scale.h"
+#include "kernels/q8_tile.h"
 
 namespace woq {
 
@@ -35,25 +36,34 @@ float dot_row_scalar(const QuantMatrix& w, std::int64_t row, const float* x, flo
 // Reference integer path, in the kernels' order of float operations
 // (matmul_avx2.cc, matmul_avx512.cc): per block, the exact integer sum
 // Σ (q - z)·a = Σ q·a - z·Σa (stored values q; zero point z = 8 for sym_int4,
-// per group for asym_int4, 0 for sym_int8), then acc = fma(sum, s_w·d_a, acc).
+// per group for asym_int4, 0 for sym_int8; a the int8 activations, or the
+// int16 ones 255·hi + lo), added up over the blocks of a scale unit (one
+// block for int8 activations; for int16 ones the blocks that share both the
+// activations' scale and the weights' group: unit_ends), then
+// acc = fma(sum, s_w·d_a, acc).
 // `q` is the row gathered into the row-major layout.
 template <LowBit T>
 float dot_q8_scalar(const QuantMatrix& w, const std::uint8_t* q, const std::uint16_t* scales,
                     const std::uint8_t* zeros, const Q8Activations& a, std::int64_t t) {
-  const std::int8_t* qa = a.row(t);
+  const GroupOf group_of(w, a.blocks);
   float acc = 0.0f;
+  int unit_sum = 0;
   for (std::int64_t b = 0; b < a.blocks; ++b) {
-    const std::int64_t g = w.groups_per_row == 1 ? 0 : b * kQ8Block / w.group_size;
+    const std::int64_t g = group_of(b);
     const std::int64_t n = std::min(kQ8Block, w.cols - b * kQ8Block);
     int isum = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t j = b * kQ8Block + i;  // column
       const int v = T == LowBit::kSymInt8 ? static_cast<std::int8_t>(q[j]) : codec::get_nibble(q, j);
-      isum += v * qa[j];
+      isum += v * a.value(t, j);
     }
     const std::size_t at = static_cast<std::size_t>(t * a.padded + b);
     if constexpr (T != LowBit::kSymInt8) isum -= (T == LowBit::kSymInt4 ? 8 : zeros[g]) * a.qsum[at];
-    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(scales[g]) * a.d[at], acc);
+    unit_sum += isum;
+    if (unit_ends(group_of, a, b)) {
+      acc = std::fma(static_cast<float>(unit_sum), fp16_to_fp32(scales[g]) * a.d[at], acc);
+      unit_sum = 0;
+    }
   }
   return acc;
 }
@@ -223,11 +233,15 @@ std::int64_t row_units(const QuantMatrix& w) { return w.rows; }
 std::int64_t group_units(const QuantMatrix& w) { return (w.rows + kInterleaveRows - 1) / kInterleaveRows; }
 
 // Which kernels a matrix's product takes.
-enum class Path { kFloat, kInt8, kBf16 };
+enum class Path { kFloat, kInt8, kInt16, kBf16 };
 
 Path path_of(const QuantMatrix& w) {
   if (w.activations == Activations::kF32 || !can_interleave(w)) return Path::kFloat;
-  return w.activations == Activations::kInt8 ? Path::kInt8 : Path::kBf16;
+  switch (w.activations) {
+    case Activations::kInt8: return Path::kInt8;
+    case Activations::kInt16: return Path::kInt16;
+    default: return Path::kBf16;
+  }
 }
 
 // Tokens of one tile call: as many as kern.tile_chunk_bytes of activations hold (token_bytes each), in
@@ -263,12 +277,17 @@ void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::i
       });
       return;
     }
-    case Path::kInt8: {
+    case Path::kInt8:
+    case Path::kInt16: {
       // Reused between calls; workers see it through the reference (a
       // thread_local named inside the lambda would be each worker's own).
       thread_local Q8Activations buffer;
-      quantize_activations(x, m, k, buffer, isa);
-      return tiles_over(outs, buffer, m, tile_chunk(kern, buffer.padded * kQ8Block), pool, kern.tile_q8);
+      const bool wide = path_of(*outs[0].w) == Path::kInt16;
+      if (wide) quantize_activations_int16(x, m, k, buffer);
+      else quantize_activations(x, m, k, buffer, isa);
+      const std::int64_t token_bytes = (wide ? 2 : 1) * buffer.padded * kQ8Block;
+      const std::int64_t chunk = tile_chunk(kern, token_bytes);
+      return tiles_over(outs, buffer, m, wide ? std::max(kBf16ChunkTokens, chunk) : chunk, pool, kern.tile_q8);
     }
     case Path::kBf16: {
       thread_local Bf16Activations buffer;
@@ -285,7 +304,7 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return deta
 
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
-bool uses_q8_path(const QuantMatrix& w) { return path_of(w) == Path::kInt8; }
+bool uses_q8_path(const QuantMatrix& w) { return path_of(w) == Path::kInt8 || path_of(w) == Path::kInt16; }
 
 bool uses_bf16_path(const QuantMatrix& w) { return path_of(w) == Path::kBf16; }
 

@@ -22,9 +22,11 @@ class ThreadPool;
 /// Integer formats with int8 activations (W.activations) whose group_size is
 /// a multiple of 32 (or per channel) take the integer path: x is quantized
 /// to int8 per block of 32 (q8_activations.h) and each weight block meets it
-/// in an integer dot product (AVX2 maddubs, AVX-512 VNNI vpdpbusd), scaled by the weight and
+/// in an integer dot product (AVX2 maddubs, AVX-512 VNNI vpdpbusd, AMX-INT8), scaled by the weight and
 /// activation scales; this adds the activation's rounding (~amax/254 per
-/// value) to the weights'. With bf16 activations the same matrices take the
+/// value) to the weights'. With int16 activations (Activations::kInt16) the
+/// same kernels take two dot products per block, of the high and the low
+/// int8 parts (q8_activations.h), and add them exactly (~amax/65024 per value). With bf16 activations the same matrices take the
 /// bf16 path: x rounded to bf16 (bf16_activations.h), each group's products
 /// with the weights' integers summed in fp32, then scaled (AVX512_BF16
 /// vdpbf16ps, AMX-BF16 tdpbf16ps; emulated in fp32 FMAs on the other ISAs).
@@ -66,7 +68,7 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa = active_isa()
 /// y[i] += a · x[i] for i < n (attention's weighted sum of values).
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa = active_isa());
 
-/// True when `w` takes the integer (int8-activation) path of matmul.
+/// True when `w` takes the integer path of matmul (int8 or int16 activations).
 bool uses_q8_path(const QuantMatrix& w);
 
 /// True when `w` takes the bf16 path of matmul (Activations::kBf16 on a
@@ -106,7 +108,7 @@ struct RowKernels {
   void (*axpy)(float a, const float* x, float* y, std::int64_t k);
   /// y[t, r] = Σ_k W[r, k] · A[t, k] for the rows of row groups [g0, g1) of
   /// an interleaved W (rows [8 g0, min(8 g1, W.rows))) and t in [t0, t0 + tokens),
-  /// with A the int8 activations; y is [a.m, W.rows].
+  /// with A the int8 activations (or int16 ones, a.wide); y is [a.m, W.rows].
   void (*tile_q8)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                   std::int64_t t0, std::int64_t tokens, float* y);
   /// tile_q8 of the bf16 path: the bf16 activations `a` (tokens [t0, t0 + tokens)) against the weights' integers, summed per group (matmul.cc's reference order;

@@ -19,6 +19,11 @@
 // whatever the batch and the thread count. Tiles of fewer than 16 tokens
 // (decode, a prefill's last tokens) take the AVX-512 VNNI kernel.
 //
+// int16 activations (Q8Activations::wide) take tile products of two blocks
+// (K = 64) for two row pairs at once, the high and the low int8 parts in
+// separate C tiles, summed over each scale unit before 255 · hi + lo meets
+// the scales (amx_tile_wide below); again the reference's bits.
+//
 // The bf16 path (AMX-BF16) has the same shape: A = 16 tokens' bf16 inputs of
 // a block (Bf16Activations, padded to whole tiles of 16 tokens), B = the
 // block's 16 weight rows as bf16 pairs (unpack_bf16_pairs), C = fp32 sums
@@ -62,14 +67,17 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 // Groups g and g2 (g2 == g: the odd last group, whose rows 8..15 are never stored) of the interleaved
-// layout in B's layout, block after block, into `b` (kb * kTileBBytes bytes).
+// layout in B's layout, block after block, into `b` (kb * kTileBBytes bytes); with `slots`, block blk
+// goes to slot slots[blk] instead.
 template <LowBit T>
-void unpack_pair(const QuantMatrix& w, std::int64_t g, std::int64_t g2, std::int64_t kb, std::uint8_t* b) {
+void unpack_pair(const QuantMatrix& w, std::int64_t g, std::int64_t g2, std::int64_t kb, std::uint8_t* out,
+                 const std::int64_t* slots = nullptr) {
   constexpr std::int64_t kBlockBytes = T == LowBit::kSymInt8 ? 256 : 128;
   const std::uint8_t* p0 = w.data.data() + g * kb * kBlockBytes;
   const std::uint8_t* p1 = w.data.data() + g2 * kb * kBlockBytes;
   const __m256i mask = _mm256_set1_epi8(0x0f);
-  for (std::int64_t blk = 0; blk < kb; ++blk, p0 += kBlockBytes, p1 += kBlockBytes, b += kTileBBytes) {
+  for (std::int64_t blk = 0; blk < kb; ++blk, p0 += kBlockBytes, p1 += kBlockBytes) {
+    std::uint8_t* b = out + (slots != nullptr ? slots[blk] : blk) * kTileBBytes;
     auto put = [&](int row, __m256i lo, __m256i hi) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + 64 * row), lo);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + 64 * row + 32), hi);
@@ -106,6 +114,163 @@ inline void product(const std::int8_t* a, std::int64_t stride, const std::uint8_
     if constexpr (T == LowBit::kSymInt8) _tile_dpbssd(5, 3, 4);
     else _tile_dpbsud(5, 3, 4);
   }
+}
+
+// ---- int16 activations (a.wide) ----
+//
+// Each scale unit (the blocks that share the activations' scale and the weights' group: unit_ends) takes
+// tile products of K = 64 (two blocks; an odd last block beside a zero block of B, so that the next
+// block's activations, which A also reads, add nothing), the high parts' sums in one C tile and the low
+// parts' in another; then per token 255 · hi + lo, less the zero points' share, meets the scales once.
+// Two row pairs (32 weight rows) at a time share A: tmm0/tmm3 = A (16 tokens x 64 bytes of high / low
+// parts), tmm1/tmm4 = B of pair 0 / 1 (16 x 64), tmm2/tmm5 = C of pair 0 (high / low), tmm6/tmm7 = C of
+// pair 1: four tile loads for four tile products.
+// When every unit is a single block (weights in groups of 32), the products take K = 32 instead (A: 16 x 32
+// bytes, B: 8 x 64), with no zero blocks.
+struct alignas(64) WideTileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  explicit WideTileConfig(bool single_blocks) {
+    if (!single_blocks) return;
+    colsb[0] = colsb[3] = 32;
+    rows[1] = rows[4] = 8;
+  }
+};
+static_assert(sizeof(WideTileConfig) == 64 && kTileTokens == 16);
+
+// One scale unit: blocks [u0, u1) of a row, B's blocks from slot `slot` of the wide layout (each unit's
+// blocks in pairs, an odd count padded with a zero block).
+struct WideUnit {
+  std::int64_t u0, u1, slot;
+};
+
+// The tile product of C += A · B for int16 activations' parts (the 4-bit formats' nibbles are unsigned).
+#define WOQ_WIDE_DP(c, a, b)                          \
+  do {                                                \
+    if constexpr (T == LowBit::kSymInt8) _tile_dpbssd(c, a, b); \
+    else _tile_dpbsud(c, a, b);                       \
+  } while (false)
+
+// Tokens [t, t + 16) x NP row pairs (pair p: groups gs[2p] and gs[2p + 1], B in bufs[p]); `c` holds four
+// C tiles. `step`: blocks per tile product (2, or 1 with the single-block configuration).
+template <LowBit T, int NP>
+void amx_tile_wide(const QuantMatrix& w, const std::int64_t* gs, const std::uint8_t* const* bufs,
+                   const std::vector<WideUnit>& units, std::int64_t step, const Q8Activations& a, std::int64_t t,
+                   std::int32_t* c, float* y) {
+  const GroupOf group_of(w, a.blocks);
+  const std::int64_t stride = a.padded * kQ8Block;
+  const std::int8_t* hi = a.row(t);
+  const std::int8_t* lo = a.lo_row(t);
+  __m512 acc[NP][kTileTokens];
+  for (auto& pair : acc)
+    for (auto& v : pair) v = _mm512_setzero_ps();
+  for (const WideUnit& u : units) {
+    _tile_zero(2);
+    _tile_zero(5);
+    if constexpr (NP == 2) {
+      _tile_zero(6);
+      _tile_zero(7);
+    }
+    // The tile numbers must be literals (GCC's intrinsics spell them into the instruction).
+    for (std::int64_t i = 0; i < u.u1 - u.u0; i += step) {
+      const std::int64_t blk = u.u0 + i;
+      _tile_loadd(0, hi + blk * kQ8Block, stride);
+      _tile_loadd(1, bufs[0] + (u.slot + i) * kTileBBytes, 64);
+      _tile_loadd(3, lo + blk * kQ8Block, stride);
+      WOQ_WIDE_DP(2, 0, 1);
+      WOQ_WIDE_DP(5, 3, 1);
+      if constexpr (NP == 2) {
+        _tile_loadd(4, bufs[1] + (u.slot + i) * kTileBBytes, 64);
+        WOQ_WIDE_DP(6, 0, 4);
+        WOQ_WIDE_DP(7, 3, 4);
+      }
+    }
+    _tile_stored(2, c, 64);
+    _tile_stored(5, c + 256, 64);
+    if constexpr (NP == 2) {
+      _tile_stored(6, c + 512, 64);
+      _tile_stored(7, c + 768, 64);
+    }
+    for (int p = 0; p < NP; ++p) {
+      __m512 dw;
+      __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
+      pair_scales<T>(w, gs[2 * p], gs[2 * p + 1], group_of(u.u0), dw, zero);
+      const std::int32_t* ch = c + 512 * p;
+      for (int j = 0; j < kTileTokens; ++j) {
+        const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + u.u0);
+        __m512i isum = _mm512_load_si512(ch + 16 * j);
+        isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), _mm512_load_si512(ch + 256 + 16 * j));
+        if constexpr (T != LowBit::kSymInt8) {
+          std::int32_t qsum = 0;
+          for (std::int64_t b = 0; b < u.u1 - u.u0; ++b) qsum += a.qsum[at + static_cast<std::size_t>(b)];
+          if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+          else isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
+        }
+        acc[p][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[p][j]);
+      }
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const std::int64_t r0 = gs[2 * p] * kInterleaveRows;
+    const std::int64_t lanes = std::min((gs[2 * p + 1] == gs[2 * p] ? 1 : 2) * kInterleaveRows, w.rows - r0);
+    const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+    for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[p][j]);
+  }
+}
+
+#undef WOQ_WIDE_DP
+
+// tile_q8 for int16 activations over `full` tokens (a multiple of 16) from t0.
+template <LowBit T>
+void tile_q8_wide(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
+                  std::int64_t full, float* y) {
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  // Reused between calls (one per worker thread).
+  thread_local std::vector<WideUnit> units;
+  thread_local std::vector<std::int64_t> slots;
+  thread_local std::vector<std::uint8_t> buffer;
+  units.clear();
+  slots.resize(static_cast<std::size_t>(kb));
+  bool single = true;  // every unit one block
+  for (std::int64_t u0 = 0, u1 = 0; u0 < kb; u0 = u1) {
+    for (u1 = u0 + 1; !unit_ends(group_of, a, u1 - 1);) ++u1;
+    units.push_back({u0, u1, 0});
+    single = single && u1 == u0 + 1;
+  }
+  const std::int64_t step = single ? 1 : 2;
+  std::int64_t slot = 0;
+  for (WideUnit& u : units) {
+    u.slot = slot;
+    for (std::int64_t b = u.u0; b < u.u1; ++b) slots[static_cast<std::size_t>(b)] = slot + b - u.u0;
+    slot += (u.u1 - u.u0 + step - 1) / step * step;
+  }
+  const std::int64_t pair_bytes = slot * kTileBBytes;
+  buffer.resize(static_cast<std::size_t>(2 * pair_bytes));
+  std::uint8_t* bufs[2] = {buffer.data(), buffer.data() + pair_bytes};
+  for (const WideUnit& u : units)  // the zero blocks beside odd last blocks (unpacking never writes them)
+    if ((u.u1 - u.u0) % step != 0)
+      for (std::uint8_t* base : bufs) std::memset(base + (u.slot + u.u1 - u.u0) * kTileBBytes, 0, kTileBBytes);
+  alignas(64) std::int32_t c[4 * kTileTokens * 16];
+  static const WideTileConfig pairs(false), singles(true);
+  _tile_loadconfig(single ? &singles : &pairs);
+  for (std::int64_t g = g0; g < g1; g += 4) {
+    const int np = g + 2 < g1 ? 2 : 1;
+    std::int64_t gs[4];
+    for (int p = 0; p < np; ++p) {
+      gs[2 * p] = g + 2 * p;
+      gs[2 * p + 1] = gs[2 * p] + 1 < g1 ? gs[2 * p] + 1 : gs[2 * p];
+      unpack_pair<T>(w, gs[2 * p], gs[2 * p + 1], kb, bufs[p], slots.data());
+    }
+    for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) {
+      if (np == 2) amx_tile_wide<T, 2>(w, gs, bufs, units, step, a, t, c, y);
+      else amx_tile_wide<T, 1>(w, gs, bufs, units, step, a, t, c, y);
+    }
+  }
+  _tile_release();
 }
 
 // Rows [8 g, 8 g + 16) x tokens [t, t + 16), B already unpacked into `b`; `c` holds one C tile.
@@ -153,7 +318,9 @@ template <LowBit T>
 void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
                    std::int64_t tokens, float* y) {
   const std::int64_t full = tokens / kTileTokens * kTileTokens;
-  if (full > 0) {
+  if (full > 0 && a.wide) {
+    tile_q8_wide<T>(w, g0, g1, a, t0, full, y);
+  } else if (full > 0) {
     // Reused between calls (one per worker thread).
     thread_local std::vector<std::uint8_t> b;
     b.resize(static_cast<std::size_t>(a.blocks * kTileBBytes));

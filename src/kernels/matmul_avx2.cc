@@ -175,8 +175,14 @@ inline __m256i broadcast4(const std::int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// Rows [8 g, 8 g + 8) x tokens [t, t + TOK); y is [a.m, w.rows].
-template <LowBit T, int TOK>
+// 255 · hi + lo: a block's sums of int16 activations from those of their two int8 parts.
+inline __m256i combine_wide(__m256i hi, __m256i lo) {
+  return _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(hi, 8), hi), lo);
+}
+
+// Rows [8 g, 8 g + 8) x tokens [t, t + TOK); y is [a.m, w.rows]. kWide: int16 activations (a.wide),
+// each block's sums taken for the high and the low parts and combined.
+template <LowBit T, int TOK, bool kWide>
 void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations& a, std::int64_t t, float* y) {
   constexpr bool kInt4 = T != LowBit::kSymInt8;
   constexpr std::int64_t kBlockBytes = kInt4 ? 128 : 256;
@@ -187,7 +193,9 @@ void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations&
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[TOK];
+  __m256i unit[kWide ? TOK : 1];  // int16 activations: the scale unit's sums so far
   for (int j = 0; j < TOK; ++j) acc[j] = _mm256_setzero_ps();
+  for (auto& u : unit) u = _mm256_setzero_si256();
   std::int64_t group = -1;
   __m256 dw = _mm256_setzero_ps();
   __m256i zero = _mm256_setzero_si256();  // asym_int4's zero points, per row
@@ -201,12 +209,19 @@ void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations&
         zero = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
             w.zeros.data() + (g * w.groups_per_row + gi) * kInterleaveRows)));
     }
-    // acc[j] += this block's sums for token t + j.
+    // acc[j] += this block's sums for token t + j (int16 activations: at the end of a scale unit, its sums).
+    const bool ends = kWide && unit_ends(group_of, a, b);
     auto update = [&](int j, __m256i isum) {
       const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
       if constexpr (T == LowBit::kSymInt4) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.qsum[at]));
       if constexpr (T == LowBit::kAsymInt4)
         isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(zero, _mm256_set1_epi32(a.qsum[at])));
+      if constexpr (kWide) {
+        unit[j] = _mm256_add_epi32(unit[j], isum);
+        if (!ends) return;
+        isum = unit[j];
+        unit[j] = _mm256_setzero_si256();
+      }
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[at])), acc[j]);
     };
     // The token loops are kept rolled: unrolled, GCC hoists the activation
@@ -221,39 +236,50 @@ void interleaved_tile(const QuantMatrix& w, std::int64_t g, const Q8Activations&
         lo[c] = _mm256_and_si256(v, mask);
         hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
       }
-#pragma GCC unroll 1
-      for (int j = 0; j < TOK; ++j) {
-        const std::int8_t* q = a.row(t + j) + b * kQ8Block;
+      auto sums = [&](const std::int8_t* q) {
         __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], broadcast4(q)),
                                      _mm256_maddubs_epi16(hi[0], broadcast4(q + 16)));
         for (int c = 1; c < 4; ++c)
           s = _mm256_add_epi16(s, _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(q + 4 * c)),
                                                    _mm256_maddubs_epi16(hi[c], broadcast4(q + 16 + 4 * c))));
-        update(j, _mm256_madd_epi16(s, ones));
+        return _mm256_madd_epi16(s, ones);
+      };
+#pragma GCC unroll 1
+      for (int j = 0; j < TOK; ++j) {
+        const __m256i s = sums(a.row(t + j) + b * kQ8Block);
+        if constexpr (kWide) update(j, combine_wide(s, sums(a.lo_row(t + j) + b * kQ8Block)));
+        else update(j, s);
       }
     } else {
       // maddubs needs one unsigned operand: maddubs(|w|, sign(a, w)); its
       // pair sums (<= 2 * 127 * 127) are widened before they are added.
       // Four chunks (16 of the block's 32 inputs) at a time stay in registers.
-      __m256i isum[TOK];
+      // (int16 activations: the high parts' sums in isum, the low ones' in isum_lo.)
+      __m256i isum[TOK], isum_lo[kWide ? TOK : 1];
       for (int half = 0; half < 2; ++half) {
         __m256i v[4], abs[4];
         for (int c = 0; c < 4; ++c) {
           v[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 * half + 32 * c));
           abs[c] = _mm256_sign_epi8(v[c], v[c]);
         }
-#pragma GCC unroll 1
-        for (int j = 0; j < TOK; ++j) {
-          const std::int8_t* q = a.row(t + j) + b * kQ8Block + 16 * half;
-          __m256i s = half == 0 ? _mm256_setzero_si256() : isum[j];
+        auto add = [&](__m256i s, const std::int8_t* q) {
           for (int c = 0; c < 4; ++c)
             s = _mm256_add_epi32(
                 s, _mm256_madd_epi16(_mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(broadcast4(q + 4 * c), v[c])), ones));
-          isum[j] = s;
+          return s;
+        };
+#pragma GCC unroll 1
+        for (int j = 0; j < TOK; ++j) {
+          const std::int64_t at = b * kQ8Block + 16 * half;
+          isum[j] = add(half == 0 ? _mm256_setzero_si256() : isum[j], a.row(t + j) + at);
+          if constexpr (kWide) isum_lo[j] = add(half == 0 ? _mm256_setzero_si256() : isum_lo[j], a.lo_row(t + j) + at);
         }
       }
 #pragma GCC unroll 1
-      for (int j = 0; j < TOK; ++j) update(j, isum[j]);
+      for (int j = 0; j < TOK; ++j) {
+        if constexpr (kWide) update(j, combine_wide(isum[j], isum_lo[j]));
+        else update(j, isum[j]);
+      }
     }
   }
   const std::int64_t r0 = g * kInterleaveRows;
@@ -290,7 +316,8 @@ void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Act
              std::int64_t t0, std::int64_t tokens, float* y) {
   for_integer_format(w.type, [&](auto type) {
     each_tile(g0, g1, t0, tokens, [&](std::int64_t g, std::int64_t t, auto tok) {
-      interleaved_tile<decltype(type)::value, decltype(tok)::value>(w, g, a, t, y);
+      if (a.wide) interleaved_tile<decltype(type)::value, decltype(tok)::value, true>(w, g, a, t, y);
+      else interleaved_tile<decltype(type)::value, decltype(tok)::value, false>(w, g, a, t, y);
     });
   });
 }

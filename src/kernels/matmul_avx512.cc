@@ -47,8 +47,9 @@ inline __m512i load_pair(const std::uint8_t* p0, const std::uint8_t* p1) {
 }
 
 // Rows [8 g, 8 g + 16) (groups g and g2 = g + 1; with g2 == g only the low
-// eight lanes are stored) x tokens [t, t + TOK); y is [a.m, w.rows].
-template <LowBit T, int TOK>
+// eight lanes are stored) x tokens [t, t + TOK); y is [a.m, w.rows]. kWide: int16 activations (a.wide),
+// each block's sums taken for the high and the low parts, then 255 · hi + lo.
+template <LowBit T, int TOK, bool kWide>
 void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Activations& a, std::int64_t t,
                float* y) {
   constexpr bool kInt4 = T != LowBit::kSymInt8;
@@ -60,7 +61,9 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[TOK];
+  __m512i unit[kWide ? TOK : 1];  // int16 activations: the scale unit's sums so far
   for (int j = 0; j < TOK; ++j) acc[j] = _mm512_setzero_ps();
+  for (auto& u : unit) u = _mm512_setzero_si512();
   std::int64_t group = -1;
   __m512 dw = _mm512_setzero_ps();
   __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
@@ -85,21 +88,32 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
     } else {
       for (int c = 0; c < 8; ++c) v[c] = _mm512_xor_si512(load_pair(p0 + 32 * c, p1 + 32 * c), offset);
     }
-    for (int j = 0; j < TOK; ++j) {
-      const std::int8_t* q = a.row(t + j) + b * kQ8Block;
-      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
-      // Two chains of four, so that one token's sums are not one latency-bound chain of eight.
+    // One block's sums for the activations at q. Two chains of four, so that one token's sums are not one
+    // latency-bound chain of eight; v[c] holds inputs 4c..4c+3 and v[4 + c] inputs 16 + 4c.. in both layouts.
+    auto sums = [&](const std::int8_t* q) {
       __m512i s0v = _mm512_setzero_si512(), s1v = _mm512_setzero_si512();
-      // v[c] holds inputs 4c..4c+3 and v[4 + c] inputs 16 + 4c.. in both layouts.
       for (int c = 0; c < 4; ++c) {
         s0v = _mm512_dpbusd_epi32(s0v, v[c], broadcast4(q + 4 * c));
         s1v = _mm512_dpbusd_epi32(s1v, v[4 + c], broadcast4(q + 16 + 4 * c));
       }
-      __m512i isum = _mm512_add_epi32(s0v, s1v);
+      return _mm512_add_epi32(s0v, s1v);
+    };
+    const bool ends = kWide && unit_ends(group_of, a, b);
+    for (int j = 0; j < TOK; ++j) {
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
+      __m512i isum = sums(a.row(t + j) + b * kQ8Block);
+      if constexpr (kWide)
+        isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), sums(a.lo_row(t + j) + b * kQ8Block));
       const std::int32_t qsum = a.qsum[at];
       if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
       if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
       if constexpr (T == LowBit::kSymInt8) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * qsum));
+      if constexpr (kWide) {
+        unit[j] = _mm512_add_epi32(unit[j], isum);
+        if (!ends) continue;
+        isum = unit[j];
+        unit[j] = _mm512_setzero_si512();
+      }
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
     }
   }
@@ -114,7 +128,10 @@ void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const
                    std::int64_t t0, std::int64_t tokens, float* y) {
   for (std::int64_t g = g0; g < g1; g += 2) {
     const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
-    token_tiles(t0, t0 + tokens, [&](std::int64_t t, auto tok) { pair_tile<T, decltype(tok)::value>(w, g, g2, a, t, y); });
+    token_tiles(t0, t0 + tokens, [&](std::int64_t t, auto tok) {
+      if (a.wide) pair_tile<T, decltype(tok)::value, true>(w, g, g2, a, t, y);
+      else pair_tile<T, decltype(tok)::value, false>(w, g, g2, a, t, y);
+    });
   }
 }
 

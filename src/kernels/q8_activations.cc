@@ -40,15 +40,62 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
 
 }  // namespace detail
 
-void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out, Isa isa) {
+namespace {
+
+// Sizes `out` for m rows of k values and zeroes it; `wide`: with the low parts of int16 activations.
+void reset(std::int64_t m, std::int64_t k, bool wide, Q8Activations& out) {
   out.m = m;
   out.k = k;
   out.blocks = (k + kQ8Block - 1) / kQ8Block;
   out.padded = (out.blocks + 7) / 8 * 8;
-  out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block), 0);
+  out.wide = wide;
+  out.scale_blocks = 1;
+  // int16 activations: one block more at the end, which AMX's tiles of two blocks may read (and multiply
+  // by zeros) past the last row's last block.
+  const std::int64_t slack = wide ? kQ8Block : 0;
+  out.q.assign(static_cast<std::size_t>(m * out.padded * kQ8Block + slack), 0);
+  out.lo.assign(wide ? out.q.size() : 0, 0);
   out.d.assign(static_cast<std::size_t>(m * out.padded), 0.0f);
   out.qsum.assign(static_cast<std::size_t>(m * out.padded), 0);
+}
+
+}  // namespace
+
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out, Isa isa) {
+  reset(m, k, false, out);
   detail::kernels(isa).quantize_q8(x, out);
+}
+
+void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out) {
+  reset(m, k, true, out);
+  out.scale_blocks = kInt16ScaleBlocks;
+  const std::int64_t unit = kInt16ScaleBlocks * kQ8Block;
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t j0 = 0; j0 < k; j0 += unit) {
+      const float* xb = x + r * k + j0;
+      const std::int64_t n = std::min(unit, k - j0);
+      const std::int64_t b0 = j0 / kQ8Block, b1 = (j0 + n + kQ8Block - 1) / kQ8Block;
+      float amax = 0.0f;
+      bool finite = true;
+      for (std::int64_t i = 0; i < n; ++i) {
+        finite = finite && std::isfinite(xb[i]);
+        amax = std::max(amax, std::fabs(xb[i]));
+      }
+      const float d = finite ? amax / static_cast<float>(kInt16Max) : std::numeric_limits<float>::quiet_NaN();
+      for (std::int64_t b = b0; b < b1; ++b) out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
+      if (!finite) continue;  // zeros (as reset left them) and a NaN scale: every output they reach is NaN
+      const float id = amax > 0.0f ? static_cast<float>(kInt16Max) / amax : 0.0f;
+      std::int8_t* hi = out.q.data() + r * out.padded * kQ8Block + j0;
+      std::int8_t* lo = out.lo.data() + r * out.padded * kQ8Block + j0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const int v = std::clamp(static_cast<int>(std::nearbyint(xb[i] * id)), -kInt16Max, kInt16Max);
+        const int h = (v + 127 + 255 * 128) / 255 - 128;  // floor((v + 127) / 255), the dividend kept positive
+        hi[i] = static_cast<std::int8_t>(h);
+        lo[i] = static_cast<std::int8_t>(v - 255 * h);
+        out.qsum[static_cast<std::size_t>(r * out.padded + (j0 + i) / kQ8Block)] += v;
+      }
+    }
+  }
 }
 
 }  // namespace woq

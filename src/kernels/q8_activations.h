@@ -27,14 +27,46 @@ struct Q8Activations {
   std::vector<std::int8_t> q;  ///< (m, padded * 32)
   std::vector<float> d;        ///< (m, padded) block scales
   std::vector<std::int32_t> qsum;  ///< (m, padded) Σ q per block, for the weights' zero points
+  /// int16 activations (quantize_activations_int16): value i of block b of row t is
+  /// 255·q[...] + lo[...] (both in [-127, 127]), qsum is Σ of those values and d = amax / 32512
+  /// over the block's scale unit (scale_blocks). Kernels then take each block's integer dot
+  /// product twice (q, then lo) and add 255·hi + lo in int32. False (lo empty): int8 activations.
+  bool wide = false;
+  std::vector<std::int8_t> lo;  ///< (m, padded * 32) when wide
+  /// Consecutive blocks (from a multiple of it) that share one scale d (stored in each of them):
+  /// 1 for int8 activations, kInt16ScaleBlocks for int16 ones. Kernels add the exact integer sums
+  /// of the blocks that share both d and the weights' group, then scale them once.
+  std::int64_t scale_blocks = 1;
 
   const std::int8_t* row(std::int64_t t) const { return q.data() + t * padded * kQ8Block; }
+  /// Row t's low parts (wide only).
+  const std::int8_t* lo_row(std::int64_t t) const { return lo.data() + t * padded * kQ8Block; }
+  /// Block b of row t as the integers the kernels multiply: q, or 255·q + lo when wide.
+  int value(std::int64_t t, std::int64_t j) const {
+    const std::size_t at = static_cast<std::size_t>(t * padded * kQ8Block + j);
+    return wide ? 255 * q[at] + lo[at] : q[at];
+  }
 };
+
+/// The largest |value| of an int16 activation block (255 · 127 + 127).
+inline constexpr int kInt16Max = 32512;
+/// Blocks of 32 that share one int16 activation scale (128 inputs): four blocks' sums of products
+/// with 8-bit weights stay within int32 (4 · 32 · 128 · 32512 < 2^31).
+inline constexpr std::int64_t kInt16ScaleBlocks = 4;
 
 /// Quantizes x [m, k] (row-major fp32) into `out` (buffers reused when large
 /// enough) with the kernels of `isa`; every ISA gives bit-identical results.
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out,
                           Isa isa = active_isa());
+
+/// Quantizes x [m, k] (row-major fp32) to int16 blocks of 32 (Activations::kInt16) into
+/// `out` (wide; buffers reused when large enough): per 128 inputs (kInt16ScaleBlocks blocks)
+/// d = amax / 32512,
+/// v = nearbyint(x / d), stored as v = 255·hi + lo with hi = floor((v + 127) / 255),
+/// so |hi|, |lo| <= 127 (what every ISA's int8 dot products take, AVX2's
+/// sign trick included). 128 inputs holding a NaN or an infinity get zeros and
+/// d = NaN, as a block does in quantize_activations. One (scalar) implementation for every ISA.
+void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out);
 
 namespace detail {
 /// AVX2 version of quantize_activations (also used by the avx512 kernels);

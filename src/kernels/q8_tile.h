@@ -28,6 +28,13 @@ class GroupOf {
   int shift_;
 };
 
+/// Whether block b of a row ends a scale unit: the blocks that share both the weights' group (group_of)
+/// and the activations' scale (a.scale_blocks, a power of two); with int8 activations every block does.
+/// A unit's exact integer sums meet the scales once (matmul.cc's reference).
+inline bool unit_ends(const GroupOf& group_of, const Q8Activations& a, std::int64_t b) {
+  return b + 1 == a.blocks || ((b + 1) & (a.scale_blocks - 1)) == 0 || group_of(b + 1) != group_of(b);
+}
+
 /// Software prefetch distance ahead of a row group's weight stream, in bytes
 /// (chosen by measurement on lm_head-sized matrices, out of cache).
 /// Prefetching past the end of the weights is harmless (prefetches do not fault).

@@ -125,7 +125,7 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
     const std::string slow = fmt::format(
         "group_size {} is not a multiple of 32: {} layers with it take the f32 kernels instead of the {} ones "
         "(several times slower); use a multiple of 32, or -1",
-        w.group_size, low_bit_name(w.type), w.activations == Activations::kInt8 ? "integer" : "bf16");
+        w.group_size, low_bit_name(w.type), w.activations == Activations::kBf16 ? "bf16" : "integer");
     w.activations = Activations::kF32;
     if (std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end()) rep.warnings.push_back(slow);
   }

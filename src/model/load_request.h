@@ -14,7 +14,7 @@ namespace woq {
 /// The model-loading choices by name: `low_bit` sym_int4 | asym_int4 |
 /// sym_int8 | fp16 | bf16 | fp32; `int4_range` full | clip; `rounding` woq |
 /// ggml; `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
-/// `activations` empty (each format's default), int8, f32 or bf16.
+/// `activations` empty (each format's default), int8, int16, f32 or bf16.
 struct LoadRequest {
   std::string low_bit = "sym_int4";
   std::int64_t group_size = 32;
