@@ -221,6 +221,64 @@ void amx_tile_wide(const QuantMatrix& w, const std::int64_t* gs, const std::uint
   }
 }
 
+// amx_tile_wide for weights in groups of 32 (every scale unit one block; the single-block configuration) and
+// one row pair: the next block's products start, in the other pair of C tiles (tmm2/tmm5, tmm6/tmm7 by turns;
+// B in tmm1/tmm4), before this block's sums meet the scales, so that the tiles work while the vector units do.
+template <LowBit T>
+void amx_tile_wide_single(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const std::uint8_t* b,
+                          const Q8Activations& a, std::int64_t t, std::int32_t* c, float* y) {
+  const std::int64_t kb = a.blocks;
+  const GroupOf group_of(w, kb);
+  const std::int64_t stride = a.padded * kQ8Block;
+  const std::int8_t* hi = a.row(t);
+  const std::int8_t* lo = a.lo_row(t);
+  const auto start = [&](std::int64_t blk) {
+    _tile_loadd(0, hi + blk * kQ8Block, stride);
+    _tile_loadd(3, lo + blk * kQ8Block, stride);
+    if (blk % 2 == 0) {
+      _tile_zero(2);
+      _tile_zero(5);
+      _tile_loadd(1, b + blk * kTileBBytes, 64);
+      WOQ_WIDE_DP(2, 0, 1);
+      WOQ_WIDE_DP(5, 3, 1);
+    } else {
+      _tile_zero(6);
+      _tile_zero(7);
+      _tile_loadd(4, b + blk * kTileBBytes, 64);
+      WOQ_WIDE_DP(6, 0, 4);
+      WOQ_WIDE_DP(7, 3, 4);
+    }
+  };
+  __m512 acc[kTileTokens];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  start(0);
+  for (std::int64_t blk = 0; blk < kb; ++blk) {
+    __m512 dw;
+    __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
+    pair_scales<T>(w, g, g2, group_of(blk), dw, zero);
+    if (blk + 1 < kb) start(blk + 1);
+    if (blk % 2 == 0) {
+      _tile_stored(2, c, 64);
+      _tile_stored(5, c + 256, 64);
+    } else {
+      _tile_stored(6, c, 64);
+      _tile_stored(7, c + 256, 64);
+    }
+    for (int j = 0; j < kTileTokens; ++j) {
+      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + blk);
+      __m512i isum = _mm512_load_si512(c + 16 * j);
+      isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), _mm512_load_si512(c + 256 + 16 * j));
+      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * a.qsum[at]));
+      if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(a.qsum[at])));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
+    }
+  }
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
+  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+}
+
 #undef WOQ_WIDE_DP
 
 // tile_q8 for int16 activations over `full` tokens (a multiple of 16) from t0.
@@ -257,6 +315,15 @@ void tile_q8_wide(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const 
   alignas(64) std::int32_t c[4 * kTileTokens * 16];
   static const WideTileConfig pairs(false), singles(true);
   _tile_loadconfig(single ? &singles : &pairs);
+  if (single) {  // one row pair at a time, the tiles' work overlapping the scales'
+    for (std::int64_t g = g0; g < g1; g += 2) {
+      const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
+      unpack_pair<T>(w, g, g2, kb, bufs[0]);
+      for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) amx_tile_wide_single<T>(w, g, g2, bufs[0], a, t, c, y);
+    }
+    _tile_release();
+    return;
+  }
   for (std::int64_t g = g0; g < g1; g += 4) {
     const int np = g + 2 < g1 ? 2 : 1;
     std::int64_t gs[4];
