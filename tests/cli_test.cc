@@ -764,11 +764,22 @@ TEST(Cli, ChatUnderAPseudoTerminal) {
   ASSERT_EQ(write(master, "Tell me more\n", 13), 13);
   ASSERT_TRUE(read_until(master, got, "turn 2: prompt ", 0)) << got;
   ASSERT_TRUE(read_until(master, got, "> ", got.find("turn 2: prompt "))) << got;
-  ASSERT_EQ(write(master, "/exit\n", 6), 6);
+  // /clear is not a turn: the next reply is turn 3, its prompt one message again.
+  ASSERT_EQ(write(master, "/clear\n", 7), 7);
+  ASSERT_TRUE(read_until(master, got, "conversation cleared", 0)) << got;
+  ASSERT_EQ(write(master, "Hi\n", 3), 3);
+  ASSERT_TRUE(read_until(master, got, "turn 3: prompt ", 0)) << got;
+  ASSERT_TRUE(read_until(master, got, "> ", got.find("turn 3: prompt "))) << got;
+  ASSERT_EQ(write(master, "\x04", 1), 1);  // Ctrl-D: the end, on a line of its own
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  read_until(master, got, "\n", got.rfind("> "));  // whatever it wrote before it ended (EIO once it exits)
   close(master);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << got;
+  EXPECT_EQ(got.find("turn 4"), std::string::npos) << got;
+  EXPECT_NE(got.find("(1 message), reply"), std::string::npos) << got;  // turn 1 and 3: one message, singular
+  EXPECT_EQ(got.find("(1 messages)"), std::string::npos) << got;
+  EXPECT_EQ(got.back(), '\n') << got;
   auto tokens_of = [&](const std::string& turn) {
     const std::size_t at = got.find(turn) + turn.size();
     return std::stoi(got.substr(at));

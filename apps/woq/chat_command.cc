@@ -1,4 +1,5 @@
 // woq chat: an interactive conversation with the model's chat template.
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstdio>
@@ -45,11 +46,16 @@ int run_chat(const ChatArgs& a) {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
   const std::size_t kept = messages.size();
-  for (int turn = 1;; ++turn) {
+  int turn = 0;  // replies so far (/clear, empty lines and refused messages are not turns)
+  for (;;) {
     if (tty) fmt::print("> ");
     std::fflush(stdout);
     std::string line;
-    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (!std::getline(std::cin, line)) {
+      if (tty) fmt::print("\n");  // Ctrl-D: leave the prompt's line
+      break;
+    }
+    if (line == "/exit") break;
     if (line == "/clear") {
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(kept), messages.end());
       fmt::print(stderr, "woq: conversation cleared\n");
@@ -73,16 +79,19 @@ int run_chat(const ChatArgs& a) {
                  "again\n", ids.size(), model->context_limit());
       continue;
     }
-    gen.max_new_tokens = a.n > 0 ? a.n : room;
+    gen.max_new_tokens = a.n > 0 ? std::min<std::int64_t>(a.n, room) : room;
     const GenerateResult r = generate(*model, tokenizer, ids, gen, [](std::string_view text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     });
     fmt::print("\n");
     messages.push_back({{"role", "assistant"}, {"content", r.text}});
-    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} messages), reply {} tokens{}\n", turn, ids.size(),
-               messages.size() - 1, r.generated_ids.size(),
-               r.context_full ? " (the context is full: /clear to start again)" : "");
+    const std::size_t prompt_messages = messages.size() - 1;
+    // The reply ran into the end of the context (not ended by -n below it or by the end-of-turn token).
+    const bool full = r.context_full || (!r.stopped && static_cast<std::int64_t>(r.generated_ids.size()) >= room);
+    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} message{}), reply {} tokens{}\n", ++turn, ids.size(),
+               prompt_messages, prompt_messages == 1 ? "" : "s", r.generated_ids.size(),
+               full ? " (the context is full: the reply was cut; /clear to start again)" : "");
   }
   return 0;
 }
