@@ -120,6 +120,8 @@ struct HttpServer::Impl {
   const ChatTemplate& chat;
   Metrics& metrics;
   HttpOptions options;
+  /// When the server started (Unix seconds): /v1/models' "created", as vLLM reports it.
+  const std::int64_t started = static_cast<std::int64_t>(std::time(nullptr));
   std::shared_ptr<Gate> gate = std::make_shared<Gate>();
   std::atomic<std::int64_t> connections{0};
   std::atomic<std::size_t> pending_body{0};
@@ -298,7 +300,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
       const std::string& name = s_.options.served_model_name;
-      const Json model = {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "woq"}};
+      const Json model = {{"id", name}, {"object", "model"}, {"created", s_.started}, {"owned_by", "woq"}};
       if (get && path == "/health") return respond(200, dump({{"status", "ok"}}));
       if (get && path == "/metrics") return respond(200, s_.metrics.text(), "text/plain; version=0.0.4");
       if (get && path == "/v1/models") {

@@ -60,7 +60,12 @@ describe('woq serve (fp32, --parallel 8)', () => {
 
   test('models and health', async () => {
     assert.equal(model, 'stories260K');
-    assert.equal((await client.models.retrieve(model)).id, model);
+    const info = await client.models.retrieve(model);
+    assert.equal(info.id, model);
+    // "created": when the server started (Unix seconds), as vLLM reports it; not 0.
+    const now = Math.floor(Date.now() / 1000);
+    assert.ok(info.created > now - 3600 && info.created <= now, `created ${info.created}`);
+    assert.equal((await client.models.list()).data[0].created, info.created);
     const health = await fetch(`${server.url}/health`);
     assert.deepEqual(await health.json(), { status: 'ok' });
   });
