@@ -148,7 +148,7 @@ std::pair<std::string, std::string> perplexity(Model& m, const std::string& text
 }
 
 // eval compare with both models loaded: the reference's log-probabilities through an anonymous temporary file,
-// then the candidate, and (int8 activations against a reference without) the candidate's weights again with f32
+// then the candidate, and (rounded activations against a reference without) the candidate's weights again with f32
 // activations, as the CLI does.
 std::pair<std::string, std::string> compare(Model& m, Model& ref, const std::string& text, const std::string& source,
                                             const ScoringRequest& request, const py::object& progress) {

@@ -721,6 +721,19 @@ TEST(Cli, ActivationsFlagAndAttribution) {
   r = run(common + " --low-bit sym_int8 --activations int4");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown activations 'int4' (expected int8, f32, bf16 or int16)"), std::string::npos) << r.err;
+  r = run(common + " --low-bit sym_int8 --activations ''");  // refused, not taken for the default
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("an empty value"), std::string::npos) << r.err;
+  // The report names the activations whose rounding it measures.
+  r = run(common + " --low-bit sym_int8 --activations int16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rounding the activations (sym_int8 int16) adds"), std::string::npos) << r.out;
+  // eval recovery: --activations is the variants', not the fp32 baseline's (no false "has no effect").
+  r = run("eval recovery -m " + kModel + " --low-bit sym_int8 --activations int16 --tasks arc_easy=" WOQ_TEST_DATA
+          "/arc_easy_slice.jsonl --limit 20");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("activations: sym_int8 int16"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ std::string bytes_str(std::uint64_t bytes) {
 // One measured test: pp (prefill) or tg (decode) of one format at one thread count.
 struct Row {
   std::string low_bit;
-  std::string activations;  // LoadReport::activations: "sym_int8 bf16"; empty for float formats
+  std::string activations;  // LoadReport::activations: "sym_int8 int16"; empty for float formats
   int threads;
   bool is_pp;
   Stat ts;

@@ -136,7 +136,7 @@ int run_compare(const EvalArgs& a) {
   LoadReport report;
   auto model = load(a.model_dir, a, a.low_bit, pool, &report);
   const CompareStats s = compare_with_reference(*model, plan, a.scoring.batch, *ref, terminal_progress("candidate"));
-  // With int8 or bf16 activations, the same weights again with f32 activations: the weights' share of the error.
+  // With int8, int16 or bf16 activations, the same weights again with f32 activations: the weights' share of the error.
   std::optional<CompareStats> weights_only;
   if (report.rounded_activations && !ref_rounded) {
     model.reset();
@@ -245,10 +245,11 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   std::int64_t baseline_vocab = 0;
   for (std::size_t c = 0; c < columns.size(); ++c) {
     RecoveryColumn& col = columns[c];
-    EvalArgs load_args;
-    load_args.model = a.model;
     LoadReport report;
-    auto model = load(col.path, load_args, col.low_bit, pool, &report);
+    // The baseline without --activations (each format's default), as eval compare loads its reference: the flag is
+    // the variants'.
+    auto model = load_model(col.path, c == 0 ? reference_load_options(a.model, col.low_bit) : load_options(a.model, col.low_bit),
+                            pool, &report);
     if (c == 0) baseline_vocab = model->config().vocab_size;
     if (model->config().vocab_size != baseline_vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, model->config().vocab_size);

@@ -355,6 +355,8 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
     request.rounding = _str(rounding, "rounding")
     request.lm_head_low_bit = _str(lm_head_low_bit, "lm_head_low_bit", optional=True) or ""
     request.activations = _str(activations, "activations", optional=True) or ""
+    if activations == "":
+        raise ValueError('activations must be None (each format\'s default), "int8", "int16", "f32" or "bf16", got ""')
     engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
     _say(engine.summary, progress)
     return Model(engine, progress)

@@ -71,8 +71,9 @@ def compare(model, reference_model, text_or_path, ctx=512, batch=0, chunks=None,
     """How far `model`'s next-token distributions are from `reference_model`'s (the original, e.g.
     woq.optimize_model(path, low_bit="fp32")) on the same scored tokens, as `woq eval compare` (llama-perplexity
     --kl-divergence): mean / median / 90 % / 99 % / max KL divergence (nats), the same-top-token rate, both
-    perplexities and their ratio, and RMS change of the correct token's probability. When `model` multiplies int8
-    activations and the reference does not, its weights are run again with f32 activations (the weights' share).
+    perplexities and their ratio, and RMS change of the correct token's probability. When `model` rounds its
+    activations (int8, int16 or bf16) and the reference does not, its weights are run again with f32 activations
+    (the weights' share).
 
     Returns {"mean_kl", "kl_stderr", "median_kl", "p90_kl", "p99_kl", "max_kl", "same_top", "same_top_stderr",
     "ppl", "ref_ppl", "ppl_ratio", "rms_dp", "tokens", "model", "ref_model", "low_bit", "activations",

@@ -130,8 +130,9 @@ EvalReport compare_report(const CompareStats& s, const CompareStats* w, const Mo
                    100 * s.same_top_stderr, 100 * s.rms_dp);
   if (w != nullptr)
     t += fmt::format("With f32 activations (the weights alone): mean KLD = {:.6f} +/- {:.6f}, same top token = {:.3f} ± "
-                     "{:.3f} %; rounding the activations (int8, int16 or bf16) adds {:.6f} ({:.1f} % of the KLD)\n",
-                     w->mean_kl, w->kl_stderr, 100 * w->same_top, 100 * w->same_top_stderr, s.mean_kl - w->mean_kl,
+                     "{:.3f} %; rounding the activations ({}) adds {:.6f} ({:.1f} % of the KLD)\n",
+                     w->mean_kl, w->kl_stderr, 100 * w->same_top, 100 * w->same_top_stderr,
+                     activations.empty() ? std::string("int8, int16 or bf16") : printable_text(activations), s.mean_kl - w->mean_kl,
                      s.mean_kl > 0 ? 100 * (s.mean_kl - w->mean_kl) / s.mean_kl : 0.0);
   out.json = {{"low_bit", candidate.low_bit},
               {"model", candidate.label},

@@ -80,7 +80,7 @@ CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& pl
 /// eval compare's text (llama-perplexity --kl-divergence's figures) and JSON
 /// (low_bit, model, ref_model, tokens, ppl, ..., weights_only_*). `weights_only`
 /// is the candidate rerun with f32 activations (when it rounds its inputs to
-/// int8 or bf16 and the reference does not), else null. `activations` is
+/// int8, int16 or bf16 and the reference does not), else null. `activations` is
 /// LoadReport::activations of the candidate.
 EvalReport compare_report(const CompareStats& stats, const CompareStats* weights_only, const ModelIdentity& candidate,
                           const std::string& ref_label, const std::string& activations, const ScoringPlan& plan,

@@ -108,7 +108,7 @@ struct LoadReport {
   /// What the integer-format matrices multiply their inputs as, e.g.
   /// "sym_int4 int8, sym_int8 f32"; empty when there are none.
   std::string activations;
-  bool rounded_activations = false;  ///< some matrix rounds its inputs (int8 or bf16 activations)
+  bool rounded_activations = false;  ///< some matrix rounds its inputs (int8, int16 or bf16 activations)
   double repack_seconds = 0;                ///< wall time of reading and repacking them
   std::vector<std::string> warnings;        ///< oddities of the checkpoint that were tolerated
   double seconds = 0;                     ///< wall time of loading and quantizing

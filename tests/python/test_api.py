@@ -157,7 +157,7 @@ def test_bad_arguments_raise_clear_exceptions(model):
     for kwargs, message in [({"low_bit": "int3"}, "unknown low-bit type 'int3'"),
                             ({"group_size": 0}, "group_size 0 is invalid"),
                             ({"int4_range": "half"}, "unknown int4 range"),
-                            ({"activations": "int4"}, "int4"),
+                            ({"activations": "int4"}, "int4"), ({"activations": ""}, "activations must be None"),
                             ({"threads": -1}, "threads must be >= 0")]:
         with pytest.raises(ValueError, match=message):
             woq.optimize_model(MODEL, progress=False, **kwargs)
