@@ -452,6 +452,34 @@ TEST(Q8Activations, Int16SplitsIntoTwoInt8PartsAndRoundsToNearest) {
   }
 }
 
+// Inputs so small that q_max / amax overflows (from the attack review: 32512 / 1e-35 = inf made every value of
+// the unit -amax, zeros included) quantize to zeros, int8 and int16 alike, on every ISA; a larger tiny input keeps
+// its sign and size.
+TEST(Q8Activations, TinyInputsRoundToZeroNotToInfinity) {
+  QuantMatrix w = quantize_matrix(std::vector<float>(256, 1.0f).data(), 1, 256, {LowBit::kSymInt8, -1, Int4Range::kFull});
+  ThreadPool pool(1);
+  for (const Activations act : {Activations::kInt8, Activations::kInt16}) {
+    QuantMatrix wa = w;
+    wa.activations = act;
+    prepare_for_kernels(wa);
+    for (const float tiny : {1e-35f, 1e-38f, 1e-40f, 1e-33f}) {
+      std::vector<float> x(256, 0.0f);
+      x[0] = tiny;
+      for (const Isa isa : available_isas()) {
+        float y = std::nanf("");
+        matmul(wa, x.data(), 1, &y, pool, isa);
+        SCOPED_TRACE(::testing::Message() << activations_name(act) << " " << tiny << " " << isa_name(isa));
+        ASSERT_TRUE(std::isfinite(y));
+        ASSERT_GE(y, 0.0f);  // never the wrong sign
+        ASSERT_LE(y, 1.01f * tiny);
+        if (tiny == 1e-33f) {
+          EXPECT_NEAR(y, tiny, 0.01f * tiny);  // representable: kept
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatmulTest,
     ::testing::Values(Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},

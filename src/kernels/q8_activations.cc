@@ -27,7 +27,7 @@ void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activation
     return;
   }
   const float d = amax / 127.0f;
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float id = inv_scale(127.0f, amax);
   int sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto v = static_cast<std::int8_t>(std::nearbyint(xb[i] * id));
@@ -84,7 +84,7 @@ void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, 
       const float d = finite ? amax / static_cast<float>(kInt16Max) : std::numeric_limits<float>::quiet_NaN();
       for (std::int64_t b = b0; b < b1; ++b) out.d[static_cast<std::size_t>(r * out.padded + b)] = d;
       if (!finite) continue;  // zeros (as reset left them) and a NaN scale: every output they reach is NaN
-      const float id = amax > 0.0f ? static_cast<float>(kInt16Max) / amax : 0.0f;
+      const float id = inv_scale(static_cast<float>(kInt16Max), amax);
       std::int8_t* hi = out.q.data() + r * out.padded * kQ8Block + j0;
       std::int8_t* lo = out.lo.data() + r * out.padded * kQ8Block + j0;
       for (std::int64_t i = 0; i < n; ++i) {

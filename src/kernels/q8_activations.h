@@ -54,8 +54,17 @@ inline constexpr int kInt16Max = 32512;
 /// with 8-bit weights stay within int32 (4 · 32 · 128 · 32512 < 2^31).
 inline constexpr std::int64_t kInt16ScaleBlocks = 4;
 
+/// q_max / amax, the factor quantization multiplies inputs by; 0 when amax is 0 or so small that the
+/// factor overflows (then every input rounds to 0: without this, x · inf would be ±inf or NaN).
+inline float inv_scale(float q_max, float amax) {
+  const float id = amax > 0.0f ? q_max / amax : 0.0f;
+  return id <= 3.4028235e38f ? id : 0.0f;
+}
+
 /// Quantizes x [m, k] (row-major fp32) into `out` (buffers reused when large
 /// enough) with the kernels of `isa`; every ISA gives bit-identical results.
+/// A block whose largest magnitude is so small that 127 / amax overflows
+/// (below ~3.7e-37) quantizes to zeros: inv_scale's rule.
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out,
                           Isa isa = active_isa());
 
@@ -65,7 +74,8 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Acti
 /// v = nearbyint(x / d), stored as v = 255·hi + lo with hi = floor((v + 127) / 255),
 /// so |hi|, |lo| <= 127 (what every ISA's int8 dot products take, AVX2's
 /// sign trick included). 128 inputs holding a NaN or an infinity get zeros and
-/// d = NaN, as a block does in quantize_activations. One (scalar) implementation for every ISA.
+/// d = NaN, as a block does in quantize_activations; 128 inputs whose largest
+/// magnitude is below ~9.6e-35 (32512 / amax overflows) quantize to zeros. One (scalar) implementation for every ISA.
 void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out);
 
 namespace detail {

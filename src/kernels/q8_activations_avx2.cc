@@ -35,7 +35,7 @@ void quantize_activations_avx2(const float* x, Q8Activations& out) {
       m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
       const float max = _mm_cvtss_f32(m4);
       const float d = max / 127.0f;
-      const __m256 id = _mm256_set1_ps(max > 0.0f ? 127.0f / max : 0.0f);
+      const __m256 id = _mm256_set1_ps(inv_scale(127.0f, max));
       __m256i q[4];
       for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
       // Pack 32 int32 -> 32 int8; packs work per 128-bit lane, so restore order after.
