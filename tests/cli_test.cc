@@ -471,6 +471,12 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("| sym_int4 | 1 | pp8 | "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("±"), std::string::npos) << r.out;
+  // A bad format or activations is refused before anything is measured or printed.
+  r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 -t 1 --low-bit sym_int4,int3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("unknown low-bit type 'int3'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("memory read bandwidth"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
 
   const std::string gguf = tmp.file("q8.gguf");
   r = run("quantize -m " + kModel + " -o " + gguf + " --format gguf --low-bit sym_int8");

@@ -91,6 +91,9 @@ void print_table_row(const Row& row, const BenchArgs& a) {
 }
 
 int run_bench_command(const BenchArgs& a) {
+  // Every format's options parsed (and refused if bad) before the bandwidth measurement and the table start.
+  std::vector<LoadOptions> formats;
+  for (const auto& low_bit : a.low_bits) formats.push_back(load_options(a.model, low_bit));
   std::map<int, double> bandwidth;  // threads -> bytes/s
   std::vector<int> threads;
   for (const int t : a.threads) threads.push_back(t > 0 ? t : ThreadPool(0).size());
@@ -111,8 +114,8 @@ int run_bench_command(const BenchArgs& a) {
     a.json ? print_json_line(row, a) : print_table_row(row, a);
     std::fflush(stdout);
   };
-  for (const auto& low_bit : a.low_bits) {
-    const LoadOptions options = load_options(a.model, low_bit);
+  for (std::size_t f = 0; f < a.low_bits.size(); ++f) {
+    const LoadOptions& options = formats[f];
     ThreadPool load_pool(0);
     LoadReport report;
     auto model = load_model(a.model_dir, options, load_pool, &report);  // once per format

@@ -339,7 +339,8 @@ def test_the_readme_notebook_example_runs(tmp_path):
     section = readme[readme.index("### After optimize_model"):]
     code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
     assert "woq.explain(" in code and "woq.eval.compare(" in code and "woq.eval.tasks(" in code
-    code = code.replace('"/tmp/stories-gptq"', repr(str(tmp_path / "stories-gptq")))
+    assert '"/tmp/stories-gptq-py"' in code
+    code = code.replace('"/tmp/stories-gptq-py"', repr(str(tmp_path / "stories-gptq")))
     r = subprocess.run([sys.executable, "-c", code], cwd=SOURCE, capture_output=True, text=True, timeout=300,
                        env=os.environ)
     assert r.returncode == 0, r.stderr
