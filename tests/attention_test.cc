@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/workspace.h"
 
 namespace woq {
 namespace {
@@ -81,11 +82,13 @@ std::vector<double> reference(const std::vector<float>& q, std::int64_t t_count,
   return out;
 }
 
+// With `ws`, the call reuses its buffers (else a fresh Workspace).
 std::vector<float> run(const std::vector<float>& q, std::int64_t t_count, std::int64_t pos0, const Cache& c, int threads,
-                       Isa isa) {
+                       Isa isa, Workspace* ws = nullptr) {
   ThreadPool pool(threads);
   std::vector<float> out(static_cast<std::size_t>(t_count * c.shape.heads * c.shape.head_dim));
-  causal_attention(q.data(), t_count, pos0, c.shape, c.tiles(), out.data(), pool, isa);
+  if (ws != nullptr) causal_attention(q.data(), t_count, pos0, c.shape, c.tiles(), out.data(), pool, *ws, isa);
+  else causal_attention(q.data(), t_count, pos0, c.shape, c.tiles(), out.data(), pool, isa);
   return out;
 }
 
@@ -126,9 +129,11 @@ TEST(Attention, MatchesF64ReferenceAtLongContext) {
   }
 }
 
-// Prefill equals token-by-token decode and any other split of the tokens, bit for bit, whatever the thread count.
+// Prefill equals token-by-token decode and any other split of the tokens, bit for bit, whatever the thread count;
+// the split runs carry one Workspace through shapes and chunk sizes (its buffers hold what the last call left).
 TEST(Attention, SameBitsInAnyBatchAndThreadCount) {
   const std::int64_t positions = 333;
+  Workspace ws;
   for (const AttentionShape& shape : {AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 72, .window = 100},
                                       AttentionShape{.heads = 4, .kv_heads = 4, .head_dim = 64}}) {
     const Cache cache(shape, positions, 11);
@@ -143,7 +148,7 @@ TEST(Attention, SameBitsInAnyBatchAndThreadCount) {
           for (std::int64_t t0 = 0; t0 < positions; t0 += chunk) {
             const std::int64_t n = std::min(chunk, positions - t0);
             const std::vector<float> part(q.begin() + t0 * q_dim, q.begin() + (t0 + n) * q_dim);
-            const std::vector<float> got = run(part, n, t0, cache, threads, isa);
+            const std::vector<float> got = run(part, n, t0, cache, threads, isa, &ws);
             std::copy(got.begin(), got.end(), split.begin() + t0 * q_dim);
           }
           EXPECT_EQ(std::memcmp(split.data(), whole.data(), whole.size() * sizeof(float)), 0)

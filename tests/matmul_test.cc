@@ -313,6 +313,51 @@ TEST(SharedInput, EqualsOneMatmulPerMatrixBitForBit) {
   EXPECT_THROW(matmul_shared_input(mixed, x.data(), 1, pool), Error);
 }
 
+// One Workspace carried through calls of every path, format, width and token
+// count, larger and smaller by turns (what a model's passes do): each call
+// gives the bits of a call with a fresh Workspace, so no kernel reads what an
+// earlier call left in its buffers.
+TEST(Workspace, ReusedBuffersGiveTheBitsOfFreshOnes) {
+  struct Spec {
+    std::int64_t rows, k;
+    QuantSpec spec;
+    Activations act;
+  };
+  const std::vector<Spec> specs = {
+      {40, 4096 + 96, {LowBit::kSymInt8, 32, Int4Range::kFull}, Activations::kInt16},
+      {24, 160, {LowBit::kSymInt8, -1, Int4Range::kFull}, Activations::kInt16},
+      {18, 960 + 32, {LowBit::kSymInt8, 96, Int4Range::kFull}, Activations::kInt16},  // odd scale units
+      {33, 1000, {LowBit::kAsymInt4, 128, Int4Range::kFull}, Activations::kInt8},
+      {17, 4096, {LowBit::kSymInt4, 32, Int4Range::kFull}, Activations::kBf16},
+      {9, 96, {LowBit::kSymInt8, 32, Int4Range::kFull}, Activations::kBf16},
+      {19, 2048 + 7, {LowBit::kSymInt8, 32, Int4Range::kFull}, Activations::kF32},
+      {21, 300, {LowBit::kFp16, 0, Int4Range::kFull}, Activations::kF32},
+  };
+  std::uint32_t seed = 300;
+  std::vector<QuantMatrix> ws;
+  for (const Spec& sp : specs) {
+    ws.push_back(quantize_matrix(random_vector(sp.rows * sp.k, seed++, 0.05f).data(), sp.rows, sp.k, sp.spec));
+    ws.back().activations = sp.act;
+    prepare_for_kernels(ws.back());
+  }
+  for (const int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const Isa isa : available_isas()) {
+      Workspace reused;
+      for (const std::int64_t m : {48, 1, 33, 5, 16, 2}) {
+        for (std::size_t i = 0; i < ws.size(); ++i) {
+          const std::size_t at = (i + static_cast<std::size_t>(m)) % ws.size();  // a different order each round
+          const auto x = random_vector(m * ws[at].cols, seed++, 1.0f);
+          std::vector<float> got(static_cast<std::size_t>(m * ws[at].rows)), fresh(got.size());
+          matmul(ws[at], x.data(), m, got.data(), pool, reused, isa);
+          matmul(ws[at], x.data(), m, fresh.data(), pool, isa);
+          ASSERT_EQ(got, fresh) << "matrix " << at << " m=" << m << " threads=" << threads << " isa=" << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
 // A NaN or an infinity among the inputs makes the outputs NaN on every ISA and
 // integer format (the quantized activations must not turn it into a finite value).
 TEST(Q8Activations, NonFiniteInputsGiveNaNOnEveryIsa) {

@@ -36,7 +36,7 @@ void ThreadPool::worker_loop(int index) {
   std::uint64_t seen = 0;
   for (;;) {
     std::pair<std::int64_t, std::int64_t> chunk;
-    const std::function<void(std::int64_t, std::int64_t)>* job = nullptr;
+    const std::function<void(int, std::int64_t, std::int64_t)>* job = nullptr;
     {
       std::unique_lock lock(mutex_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -48,7 +48,7 @@ void ThreadPool::worker_loop(int index) {
     std::exception_ptr err;
     if (chunk.first < chunk.second) {
       try {
-        (*job)(chunk.first, chunk.second);
+        (*job)(index, chunk.first, chunk.second);
       } catch (...) {
         err = std::current_exception();
       }
@@ -64,12 +64,18 @@ void ThreadPool::worker_loop(int index) {
 void ThreadPool::parallel_for(std::int64_t n,
                               const std::function<void(std::int64_t, std::int64_t)>& fn,
                               std::int64_t grain) {
+  parallel_for_threads(n, [&fn](int, std::int64_t begin, std::int64_t end) { fn(begin, end); }, grain);
+}
+
+void ThreadPool::parallel_for_threads(std::int64_t n,
+                                      const std::function<void(int, std::int64_t, std::int64_t)>& fn,
+                                      std::int64_t grain) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
   const std::int64_t blocks = (n + grain - 1) / grain;
   const int threads = static_cast<int>(std::min<std::int64_t>(size(), blocks));
   if (threads == 1) {
-    fn(0, n);
+    fn(0, 0, n);
     return;
   }
   // Chunk i gets blocks [i*blocks/threads, (i+1)*blocks/threads).
@@ -90,7 +96,7 @@ void ThreadPool::parallel_for(std::int64_t n,
   start_cv_.notify_all();
   std::exception_ptr err;
   try {
-    fn(chunks_[0].first, chunks_[0].second);
+    fn(0, chunks_[0].first, chunks_[0].second);
   } catch (...) {
     err = std::current_exception();
   }

@@ -32,6 +32,12 @@ class ThreadPool {
   /// done. An exception thrown by fn is rethrown here (the first one).
   void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
                     std::int64_t grain = 1);
+  /// parallel_for whose fn(thread, begin, end) also learns which thread runs
+  /// the chunk: thread in [0, size()), 0 the caller's, no two chunks of one
+  /// call on the same thread (an index into per-thread buffers, Workspace).
+  void parallel_for_threads(std::int64_t n,
+                            const std::function<void(int, std::int64_t, std::int64_t)>& fn,
+                            std::int64_t grain = 1);
 
  private:
   void worker_loop(int index);
@@ -40,7 +46,7 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  const std::function<void(std::int64_t, std::int64_t)>* job_ = nullptr;
+  const std::function<void(int, std::int64_t, std::int64_t)>* job_ = nullptr;
   std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
   std::uint64_t generation_ = 0;
   int pending_ = 0;

@@ -299,9 +299,9 @@ void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* src = w.data.data() + row * w.row_bytes;
   const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
   const std::uint8_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data() + row * w.groups_per_row;
-  thread_local std::vector<std::uint8_t> row_data, row_zeros;
-  thread_local std::vector<std::uint16_t> row_scales;
-  if (w.interleave != 1) {  // the row, gathered into the row-major layout
+  std::vector<std::uint8_t> row_data, row_zeros;
+  std::vector<std::uint16_t> row_scales;
+  if (w.interleave != 1) {  // the row, gathered into the row-major layout (a rare path: explain's f32 rows)
     row_data.resize(static_cast<std::size_t>(w.row_bytes));
     row_scales.resize(static_cast<std::size_t>(w.groups_per_row));
     row_zeros.resize(static_cast<std::size_t>(w.groups_per_row));

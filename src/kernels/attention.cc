@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/attention_tile.h"
+#include "kernels/workspace.h"
 
 namespace woq {
 namespace detail {
@@ -27,6 +28,12 @@ void attention_job_scalar(const AttentionJob& job) { run_attention_job<Lane1>(jo
 
 void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
                       const KvTiles& kv, float* out, ThreadPool& pool, Isa isa) {
+  Workspace ws;
+  causal_attention(q, t_count, pos0, shape, kv, out, pool, ws, isa);
+}
+
+void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
+                      const KvTiles& kv, float* out, ThreadPool& pool, Workspace& ws, Isa isa) {
   if (shape.kv_heads < 1 || shape.heads < 1 || shape.heads % shape.kv_heads != 0 || shape.head_dim < 1)
     fail("attention: {} query heads, {} kv heads and head_dim {} (heads must be a positive multiple of kv_heads)",
          shape.heads, shape.kv_heads, shape.head_dim);
@@ -47,9 +54,10 @@ void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, c
   const std::int64_t parts = tiles * shape.kv_heads >= 4 * pool.size() ? 1 : group;
   const std::int64_t heads_per_job = group / parts;
   const std::int64_t per_tile = shape.kv_heads * parts;
-  pool.parallel_for(tiles * per_tile, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> work(static_cast<std::size_t>(
-        detail::attention_work_floats(shape.head_dim, detail::kAttentionQueryTile * heads_per_job)));
+  ws.fit(pool.size());
+  pool.parallel_for_threads(tiles * per_tile, [&](int thread, std::int64_t begin, std::int64_t end) {
+    float* work = ws.arena(thread).get<float>(
+        kSlotAttention, detail::attention_work_floats(shape.head_dim, detail::kAttentionQueryTile * heads_per_job));
     for (std::int64_t j = begin; j < end; ++j) {
       // Causal work grows with the tile: jobs alternate between early and late
       // tiles (0, last, 1, last - 1, ...) so that contiguous chunks carry equal work.
@@ -69,7 +77,7 @@ void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, c
                                      .kvh = h0 / group,
                                      .window = shape.window,
                                      .kv = &kv,
-                                     .work = work.data()};
+                                     .work = work};
       run_job(job);
     }
   });

@@ -12,6 +12,7 @@
 namespace woq {
 
 class ThreadPool;
+class Workspace;
 
 /// Positions per key tile. Tiles start at multiples of it (absolute positions),
 /// so that every query meets the same tiles whatever batch it is computed in.
@@ -51,6 +52,11 @@ struct KvTiles {
 ///
 /// Throws woq::Error when heads is not a positive multiple of kv_heads or
 /// kv covers too few tiles.
+///
+/// Each thread's work buffer (transposed keys, scores) comes from its arena of
+/// `ws` (slot kSlotAttention); the overload without one uses a temporary.
+void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
+                      const KvTiles& kv, float* out, ThreadPool& pool, Workspace& ws, Isa isa = active_isa());
 void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
                       const KvTiles& kv, float* out, ThreadPool& pool, Isa isa = active_isa());
 

@@ -112,7 +112,7 @@ void tile_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const A
 }
 
 void tile_bf16_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
-                      std::int64_t t0, std::int64_t tokens, float* y) {
+                      std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
   tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
     switch (w.type) {
       case LowBit::kSymInt4: return dot_bf16_scalar<LowBit::kSymInt4>(w, args...);
@@ -123,7 +123,7 @@ void tile_bf16_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, co
 }
 
 void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
-                    std::int64_t t0, std::int64_t tokens, float* y) {
+                    std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
   tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
     switch (w.type) {
       case LowBit::kSymInt4: return dot_q8_scalar<LowBit::kSymInt4>(w, args...);
@@ -180,49 +180,48 @@ constexpr std::int64_t kQ8GroupGrain = 4;
 // Interleaved matrices (prepared for int8 activations, then switched to
 // f32 ones, as explain does) are widened row by row through the reference.
 void float_rows(const QuantMatrix& w, const float* x, std::int64_t m, float* y, const detail::RowKernels& kern,
-                std::int64_t r0, std::int64_t r1) {
+                std::int64_t r0, std::int64_t r1, ScratchArena& arena) {
   const std::int64_t n = w.rows;
   const std::int64_t k = w.cols;
   const bool flat = w.interleave == 1;
   if (m < kTiledMinRows && flat) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<std::size_t>(k));
+    float* scratch = arena.get<float>(kSlotDotRow, k);
     float out[detail::kDotRows];
     for (std::int64_t r = r0; r < r1; r += detail::kDotRows) {
       const std::int64_t rows = std::min(detail::kDotRows, r1 - r);
       for (std::int64_t i = 0; i < m; ++i) {
-        kern.dot_rows(w, r, rows, x + i * k, out, scratch.data());
+        kern.dot_rows(w, r, rows, x + i * k, out, scratch);
         for (std::int64_t j = 0; j < rows; ++j) y[i * n + r + j] = out[j];
       }
     }
     return;
   }
   const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
-  thread_local std::vector<float> tile;
-  tile.resize(static_cast<std::size_t>(kTileRows * k));
+  float* tile = arena.get<float>(kSlotWidenTile, kTileRows * k);
   for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
     const std::int64_t rows = std::min(kTileRows, r1 - t0);
-    for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile.data() + r * k);
+    for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile + r * k);
     for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t r = 0; r < rows; ++r) y[i * n + t0 + r] = kern.dot_f32(tile.data() + r * k, x + i * k, k);
+      for (std::int64_t r = 0; r < rows; ++r) y[i * n + t0 + r] = kern.dot_f32(tile + r * k, x + i * k, k);
   }
 }
 
 // One parallel pass over the work units (rows on the float path, 8-row groups
-// on the integer path) of several matrices laid end to end: fn(i, u0, u1)
-// covers units [u0, u1) of matrix i.
+// on the integer path) of several matrices laid end to end: fn(i, u0, u1, arena)
+// covers units [u0, u1) of matrix i with the running thread's arena of `ws`.
 template <typename Fn>
 void parallel_over(std::span<const MatmulOutput> outs, std::int64_t (*units)(const QuantMatrix&), std::int64_t grain,
-                   ThreadPool& pool, const Fn& fn) {
+                   ThreadPool& pool, Workspace& ws, const Fn& fn) {
   std::int64_t total = 0;
   for (const MatmulOutput& o : outs) total += units(*o.w);
-  pool.parallel_for(
+  ws.fit(pool.size());
+  pool.parallel_for_threads(
       total,
-      [&](std::int64_t u0, std::int64_t u1) {
+      [&](int thread, std::int64_t u0, std::int64_t u1) {
         std::int64_t start = 0;
         for (std::size_t i = 0; i < outs.size() && start < u1; ++i) {
           const std::int64_t end = start + units(*outs[i].w);
-          if (end > u0) fn(i, std::max(u0, start) - start, std::min(u1, end) - start);
+          if (end > u0) fn(i, std::max(u0, start) - start, std::min(u1, end) - start, ws.arena(thread));
           start = end;
         }
       },
@@ -255,45 +254,48 @@ std::int64_t tile_chunk(const detail::RowKernels& kern, std::int64_t token_bytes
 // one parallel pass over 8-row groups, tokens in chunks of `chunk`.
 template <typename Activations, typename Tile>
 void tiles_over(std::span<const MatmulOutput> outs, const Activations& a, std::int64_t m, std::int64_t chunk,
-                ThreadPool& pool, Tile tile) {
+                ThreadPool& pool, Workspace& ws, Tile tile) {
   for (const MatmulOutput& o : outs)
     if (o.w->interleave != kInterleaveRows)
       fail("matmul: a [{}, {}] {} matrix with {} activations must be prepared first (prepare_for_kernels)",
            o.w->rows, o.w->cols, low_bit_name(o.w->type), activations_name(o.w->activations));
-  parallel_over(outs, group_units, kQ8GroupGrain, pool, [&](std::size_t i, std::int64_t g0, std::int64_t g1) {
-    for (std::int64_t t0 = 0; t0 < m; t0 += chunk) tile(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y);
-  });
+  parallel_over(outs, group_units, kQ8GroupGrain, pool, ws,
+                [&](std::size_t i, std::int64_t g0, std::int64_t g1, ScratchArena& arena) {
+                  for (std::int64_t t0 = 0; t0 < m; t0 += chunk)
+                    tile(*outs[i].w, g0, g1, a, t0, std::min(chunk, m - t0), outs[i].y, arena);
+                });
 }
 
 // Every matrix of `outs` takes the same path and reads x as given (no act-order).
-void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool, Isa isa) {
+void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
+                      Workspace& ws, Isa isa) {
   const detail::RowKernels& kern = detail::kernels(isa);
   const std::int64_t k = outs[0].w->cols;
   switch (path_of(*outs[0].w)) {
     case Path::kFloat: {
       const std::int64_t grain = m < kTiledMinRows ? 1 : kTileRows;
-      parallel_over(outs, row_units, grain, pool, [&](std::size_t i, std::int64_t r0, std::int64_t r1) {
-        float_rows(*outs[i].w, x, m, outs[i].y, kern, r0, r1);
-      });
+      parallel_over(outs, row_units, grain, pool, ws,
+                    [&](std::size_t i, std::int64_t r0, std::int64_t r1, ScratchArena& arena) {
+                      float_rows(*outs[i].w, x, m, outs[i].y, kern, r0, r1, arena);
+                    });
       return;
     }
     case Path::kInt8:
     case Path::kInt16: {
-      // Reused between calls; workers see it through the reference (a
-      // thread_local named inside the lambda would be each worker's own).
-      thread_local Q8Activations buffer;
+      Q8Activations& buffer = ws.q8;
       const bool wide = path_of(*outs[0].w) == Path::kInt16;
       if (wide) quantize_activations_int16(x, m, k, buffer);
       else quantize_activations(x, m, k, buffer, isa);
       const std::int64_t token_bytes = (wide ? 2 : 1) * buffer.padded * kQ8Block;
       const std::int64_t chunk = tile_chunk(kern, token_bytes);
-      return tiles_over(outs, buffer, m, wide ? std::max(kBf16ChunkTokens, chunk) : chunk, pool, kern.tile_q8);
+      return tiles_over(outs, buffer, m, wide ? std::max(kBf16ChunkTokens, chunk) : chunk, pool, ws, kern.tile_q8);
     }
     case Path::kBf16: {
-      thread_local Bf16Activations buffer;
+      Bf16Activations& buffer = ws.bf16;
       round_activations_bf16(x, m, k, buffer, kern.round_bf16);
       const std::int64_t bytes = buffer.stride() * static_cast<std::int64_t>(sizeof(std::uint16_t));
-      return tiles_over(outs, buffer, m, std::max(kBf16ChunkTokens, tile_chunk(kern, bytes)), pool, kern.tile_bf16);
+      return tiles_over(outs, buffer, m, std::max(kBf16ChunkTokens, tile_chunk(kern, bytes)), pool, ws,
+                        kern.tile_bf16);
     }
   }
 }
@@ -312,13 +314,25 @@ void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
   if (path_of(w) != Path::kFloat) interleave_rows(w, pool);
 }
 
-void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Isa isa) {
+void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Workspace& ws,
+            Isa isa) {
   const MatmulOutput out{&w, y};
-  matmul_shared_input(std::span(&out, 1), x, m, pool, isa);
+  matmul_shared_input(std::span(&out, 1), x, m, pool, ws, isa);
+}
+
+void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Isa isa) {
+  Workspace ws;
+  matmul(w, x, m, y, pool, ws, isa);
 }
 
 void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
                          Isa isa) {
+  Workspace ws;
+  matmul_shared_input(outs, x, m, pool, ws, isa);
+}
+
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
+                         Workspace& ws, Isa isa) {
   if (outs.empty()) return;
   for (const MatmulOutput& o : outs)
     if (o.w->cols != outs[0].w->cols)
@@ -326,12 +340,12 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std
   bool same = true;
   for (const MatmulOutput& o : outs)
     same = same && o.w->input_order.empty() && path_of(*o.w) == path_of(*outs[0].w);
-  if (same) return matmul_same_path(outs, x, m, pool, isa);
+  if (same) return matmul_same_path(outs, x, m, pool, ws, isa);
   for (const MatmulOutput& o : outs) {
     const float* in = x;
     if (!o.w->input_order.empty()) {
       // Act-order: gather the inputs into storage order once per matrix.
-      thread_local std::vector<float> gathered;
+      std::vector<float>& gathered = ws.gathered;
       gathered.resize(static_cast<std::size_t>(m * o.w->cols));
       for (std::int64_t i = 0; i < m; ++i)
         for (std::int64_t k = 0; k < o.w->cols; ++k)
@@ -340,7 +354,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std
       in = gathered.data();
     }
     const MatmulOutput one = o;
-    matmul_same_path(std::span(&one, 1), in, m, pool, isa);
+    matmul_same_path(std::span(&one, 1), in, m, pool, ws, isa);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "formats/low_bit.h"
 #include "kernels/bf16_activations.h"
 #include "kernels/q8_activations.h"
+#include "kernels/workspace.h"
 
 namespace woq {
 
@@ -44,6 +45,11 @@ class ThreadPool;
 /// fall below fp32's normal range to zero; on the float path results agree
 /// to float rounding. On every path, within one ISA, an output does not
 /// depend on m, the other inputs or the thread count.
+///
+/// `ws` holds the buffers the call reuses (quantized activations, per-thread
+/// scratch); the overload without one uses a temporary Workspace.
+void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Workspace& ws,
+            Isa isa = active_isa());
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool,
             Isa isa = active_isa());
 
@@ -59,6 +65,8 @@ struct MatmulOutput {
 /// the pool) over the rows of all of them when they take the same path and
 /// none has an act-order (else one matmul each). Throws woq::Error when the
 /// column counts differ.
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
+                         Workspace& ws, Isa isa = active_isa());
 void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool,
                          Isa isa = active_isa());
 
@@ -109,12 +117,13 @@ struct RowKernels {
   /// y[t, r] = Σ_k W[r, k] · A[t, k] for the rows of row groups [g0, g1) of
   /// an interleaved W (rows [8 g0, min(8 g1, W.rows))) and t in [t0, t0 + tokens),
   /// with A the int8 activations (or int16 ones, a.wide); y is [a.m, W.rows].
+  /// `scratch` is the calling thread's arena (slots kSlotTile*).
   void (*tile_q8)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
-                  std::int64_t t0, std::int64_t tokens, float* y);
+                  std::int64_t t0, std::int64_t tokens, float* y, ScratchArena& scratch);
   /// tile_q8 of the bf16 path: the bf16 activations `a` (tokens [t0, t0 + tokens)) against the weights' integers, summed per group (matmul.cc's reference order;
   /// amx's tiles sum in their own order, the same for every batch).
   void (*tile_bf16)(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
-                    std::int64_t t0, std::int64_t tokens, float* y);
+                    std::int64_t t0, std::int64_t tokens, float* y, ScratchArena& scratch);
   /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
   /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].

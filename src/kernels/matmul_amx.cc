@@ -39,6 +39,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "formats/interleave.h"
@@ -154,11 +155,32 @@ struct WideUnit {
     else _tile_dpbsud(c, a, b);                       \
   } while (false)
 
+// The sums of one C tile (16 tokens x 16 rows, c[16 j + lane]) of scale unit [u0, u0 + n) meet the scales:
+// acc[j] += (sum - z · Σ qsum) · s_w · d_a, with z the zero points (8 for sym_int4, `zero` for asym_int4, none
+// for sym_int8). For int16 activations (kWide) the sum is 255 · c + c_lo, the high and low parts' sums.
+template <LowBit T, bool kWide>
+inline void scale_sums(const std::int32_t* c, const std::int32_t* c_lo, __m512 dw, __m512i zero,
+                       const Q8Activations& a, std::int64_t t, std::int64_t u0, std::int64_t n, __m512* acc) {
+  for (int j = 0; j < kTileTokens; ++j) {
+    const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + u0);
+    __m512i isum = _mm512_load_si512(c + 16 * j);
+    if constexpr (kWide)
+      isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), _mm512_load_si512(c_lo + 16 * j));
+    if constexpr (T != LowBit::kSymInt8) {
+      std::int32_t qsum = a.qsum[at];
+      for (std::int64_t b = 1; b < n; ++b) qsum += a.qsum[at + static_cast<std::size_t>(b)];
+      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+      else isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
+    }
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
+  }
+}
+
 // Tokens [t, t + 16) x NP row pairs (pair p: groups gs[2p] and gs[2p + 1], B in bufs[p]); `c` holds four
 // C tiles. `step`: blocks per tile product (2, or 1 with the single-block configuration).
 template <LowBit T, int NP>
 void amx_tile_wide(const QuantMatrix& w, const std::int64_t* gs, const std::uint8_t* const* bufs,
-                   const std::vector<WideUnit>& units, std::int64_t step, const Q8Activations& a, std::int64_t t,
+                   std::span<const WideUnit> units, std::int64_t step, const Q8Activations& a, std::int64_t t,
                    std::int32_t* c, float* y) {
   const GroupOf group_of(w, a.blocks);
   const std::int64_t stride = a.padded * kQ8Block;
@@ -198,26 +220,11 @@ void amx_tile_wide(const QuantMatrix& w, const std::int64_t* gs, const std::uint
       __m512 dw;
       __m512i zero = _mm512_setzero_si512();  // asym_int4's zero points, per row
       pair_scales<T>(w, gs[2 * p], gs[2 * p + 1], group_of(u.u0), dw, zero);
-      const std::int32_t* ch = c + 512 * p;
-      for (int j = 0; j < kTileTokens; ++j) {
-        const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + u.u0);
-        __m512i isum = _mm512_load_si512(ch + 16 * j);
-        isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), _mm512_load_si512(ch + 256 + 16 * j));
-        if constexpr (T != LowBit::kSymInt8) {
-          std::int32_t qsum = 0;
-          for (std::int64_t b = 0; b < u.u1 - u.u0; ++b) qsum += a.qsum[at + static_cast<std::size_t>(b)];
-          if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
-          else isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
-        }
-        acc[p][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[p][j]);
-      }
+      scale_sums<T, true>(c + 512 * p, c + 512 * p + 256, dw, zero, a, t, u.u0, u.u1 - u.u0, acc[p]);
     }
   }
   for (int p = 0; p < NP; ++p) {
-    const std::int64_t r0 = gs[2 * p] * kInterleaveRows;
-    const std::int64_t lanes = std::min((gs[2 * p + 1] == gs[2 * p] ? 1 : 2) * kInterleaveRows, w.rows - r0);
-    const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-    for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[p][j]);
+    store_pair_rows(w, gs[2 * p], gs[2 * p + 1], acc[p], t, kTileTokens, y);
   }
 }
 
@@ -264,19 +271,9 @@ void amx_tile_wide_single(const QuantMatrix& w, std::int64_t g, std::int64_t g2,
       _tile_stored(6, c, 64);
       _tile_stored(7, c + 256, 64);
     }
-    for (int j = 0; j < kTileTokens; ++j) {
-      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + blk);
-      __m512i isum = _mm512_load_si512(c + 16 * j);
-      isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), _mm512_load_si512(c + 256 + 16 * j));
-      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * a.qsum[at]));
-      if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(a.qsum[at])));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
-    }
+    scale_sums<T, true>(c, c + 256, dw, zero, a, t, blk, 1, acc);
   }
-  const std::int64_t r0 = g * kInterleaveRows;
-  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
-  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+  store_pair_rows(w, g, g2, acc, t, kTileTokens, y);
 }
 
 #undef WOQ_WIDE_DP
@@ -284,31 +281,29 @@ void amx_tile_wide_single(const QuantMatrix& w, std::int64_t g, std::int64_t g2,
 // tile_q8 for int16 activations over `full` tokens (a multiple of 16) from t0.
 template <LowBit T>
 void tile_q8_wide(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
-                  std::int64_t full, float* y) {
+                  std::int64_t full, float* y, ScratchArena& scratch) {
   const std::int64_t kb = a.blocks;
   const GroupOf group_of(w, kb);
-  // Reused between calls (one per worker thread).
-  thread_local std::vector<WideUnit> units;
-  thread_local std::vector<std::int64_t> slots;
-  thread_local std::vector<std::uint8_t> buffer;
-  units.clear();
-  slots.resize(static_cast<std::size_t>(kb));
+  WideUnit* unit_data = scratch.get<WideUnit>(kSlotTileUnits, kb);
+  std::int64_t* slots = scratch.get<std::int64_t>(kSlotTileSlots, kb);
+  std::int64_t unit_count = 0;
   bool single = true;  // every unit one block
   for (std::int64_t u0 = 0, u1 = 0; u0 < kb; u0 = u1) {
     for (u1 = u0 + 1; !unit_ends(group_of, a, u1 - 1);) ++u1;
-    units.push_back({u0, u1, 0});
+    unit_data[unit_count++] = {u0, u1, 0};
     single = single && u1 == u0 + 1;
   }
+  const std::span<WideUnit> units(unit_data, static_cast<std::size_t>(unit_count));
   const std::int64_t step = single ? 1 : 2;
   std::int64_t slot = 0;
   for (WideUnit& u : units) {
     u.slot = slot;
-    for (std::int64_t b = u.u0; b < u.u1; ++b) slots[static_cast<std::size_t>(b)] = slot + b - u.u0;
+    for (std::int64_t b = u.u0; b < u.u1; ++b) slots[b] = slot + b - u.u0;
     slot += (u.u1 - u.u0 + step - 1) / step * step;
   }
   const std::int64_t pair_bytes = slot * kTileBBytes;
-  buffer.resize(static_cast<std::size_t>(2 * pair_bytes));
-  std::uint8_t* bufs[2] = {buffer.data(), buffer.data() + pair_bytes};
+  std::uint8_t* buffer = scratch.get<std::uint8_t>(kSlotTileB, 2 * pair_bytes);
+  std::uint8_t* bufs[2] = {buffer, buffer + pair_bytes};
   for (const WideUnit& u : units)  // the zero blocks beside odd last blocks (unpacking never writes them)
     if ((u.u1 - u.u0) % step != 0)
       for (std::uint8_t* base : bufs) std::memset(base + (u.slot + u.u1 - u.u0) * kTileBBytes, 0, kTileBBytes);
@@ -330,7 +325,7 @@ void tile_q8_wide(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const 
     for (int p = 0; p < np; ++p) {
       gs[2 * p] = g + 2 * p;
       gs[2 * p + 1] = gs[2 * p] + 1 < g1 ? gs[2 * p] + 1 : gs[2 * p];
-      unpack_pair<T>(w, gs[2 * p], gs[2 * p + 1], kb, bufs[p], slots.data());
+      unpack_pair<T>(w, gs[2 * p], gs[2 * p + 1], kb, bufs[p], slots);
     }
     for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) {
       if (np == 2) amx_tile_wide<T, 2>(w, gs, bufs, units, step, a, t, c, y);
@@ -366,47 +361,36 @@ void amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const std::
     }
     if (blk % 2 == 0) _tile_stored(2, c, 64);
     else _tile_stored(5, c, 64);
-    for (int j = 0; j < kTileTokens; ++j) {
-      const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + blk);
-      __m512i isum = _mm512_load_si512(c + 16 * j);
-      const std::int32_t qsum = a.qsum[at];
-      if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
-      if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
-    }
+    scale_sums<T, false>(c, nullptr, dw, zero, a, t, blk, 1, acc);
   }
-  const std::int64_t r0 = g * kInterleaveRows;
-  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
-  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (int j = 0; j < kTileTokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+  store_pair_rows(w, g, g2, acc, t, kTileTokens, y);
 }
 
 template <LowBit T>
 void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
-                   std::int64_t tokens, float* y) {
+                   std::int64_t tokens, float* y, ScratchArena& scratch) {
   const std::int64_t full = tokens / kTileTokens * kTileTokens;
   if (full > 0 && a.wide) {
-    tile_q8_wide<T>(w, g0, g1, a, t0, full, y);
+    tile_q8_wide<T>(w, g0, g1, a, t0, full, y, scratch);
   } else if (full > 0) {
-    // Reused between calls (one per worker thread).
-    thread_local std::vector<std::uint8_t> b;
-    b.resize(static_cast<std::size_t>(a.blocks * kTileBBytes));
+    std::uint8_t* b = scratch.get<std::uint8_t>(kSlotTileB, a.blocks * kTileBBytes);
     alignas(64) std::int32_t c[kTileTokens * 16];
     static const TileConfig config;
     _tile_loadconfig(&config);
     for (std::int64_t g = g0; g < g1; g += 2) {
       const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
-      unpack_pair<T>(w, g, g2, a.blocks, b.data());
-      for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) amx_tile<T>(w, g, g2, b.data(), a, t, c, y);
+      unpack_pair<T>(w, g, g2, a.blocks, b);
+      for (std::int64_t t = t0; t < t0 + full; t += kTileTokens) amx_tile<T>(w, g, g2, b, a, t, c, y);
     }
     _tile_release();
   }
-  if (full < tokens) avx512_kernels().tile_q8(w, g0, g1, a, t0 + full, tokens - full, y);
+  if (full < tokens) avx512_kernels().tile_q8(w, g0, g1, a, t0 + full, tokens - full, y, scratch);
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
-             std::int64_t tokens, float* y) {
-  for_integer_format(w.type, [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y); });
+             std::int64_t tokens, float* y, ScratchArena& scratch) {
+  for_integer_format(w.type,
+                     [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y, scratch); });
 }
 
 // ---- bf16 path ----
@@ -506,10 +490,7 @@ void bf16_amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const 
       acc[j] = _mm512_fmadd_ps(sum, dw, acc[j]);
     }
   }
-  const std::int64_t r0 = g * kInterleaveRows;
-  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
-  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (std::int64_t j = 0; j < rows; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+  store_pair_rows(w, g, g2, acc, t, rows, y);
 }
 
 // Up to one tile of tokens (decode), a row pair's blocks are unpacked kFusedBlocks at a time just before
@@ -519,11 +500,9 @@ void bf16_amx_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const 
 constexpr std::int64_t kFusedBlocks = 8;
 
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
-               std::int64_t tokens, float* y) {
-  thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
+               std::int64_t tokens, float* y, ScratchArena& scratch) {
   const bool fused = tokens <= kTileTokens;
-  buffer.resize(static_cast<std::size_t>((fused ? 2 * kFusedBlocks : a.blocks) * kBf16PairBlockBytes));
-  std::uint8_t* buf = buffer.data();
+  std::uint8_t* buf = scratch.get<std::uint8_t>(kSlotTileB, (fused ? 2 * kFusedBlocks : a.blocks) * kBf16PairBlockBytes);
   alignas(64) float c0[kTileTokens * 16], c1[kTileTokens * 16];
   std::int64_t configured = 0;
   for (std::int64_t g = g0; g < g1; g += 2) {

@@ -313,7 +313,7 @@ void each_tile(std::int64_t g0, std::int64_t g1, std::int64_t t0, std::int64_t t
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
-             std::int64_t t0, std::int64_t tokens, float* y) {
+             std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
   for_integer_format(w.type, [&](auto type) {
     each_tile(g0, g1, t0, tokens, [&](std::int64_t g, std::int64_t t, auto tok) {
       if (a.wide) interleaved_tile<decltype(type)::value, decltype(tok)::value, true>(w, g, a, t, y);
@@ -390,7 +390,7 @@ void bf16_tile(const QuantMatrix& w, std::int64_t g, const Bf16Activations& a, s
 }
 
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
-               std::int64_t t0, std::int64_t tokens, float* y) {
+               std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
   for_integer_format(w.type, [&](auto type) {
     each_tile(g0, g1, t0, tokens, [&](std::int64_t g, std::int64_t t, auto tok) {
       bf16_tile<decltype(type)::value, decltype(tok)::value>(w, g, a, t, y);

@@ -117,10 +117,7 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
     }
   }
-  const std::int64_t r0 = g * kInterleaveRows;
-  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
-  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (int j = 0; j < TOK; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+  store_pair_rows(w, g, g2, acc, t, TOK, y);
 }
 
 template <LowBit T>
@@ -136,7 +133,7 @@ void tile_q8_typed(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const
 }
 
 void tile_q8(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a, std::int64_t t0,
-             std::int64_t tokens, float* y) {
+             std::int64_t tokens, float* y, ScratchArena&) {
   for_integer_format(w.type, [&](auto type) { tile_q8_typed<decltype(type)::value>(w, g0, g1, a, t0, tokens, y); });
 }
 

@@ -122,20 +122,15 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Pair
       }
     }
   }
-  const std::int64_t r0 = g * kInterleaveRows;
-  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
-  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (int j = 0; j < TOK; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
+  store_pair_rows(w, g, g2, acc, t, TOK, y);
 }
 
 void tile_bf16(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a, std::int64_t t0,
-               std::int64_t tokens, float* y) {
-  thread_local std::vector<std::uint8_t> buffer;  // reused between calls (one per worker thread)
+               std::int64_t tokens, float* y, ScratchArena& scratch) {
   // One token (decode): each block is unpacked just before its products, in L1. More tokens take several
   // tiles (token_tiles), so the row pair is unpacked once for all of them.
   const bool fused = tokens == 1;
-  buffer.resize(static_cast<std::size_t>((fused ? 1 : a.blocks) * kBf16PairBlockBytes));
-  std::uint8_t* buf = buffer.data();
+  std::uint8_t* buf = scratch.get<std::uint8_t>(kSlotTileB, (fused ? 1 : a.blocks) * kBf16PairBlockBytes);
   for (std::int64_t g = g0; g < g1; g += 2) {
     const std::int64_t g2 = g + 1 < g1 ? g + 1 : g;
     if (fused) {

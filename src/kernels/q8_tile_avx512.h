@@ -1,9 +1,10 @@
 // What the AVX-512 and AMX integer-path tiles share (included only by files
-// compiled with the AVX-512 flags: matmul_avx512.cc, matmul_amx.cc).
+// compiled with the AVX-512 flags: matmul_avx512.cc, matmul_avx512_bf16.cc, matmul_amx.cc).
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -29,6 +30,16 @@ inline void pair_scales(const QuantMatrix& w, std::int64_t g, std::int64_t g2, s
     const __m128i z1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + (g2 * w.groups_per_row + gi) * kInterleaveRows));
     zero = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(z0, z1));
   }
+}
+
+/// y[t + j, the rows of row groups g, g2] = acc[j] for j < tokens (y is [tokens, W.rows]): lanes 0-7 are
+/// group g's rows, 8-15 group g2's (dropped when g2 == g); rows past W.rows are not written.
+inline void store_pair_rows(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const __m512* acc, std::int64_t t,
+                            std::int64_t tokens, float* y) {
+  const std::int64_t r0 = g * kInterleaveRows;
+  const std::int64_t lanes = std::min((g2 == g ? 1 : 2) * kInterleaveRows, w.rows - r0);
+  const auto store = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (std::int64_t j = 0; j < tokens; ++j) _mm512_mask_storeu_ps(y + (t + j) * w.rows + r0, store, acc[j]);
 }
 
 /// fn(t, std::integral_constant<int, N>{}) over tokens [t, t_end) in tiles of N = 8 tokens (the prefill

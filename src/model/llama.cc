@@ -34,7 +34,11 @@ void add_bias(float* x, const std::vector<float>& bias, std::int64_t rows) {
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, ThreadPool& pool)
-    : config_(std::move(config)), pool_(&pool), inv_freq_(rope_inv_freq(config_)) {}
+    : config_(std::move(config)),
+      pool_(&pool),
+      inv_freq_(rope_inv_freq(config_)),
+      scratch_(std::make_unique<Scratch>()),
+      workspace_(std::make_unique<Workspace>()) {}
 
 std::int64_t LlamaModel::context_limit() const { return config_.context_limit(); }
 
@@ -74,27 +78,36 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
                              .kv_heads = config_.num_key_value_heads,
                              .head_dim = config_.head_dim,
                              .window = window};
-  causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_);
+  causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_, *workspace_);
 }
 
-// Activations of one forward pass, [T, dim] row-major each.
+// Activations of a forward pass, [T, dim] row-major each, kept for the next
+// pass (fresh pages cost a prefill ~10 %): room for the most tokens a pass
+// has had.
 struct LlamaModel::Scratch {
-  Scratch(const ModelConfig& c, std::int64_t t)
-      : xn(static_cast<std::size_t>(t * c.hidden_size)),
-        q(static_cast<std::size_t>(t * c.q_dim())),
-        k(static_cast<std::size_t>(t * c.kv_dim())),
-        v(k.size()),
-        att(q.size()),
-        gate(static_cast<std::size_t>(t * c.intermediate_size)),
-        up(gate.size()),
-        proj(xn.size()) {}
-  std::vector<float> xn, q, k, v, att, gate, up, proj;
+  /// Makes room for passes of t tokens.
+  void fit(const ModelConfig& c, std::int64_t t) {
+    if (t <= rows) return;
+    *this = Scratch();  // the old buffers go before the larger ones come
+    rows = t;
+    const auto n = [t](std::int64_t dim) { return std::vector<float>(static_cast<std::size_t>(t * dim)); };
+    residual = n(c.hidden_size);
+    xn = n(c.hidden_size);
+    q = n(c.q_dim());
+    k = n(c.kv_dim());
+    v = n(c.kv_dim());
+    att = n(c.q_dim());
+    gate = n(c.intermediate_size);
+    up = n(c.intermediate_size);
+    proj = n(c.hidden_size);
+  }
+  std::int64_t rows = 0;
+  std::vector<float> residual, xn, q, k, v, att, gate, up, proj;
 };
 
 struct LlamaModel::BlockPass {
-  BlockPass(const ModelConfig& c, std::int64_t t) : cache(1, t, c.kv_dim()), scratch(c, t) { cache.grow(t); }
+  BlockPass(const ModelConfig& c, std::int64_t t) : cache(1, t, c.kv_dim()) { cache.grow(t); }
   KVCache cache;
-  Scratch scratch;
 };
 
 LlamaModel::~LlamaModel() = default;
@@ -117,7 +130,7 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
     if (compute != nullptr) {
       (*compute)(i, in, t_count, out);
     } else {
-      matmul(m, in, t_count, out, *pool_);
+      matmul(m, in, t_count, out, *pool_, *workspace_);
     }
   };
   // Linears that read the same input run as one pass (one activation quantization, one pool wake-up).
@@ -127,7 +140,7 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
     if (compute != nullptr) {
       for (std::size_t j = 0; j < outs.size(); ++j) (*compute)(first + static_cast<int>(j), in, t_count, outs.begin()[j].y);
     } else {
-      matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_);
+      matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_, *workspace_);
     }
   };
   norm_rows(w.attn_norm);
@@ -186,7 +199,8 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
     block_pass_ = std::make_unique<BlockPass>(config_, t_count);
   }
   const Segment whole{&block_pass_->cache, 0, t_count};
-  block(layer, x, std::span(&whole, 1), 0, block_pass_->scratch, observe ? &observe : nullptr,
+  scratch_->fit(config_, t_count);
+  block(layer, x, std::span(&whole, 1), 0, *scratch_, observe ? &observe : nullptr,
         compute ? &compute : nullptr);
 }
 
@@ -231,18 +245,19 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
   const ModelConfig& c = config_;
   const auto t_count = static_cast<std::int64_t>(tokens.size());
   const std::int64_t hidden = c.hidden_size;
-  std::vector<float> x(static_cast<std::size_t>(t_count * hidden));  // (T, hidden) residual
-  embed(tokens, x.data());
-  Scratch s(c, t_count);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x.data(), segments, l, s, nullptr);
+  Scratch& s = *scratch_;
+  s.fit(c, t_count);
+  float* x = s.residual.data();  // (T, hidden)
+  embed(tokens, x);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x, segments, l, s, nullptr);
   for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
 
   const std::int64_t rows = t_count - first_logit;
   for (std::int64_t t = first_logit; t < t_count; ++t)
-    rms_norm(x.data() + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
+    rms_norm(x + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
              s.xn.data() + (t - first_logit) * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
-  matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_);
+  matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
 }
 
 }  // namespace woq

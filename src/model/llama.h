@@ -26,6 +26,8 @@
 
 namespace woq {
 
+class Workspace;
+
 /// Weights of one decoder layer. Shapes are [out, in].
 struct LayerWeights {
   std::vector<float> attn_norm;  ///< (hidden)
@@ -173,9 +175,10 @@ class LlamaModel {
   /// one sequence at positions [0, T) (with its own KV), calling `observe`
   /// (when set) before each linear; with `compute` set, the linears are
   /// computed by it (the model's norms, biases, RoPE and attention stay).
-  /// Its buffers stay allocated for the next call with the same T (fresh
-  /// pages cost a calibration forward ~10 %). Throws woq::Error for a bad
-  /// layer or T.
+  /// Its KV cache stays allocated for the next call with the same T, its
+  /// activations (shared with forward) for any T up to the largest so far
+  /// (fresh pages cost a calibration forward ~10 %). Throws woq::Error for a
+  /// bad layer or T.
   void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                      const LinearCompute& compute = nullptr);
   /// Linear `index` (kBlockLinears order) of block `layer`, to inspect or
@@ -186,7 +189,7 @@ class LlamaModel {
 
  private:
   struct Scratch;
-  struct BlockPass;  ///< forward_block's KV cache and activations, kept for the next call of the same length
+  struct BlockPass;  ///< forward_block's KV cache, kept for the next call of the same length
   /// `rows` consecutive rows of a pass continuing the sequence in `cache` at pos0.
   struct Segment {
     KVCache* cache;
@@ -211,6 +214,8 @@ class LlamaModel {
   std::vector<float> final_norm_;  ///< (hidden)
   std::vector<float> inv_freq_;    ///< (head_dim / 2) RoPE frequencies after rope_scaling
   std::unique_ptr<BlockPass> block_pass_;
+  std::unique_ptr<Scratch> scratch_;      ///< the activations of the last passes, reused
+  std::unique_ptr<Workspace> workspace_;  ///< the kernels' reusable buffers (matmul, attention)
 };
 
 }  // namespace woq
