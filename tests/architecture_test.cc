@@ -55,8 +55,7 @@ std::string write_model(const test::TempDir& tmp, const std::string& preset, DTy
 std::optional<json> reference(const std::string& dir, const json& plan) {
   test::TempDir tmp;
   test::write_file(tmp.file("plan.json"), plan.dump());
-  // Debian's interpreter first: another python3 earlier in PATH may lack NumPy.
-  const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string python = test::python();
   const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/llama_reference.py " + dir + " " +
                           tmp.file("plan.json") + " > " + tmp.file("out.json") + " 2> " + tmp.file("err");
   const int status = std::system(cmd.c_str());
@@ -112,7 +111,7 @@ TEST_P(Architecture, MatchesF64ReferenceAndEveryFeatureMatters) {
   constexpr std::int64_t kGenerate = 40;  // positions up to 48: past the windows and rope's original context
   json plan = {{"sequences", sequences}, {"first_scored", 0}, {"greedy", {{"prompt", prompt}, {"n", kGenerate}}}};
   const auto ref = reference(dir, plan);
-  if (!ref) GTEST_SKIP() << "python3 with NumPy is not installed (apt-get install python3-numpy)";
+  if (!ref) WOQ_SKIP_WITHOUT_REFERENCE(test::python() << " lacks NumPy (bash tools/install-deps.sh)");
 
   const std::vector<double> nll = nll_of(*model, sequences);
   const auto ref_nll = (*ref)["nll"].get<std::vector<double>>();
@@ -163,7 +162,7 @@ TEST(Architecture, Bf16CheckpointMatchesReference) {
   std::mt19937 rng(5);
   const std::vector<std::vector<std::int32_t>> sequences = {random_ids(rng, 40, 512)};
   const auto ref = reference(dir, {{"sequences", sequences}, {"first_scored", 0}});
-  if (!ref) GTEST_SKIP() << "python3 with NumPy is not installed";
+  if (!ref) WOQ_SKIP_WITHOUT_REFERENCE(test::python() << " lacks NumPy (bash tools/install-deps.sh)");
   ThreadPool pool(2);
   auto model = LlamaModel::load(dir, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);
   const double ppl = perplexity(nll_of(*model, sequences)).ppl;

@@ -45,13 +45,12 @@ TEST(Perplexity, MatchesF64NumpyReference) {
     test::TempDir tmp;
     test::write_file(tmp.file("plan.json"),
                      nlohmann::json{{"sequences", plan.sequences}, {"first_scored", plan.first_scored}}.dump());
-    // Debian's interpreter first: another python3 earlier in PATH may lack NumPy.
-    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string python = test::python();
     const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/llama_reference.py " WOQ_MODEL_DIR " " + tmp.file("plan.json") +
                             " > " + tmp.file("ref.json") + " 2> " + tmp.file("err");
     const int status = std::system(cmd.c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed (apt-get install python3-numpy)";
+    if (code == 77 || code == 127) WOQ_SKIP_WITHOUT_REFERENCE(test::python() << " lacks NumPy (bash tools/install-deps.sh)");
     ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
     const auto ref = nlohmann::json::parse(test::read_file(tmp.file("ref.json")))["nll"].get<std::vector<double>>();
     auto model = LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool);

@@ -96,12 +96,13 @@ TEST_P(GgufRoundTrip, Fp32FileGivesBitIdenticalLogits) {
             c.architecture == "Qwen2ForCausalLM" ? "qwen2" : c.architecture == "Qwen3ForCausalLM" ? "qwen3" : "llama");
 }
 
-TEST_P(GgufRoundTrip, Q4_0AndQ8_0FilesGiveTheInMemoryFormatsLogits) {
-  const std::string preset = GetParam();
-  if (preset == "tiny") GTEST_SKIP() << "K = 344 is not a multiple of 32 (see KNotAMultipleOf32)";
-  // The import is the same for every architecture but the q/k order: tiny-mistral (permuted, GQA) and
-  // tiny-qwen3 (kept) cover it; the 128 K / 151 K vocabularies of the other two cost minutes under ASan.
-  if (preset == "tiny-llama3" || preset == "tiny-qwen2") GTEST_SKIP() << "covered by tiny-mistral and tiny-qwen3";
+// The presets whose GGUF import the next tests check: the import is the same for every architecture but the
+// q/k order, which tiny-mistral (permuted, GQA) and tiny-qwen3 (kept) cover; the 128 K / 151 K vocabularies of
+// tiny-llama3 and tiny-qwen2 would cost minutes under ASan, and tiny's K = 344 is not a multiple of 32 (see
+// KNotAMultipleOf32).
+class GgufImport : public GgufRoundTrip {};
+
+TEST_P(GgufImport, Q4_0AndQ8_0FilesGiveTheInMemoryFormatsLogits) {
   test::TempDir tmp;
   const std::string dir = write_model(tmp, GetParam(), DType::kF16);
   for (const LowBit type : {LowBit::kSymInt4, LowBit::kSymInt8}) {
@@ -144,12 +145,10 @@ TEST_P(GgufRoundTrip, TokenizerAndChatTemplateSurvive) {
 
 // woq quantize from a GGUF to GPTQ: config.json, tokenizer files and tensors written from the GGUF equal
 // those written from the Hugging Face directory the GGUF was made of.
-TEST_P(GgufRoundTrip, GptqFromTheGgufEqualsGptqFromTheDirectory) {
-  const std::string preset = GetParam();
-  if (preset == "tiny-llama3" || preset == "tiny-qwen2") GTEST_SKIP() << "covered by tiny-mistral and tiny-qwen3";
+TEST_P(GgufImport, GptqFromTheGgufEqualsGptqFromTheDirectory) {
   test::TempDir tmp;
   ThreadPool pool(2);
-  const std::string dir = write_model(tmp, preset, DType::kF32);
+  const std::string dir = write_model(tmp, GetParam(), DType::kF32);
   const std::string gguf = export_to(dir, tmp.file("m.gguf"), LowBit::kFp32, Rounding::kWoq);
   QuantizeOptions o;
   o.spec = {LowBit::kAsymInt4, 32, Int4Range::kFull, Rounding::kWoq};
@@ -262,6 +261,7 @@ TEST(HfConfigJson, ReadsBackAndRecoversRopeScalingFromFactors) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, GgufRoundTrip,
                          ::testing::Values("tiny", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"));
+INSTANTIATE_TEST_SUITE_P(Presets, GgufImport, ::testing::Values("tiny-mistral", "tiny-qwen3"));
 
 // A GPTQ checkpoint (no `.weight` for its linears) is dequantized: written as
 // F32, its exact dequantized weights give the checkpoint's own logits bit for
@@ -432,11 +432,11 @@ TEST(GgufExport, IndependentReaderSeesLlamaCppsLayoutAndWoqsValues) {
     const std::string gguf = export_to(dir, tmp.file(fmt::format("{}.gguf", low_bit_name(type))), type, Rounding::kWoq);
     const std::string out = tmp.file(fmt::format("{}-read", low_bit_name(type)));
     std::filesystem::create_directory(out);
-    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string python = test::python();
     const int status = std::system(
         (python + " " WOQ_TEST_SOURCE "/reference/gguf_reader.py " + gguf + " " + out + " 2> " + out + "/err").c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code == 77 || code == 127) GTEST_SKIP() << "python3 with NumPy is not installed";
+    if (code == 77 || code == 127) WOQ_SKIP_WITHOUT_REFERENCE(test::python() << " lacks NumPy (bash tools/install-deps.sh)");
     ASSERT_EQ(code, 0) << test::read_file(out + "/err");
     const auto summary = nlohmann::json::parse(test::read_file(out + "/summary.json"));
     const auto& md = summary["metadata"];

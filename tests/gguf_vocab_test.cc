@@ -1,6 +1,6 @@
 // The tokenizer GGUF files embed (tokenizer/gguf_vocab.h) against llama.cpp's
-// vocabulary tests: llama.cpp's own vocab-only GGUFs (tests/data/llama.cpp-vocab,
-// more from WOQ_EXTRA_VOCAB_DIR when present) and GGUFs written here from the
+// vocabulary tests: llama.cpp's own vocab-only GGUFs (tests/data/llama.cpp-vocab)
+// and GGUFs written here from the
 // bundled Llama 3 and Qwen3 tokenizer.json the way convert_hf_to_gguf.py writes
 // them; special tokens, decoding, and malformed vocabularies.
 #include <gtest/gtest.h>
@@ -36,13 +36,11 @@ struct VocabFile {
 };
 void PrintTo(const VocabFile& v, std::ostream* os) { *os << v.name; }
 
-// The file in the repository, else in WOQ_EXTRA_VOCAB_DIR (the project's shared data), else "".
+// The file in the repository (a missing one fails the test: it is the reference).
 std::string vocab_base(const std::string& name) {
-  for (const std::string& dir : {kVocabDir, std::string(WOQ_EXTRA_VOCAB_DIR)}) {
-    const std::string base = dir + "/ggml-vocab-" + name + ".gguf";
-    if (std::filesystem::exists(base) && std::filesystem::exists(base + ".inp")) return base;
-  }
-  return {};
+  const std::string base = kVocabDir + "/ggml-vocab-" + name + ".gguf";
+  EXPECT_TRUE(std::filesystem::exists(base) && std::filesystem::exists(base + ".inp")) << base << "(.inp) is missing";
+  return base;
 }
 
 // Every case encodes to llama.cpp's ids (no BOS), and decodes back to the text.
@@ -64,8 +62,6 @@ class RealGguf : public ::testing::TestWithParam<VocabFile> {};
 
 TEST_P(RealGguf, EveryCaseMatchesLlamaCpp) {
   const std::string base = vocab_base(GetParam().name);
-  if (base.empty()) GTEST_SKIP() << "ggml-vocab-" << GetParam().name << ".gguf is neither in " << kVocabDir << " nor in "
-                                 << WOQ_EXTRA_VOCAB_DIR;
   const Tokenizer tok = Tokenizer::load(base);
   EXPECT_TRUE(tok.describe().starts_with(GetParam().describe)) << tok.describe();
   expect_vocab_cases(tok, base);
@@ -75,7 +71,6 @@ TEST_P(RealGguf, EveryCaseMatchesLlamaCpp) {
 // llama.cpp's cases, the special tokens around a sequence, BOS/EOS.
 TEST_P(RealGguf, HuggingFaceFilesWrittenFromItTokenizeTheSame) {
   const std::string base = vocab_base(GetParam().name);
-  if (base.empty()) GTEST_SKIP() << "ggml-vocab-" << GetParam().name << ".gguf is absent";
   const test::TempDir dir;
   const std::vector<std::string> files = write_hf_tokenizer(GgufFile(base), dir.path());
   const bool spm = std::string_view(GetParam().describe).starts_with("GGUF llama");
@@ -99,7 +94,6 @@ INSTANTIATE_TEST_SUITE_P(
                       VocabFile{"gpt-2", "GGUF gpt2 (byte-level BPE, pre-tokenizer gpt-2, 50257 tokens)"},
                       VocabFile{"deepseek-coder", "GGUF gpt2 (byte-level BPE, pre-tokenizer deepseek-coder"},
                       VocabFile{"mpt", "GGUF gpt2 (byte-level BPE, pre-tokenizer mpt"},
-                      // Only where the project's shared data is (WOQ_EXTRA_VOCAB_DIR):
                       VocabFile{"starcoder", "GGUF gpt2 (byte-level BPE, pre-tokenizer starcoder"},
                       VocabFile{"deepseek-llm", "GGUF gpt2 (byte-level BPE, pre-tokenizer deepseek-llm"},
                       VocabFile{"falcon", "GGUF gpt2 (byte-level BPE, pre-tokenizer falcon"},
@@ -190,7 +184,7 @@ TEST(GgufVocab, TokenizerJsonWrittenFromGgufMatchesHuggingFaceTokenizers) {
     cases.push_back({{"dir", out}, {"texts", texts}});
   }
   const std::string out = test::run_hf_oracle(cases.dump(), dir);
-  if (out.empty()) GTEST_SKIP() << "node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)";
+  if (out.empty()) WOQ_SKIP_WITHOUT_REFERENCE("node or @huggingface/tokenizers is missing (npm ci --prefix tests/tokenizer)");
   const json got = json::parse(out);
   for (std::size_t i = 0; i < files.size(); ++i) {
     const Tokenizer gguf = Tokenizer::load(files[i].first);

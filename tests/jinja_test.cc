@@ -52,12 +52,12 @@ TEST(Jinja, MatchesPythonJinja2OnRealTemplates) {
     }
   test::TempDir tmp;
   test::write_file(tmp.file("in.json"), request.dump());
-  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string python = test::python();
   const std::string cmd = python + " " WOQ_TEST_SOURCE "/reference/render_chat_template.py " + tmp.file("in.json") + " " +
                           tmp.file("out.json") + " 2> " + tmp.file("err");
   const int status = std::system(cmd.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 77 || code == 127) GTEST_SKIP() << "python3 with Jinja2 is not installed (apt-get install python3-jinja2)";
+  if (code == 77 || code == 127) WOQ_SKIP_WITHOUT_REFERENCE(test::python() << " lacks Jinja2 (bash tools/install-deps.sh)");
   ASSERT_EQ(code, 0) << test::read_file(tmp.file("err"));
   const auto want = nlohmann::ordered_json::parse(test::read_file(tmp.file("out.json")));
   int rendered = 0, raised = 0;

@@ -35,6 +35,25 @@ struct Case {
 };
 
 class MatmulTest : public ::testing::TestWithParam<Case> {};
+/// The cases of MatmulTest that take the integer or the bf16 path (interleaved_cases).
+class MatmulIntegerTest : public MatmulTest {};
+
+const std::vector<Case> kCases = {
+    Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},
+    Case{LowBit::kSymInt4, 32}, Case{LowBit::kSymInt4, 128}, Case{LowBit::kSymInt4, -1},
+    Case{LowBit::kAsymInt4, 32}, Case{LowBit::kAsymInt4, -1},
+    Case{LowBit::kAsymInt4, 64}, Case{LowBit::kAsymInt4, 128}, Case{LowBit::kSymInt4, 96},
+    Case{LowBit::kSymInt8, 96}, Case{LowBit::kSymInt4, 16},
+    Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}, Case{LowBit::kSymInt8, 48},
+    Case{LowBit::kSymInt4, 32, Activations::kF32}, Case{LowBit::kAsymInt4, 128, Activations::kF32},
+    Case{LowBit::kSymInt8, -1, Activations::kF32}, Case{LowBit::kSymInt8, 32, Activations::kF32},
+    Case{LowBit::kSymInt4, 32, Activations::kBf16}, Case{LowBit::kAsymInt4, 128, Activations::kBf16},
+    Case{LowBit::kAsymInt4, 32, Activations::kBf16}, Case{LowBit::kSymInt8, -1, Activations::kBf16},
+    Case{LowBit::kSymInt8, 32, Activations::kBf16}, Case{LowBit::kSymInt8, 96, Activations::kBf16},
+    Case{LowBit::kSymInt4, -1, Activations::kBf16},
+    Case{LowBit::kSymInt8, -1, Activations::kInt16}, Case{LowBit::kSymInt8, 32, Activations::kInt16},
+    Case{LowBit::kSymInt8, 96, Activations::kInt16}, Case{LowBit::kSymInt4, 32, Activations::kInt16},
+    Case{LowBit::kAsymInt4, 128, Activations::kInt16}, Case{LowBit::kAsymInt4, 32, Activations::kInt16}};
 
 TEST_P(MatmulTest, MatchesF64Reference) {
   const Case c = GetParam();
@@ -125,7 +144,7 @@ TEST_P(MatmulTest, RowsAreBitIdenticalAtAnyBatchSize) {
 // The integer path: every ISA computes the scalar reference's float
 // operations in its order, so the outputs are the same bits. So does the bf16
 // path on every ISA but amx (whose tiles sum in their own order: MatchesF64Reference).
-TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
+TEST_P(MatmulIntegerTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
   const Case c = GetParam();
   // 40 rows = 5 groups of 8: two threads get 4 + 1 (an odd count for avx512's group pairs).
   for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 32}, {9, 100}, {40, 352}, {23, 4096 + 17}}) {
@@ -139,7 +158,7 @@ TEST_P(MatmulTest, IntegerPathOfEveryIsaEqualsScalarBitForBit) {
     }
     QuantMatrix w = quantize_matrix(wf.data(), n, k, {c.type, c.group, Int4Range::kFull});
     w.activations = c.activations;
-    if (!uses_q8_path(w) && !uses_bf16_path(w)) GTEST_SKIP() << "takes the float path";
+    ASSERT_TRUE(uses_q8_path(w) || uses_bf16_path(w)) << "n=" << n << " k=" << k << " takes the float path";
     prepare_for_kernels(w);
     // 16, 17, 33 and 48 tokens: tiles of 16 (amx) with and without a rest.
     for (const std::int64_t m : {1, 2, 5, 13, 16, 17, 33, 48}) {
@@ -525,28 +544,27 @@ TEST(Q8Activations, TinyInputsRoundToZeroNotToInfinity) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTypes, MatmulTest,
-    ::testing::Values(Case{LowBit::kFp32, 0}, Case{LowBit::kFp16, 0}, Case{LowBit::kBf16, 0},
-                      Case{LowBit::kSymInt4, 32}, Case{LowBit::kSymInt4, 128}, Case{LowBit::kSymInt4, -1},
-                      Case{LowBit::kAsymInt4, 32}, Case{LowBit::kAsymInt4, -1},
-                      Case{LowBit::kAsymInt4, 64}, Case{LowBit::kAsymInt4, 128}, Case{LowBit::kSymInt4, 96},
-                      Case{LowBit::kSymInt8, 96}, Case{LowBit::kSymInt4, 16},
-                      Case{LowBit::kSymInt8, 32}, Case{LowBit::kSymInt8, -1}, Case{LowBit::kSymInt8, 48},
-                      Case{LowBit::kSymInt4, 32, Activations::kF32}, Case{LowBit::kAsymInt4, 128, Activations::kF32},
-                      Case{LowBit::kSymInt8, -1, Activations::kF32}, Case{LowBit::kSymInt8, 32, Activations::kF32},
-                      Case{LowBit::kSymInt4, 32, Activations::kBf16}, Case{LowBit::kAsymInt4, 128, Activations::kBf16},
-                      Case{LowBit::kAsymInt4, 32, Activations::kBf16}, Case{LowBit::kSymInt8, -1, Activations::kBf16},
-                      Case{LowBit::kSymInt8, 32, Activations::kBf16}, Case{LowBit::kSymInt8, 96, Activations::kBf16},
-                      Case{LowBit::kSymInt4, -1, Activations::kBf16},
-                      Case{LowBit::kSymInt8, -1, Activations::kInt16}, Case{LowBit::kSymInt8, 32, Activations::kInt16},
-                      Case{LowBit::kSymInt8, 96, Activations::kInt16}, Case{LowBit::kSymInt4, 32, Activations::kInt16},
-                      Case{LowBit::kAsymInt4, 128, Activations::kInt16}, Case{LowBit::kAsymInt4, 32, Activations::kInt16}),
-    [](const auto& param_info) {
-      const Case& c = param_info.param;
-      return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group)) +
-             (c.activations == Activations::kInt8 ? "" : "_" + std::string(activations_name(c.activations)) + "act");
-    });
+// A case's test name: format, group, activations.
+std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
+  const Case& c = param_info.param;
+  return std::string(low_bit_name(c.type)) + "_g" + (c.group < 0 ? "channel" : std::to_string(c.group)) +
+         (c.activations == Activations::kInt8 ? "" : "_" + std::string(activations_name(c.activations)) + "act");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(kCases), case_name);
+
+// The cases that take the integer or the bf16 path (matmul's own rule, asked of a 1 x 384 matrix).
+std::vector<Case> interleaved_cases() {
+  std::vector<Case> out;
+  for (const Case& c : kCases) {
+    QuantMatrix w = quantize_matrix(random_vector(384, 1, 0.05f).data(), 1, 384, {c.type, c.group, Int4Range::kFull});
+    w.activations = c.activations;
+    if (uses_q8_path(w) || uses_bf16_path(w)) out.push_back(c);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Interleaved, MatmulIntegerTest, ::testing::ValuesIn(interleaved_cases()), case_name);
 
 }  // namespace
 }  // namespace woq

@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -103,6 +105,13 @@ void copy_model(const std::string& src_dir, const std::string& dir) {
   fs::create_directories(dir);
   for (const auto& entry : fs::directory_iterator(src_dir))
     fs::copy_file(entry.path(), fs::path(dir) / entry.path().filename(), fs::copy_options::overwrite_existing);
+}
+
+std::string python() { return WOQ_PYTHON; }
+
+bool references_required() {
+  const char* v = std::getenv("WOQ_REQUIRE_REFERENCES");
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
 }
 
 std::string run_hf_oracle(const std::string& cases_json, const TempDir& dir) {

@@ -48,6 +48,25 @@ std::vector<std::pair<std::string, std::vector<std::int32_t>>> llama_cpp_vocab_c
 /// std::runtime_error with the script's stderr when it fails otherwise.
 std::string run_hf_oracle(const std::string& cases_json, const TempDir& dir);
 
+/// The Python interpreter the build found (CMake's Python_EXECUTABLE, the first python3 on PATH; "python3"
+/// when it found none): the one tools/install-deps.sh equips with NumPy, Jinja2 and pytest, for the
+/// reference scripts of tests/reference.
+std::string python();
+
+/// True when the environment sets WOQ_REQUIRE_REFERENCES (tools/test.sh, so CI) to anything but "" or "0".
+bool references_required();
+
+/// Skips the running test because its reference (an interpreter, a package) is missing, or, when
+/// references_required(), fails it: CI must not pass a reference test by skipping it. `why` is streamed.
+#define WOQ_SKIP_WITHOUT_REFERENCE(why)                                         \
+  do {                                                                          \
+    if (::woq::test::references_required()) {                                   \
+      FAIL() << why << " (and WOQ_REQUIRE_REFERENCES is set)";                  \
+    } else {                                                                    \
+      GTEST_SKIP() << why;                                                      \
+    }                                                                           \
+  } while (false)
+
 /// Copies the files of a model directory (e.g. the bundled stories260K) into
 /// `dir`, creating it if needed.
 void copy_model(const std::string& src_dir, const std::string& dir);

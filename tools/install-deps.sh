@@ -17,3 +17,13 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The Python module, its tests, the reference scripts of tests/reference and the README's examples all use
+# the first python3 on PATH (CMake's choice too). Debian's gets NumPy, Jinja2 and pytest from the packages
+# above; another one (pyenv, a venv) gets them from pip.
+python=$(command -v python3)
+if ! "$python" -c 'import numpy, jinja2, pytest' 2> /dev/null; then
+  echo "install-deps: $python lacks NumPy, Jinja2 or pytest; installing them with pip" >&2
+  "$python" -m pip install --quiet numpy jinja2 pytest ||
+    echo "install-deps: pip could not install them into $python; the tests that need them will fail (or skip outside CI)" >&2
+fi

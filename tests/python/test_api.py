@@ -73,14 +73,20 @@ def test_tokenizer_as_the_cli(model):
 
 
 def test_config(model):
+    # Against the model's own config.json (what the loader read), not copied constants.
+    with open(os.path.join(MODEL, "config.json")) as f:
+        want = json.load(f)
     c = model.config
-    assert c["architectures"] == ["LlamaForCausalLM"]
-    assert (c["hidden_size"], c["num_hidden_layers"], c["num_key_value_heads"]) == (64, 5, 4)
-    assert model.context_limit == 512
+    for key in ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "max_position_embeddings", "rms_norm_eps"):
+        assert c[key] == want[key], key
+    assert model.context_limit == want["max_position_embeddings"]
 
 
 def test_logits_equal_the_numpy_reference(fp32):
-    np = pytest.importorskip("numpy")
+    if os.environ.get("WOQ_REQUIRE_REFERENCES", "") in ("", "0"):
+        pytest.importorskip("numpy")
+    import numpy as np  # under WOQ_REQUIRE_REFERENCES (CI) a missing NumPy fails the test
     import llama_reference
     ids = fp32.tokenizer.encode("Once upon a time, there was a little girl named Lily. She")
     got = fp32.logits(ids)

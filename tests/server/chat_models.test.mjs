@@ -6,7 +6,7 @@
 // template through chat_template_kwargs, and the stop tokens must be the
 // models' (<|eot_id|>, <|im_end|>).
 // Run: WOQ_BIN=build/bin/woq node tests/server/chat_models.test.mjs
-// Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server.
+// Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server (1 under WOQ_REQUIRE_REFERENCES).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -21,8 +21,10 @@ try {
   ({ Template } = await import('@huggingface/jinja'));
   ({ Tokenizer } = await import('@huggingface/tokenizers'));
 } catch {
-  console.log('SKIP: the test packages are not installed (npm ci --prefix tests/server)');
-  process.exit(77);
+  // Under WOQ_REQUIRE_REFERENCES (tools/test.sh, CI) the suite must run: a failure, not a skip.
+  const required = !['', '0', undefined].includes(process.env.WOQ_REQUIRE_REFERENCES);
+  console.log(`${required ? 'FAIL' : 'SKIP'}: the test packages are not installed (npm ci --prefix tests/server)`);
+  process.exit(required ? 1 : 77);
 }
 
 const WOQ = process.env.WOQ_BIN;

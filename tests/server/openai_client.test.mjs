@@ -1,7 +1,7 @@
 // woq serve driven by the official OpenAI Node.js client (pinned in
 // package-lock.json) and by raw sockets for malformed HTTP.
 // Run: WOQ_BIN=build/bin/woq WOQ_MODEL_DIR=assets/models/stories260K WOQ_TEST_DATA=tests/data node tests/server/openai_client.test.mjs
-// Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server.
+// Exits 77 (CTest: skipped) when `npm ci` has not been run in tests/server (1 under WOQ_REQUIRE_REFERENCES).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -12,8 +12,10 @@ let OpenAI;
 try {
   ({ default: OpenAI } = await import('openai'));
 } catch {
-  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/server)');
-  process.exit(77);
+  // Under WOQ_REQUIRE_REFERENCES (tools/test.sh, CI) the suite must run: a failure, not a skip.
+  const required = !['', '0', undefined].includes(process.env.WOQ_REQUIRE_REFERENCES);
+  console.log(`${required ? 'FAIL' : 'SKIP'}: the openai package is not installed (npm ci --prefix tests/server)`);
+  process.exit(required ? 1 : 77);
 }
 
 const WOQ = process.env.WOQ_BIN;
