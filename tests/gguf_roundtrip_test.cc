@@ -29,6 +29,7 @@
 #include "io/quantized_checkpoint.h"
 #include "core/half.h"
 #include "model/llama.h"
+#include "model/load_request.h"
 #include "model/random_checkpoint.h"
 #include "quantize/gguf_export.h"
 #include "quantize/quantize_checkpoint.h"
@@ -304,6 +305,36 @@ TEST(GgufExport, KNotAMultipleOf32IsWrittenF16) {
   EXPECT_THROW(export_gguf(dir, tmp.file("m.gguf"), o, pool), Error);
   for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// A quantized GGUF's float layers (the F16 down_proj beside Q4_0 blocks) run as stored unless a format is asked
+// for, as llama.cpp runs them; a wholly float GGUF is quantized by default, as a Hugging Face directory is.
+TEST(GgufLoad, FloatLayersOfAQuantizedFileRunAsStoredByDefault) {
+  test::TempDir tmp;
+  const std::string dir = write_model(tmp, "tiny", DType::kF16);  // intermediate_size 344: down_proj stays F16
+  const std::string q4 = export_to(dir, tmp.file("q4.gguf"), LowBit::kSymInt4, Rounding::kWoq);
+  const std::string f16 = export_to(dir, tmp.file("f16.gguf"), LowBit::kFp16, Rounding::kWoq);
+  ThreadPool pool(2);
+  const auto load = [&](const std::string& path, const std::string& low_bit, LoadReport& report) {
+    LoadRequest request;
+    request.low_bit = low_bit;
+    return LlamaModel::load(path, parse_load_request(request), pool, &report);
+  };
+  LoadReport by_default, asked, float_file;
+  const auto m = load(q4, "", by_default);
+  EXPECT_EQ(m->block_linear(0, 6).type, LowBit::kFp16);     // down_proj, as stored
+  EXPECT_EQ(m->block_linear(0, 5).type, LowBit::kSymInt4);  // up_proj, the file's Q4_0
+  EXPECT_EQ(by_default.linear_kept_float, m->config().num_hidden_layers);
+  EXPECT_EQ(by_default.linear_matrices, 0);
+  EXPECT_EQ(load(q4, "sym_int4", asked)->block_linear(0, 6).type, LowBit::kSymInt4);  // asked for: converted
+  EXPECT_EQ(asked.linear_kept_float, 0);
+  EXPECT_EQ(asked.converted_roles, std::vector<std::string>{"down"});
+  EXPECT_EQ(load(f16, "", float_file)->block_linear(0, 6).type, LowBit::kSymInt4);  // a float file: the default format
+  EXPECT_EQ(float_file.converted_roles, (std::vector<std::string>{"q", "k", "v", "o", "gate", "up", "down"}));
+  const auto summary = load_summary(by_default, parse_load_request({}));
+  EXPECT_TRUE(std::any_of(summary.begin(), summary.end(), [](const std::string& l) {
+    return l.find("float linear layers beside the quantized ones kept as stored") != l.npos;
+  }));
 }
 
 TEST(GgufExport, GgufInputKeepsItsBlocks) {

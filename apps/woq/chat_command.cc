@@ -22,7 +22,7 @@ namespace {
 
 struct ChatArgs {
   std::string model_dir;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< empty: the default (add_low_bit_flag)
   std::string system;
   std::int64_t n = -1;
   SamplingFlags sampling{0.6f, 40, 0.9f, -1, {}};  // the chat defaults of Llama model cards
@@ -102,7 +102,7 @@ Run add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with the model interactively, with its chat template");
   cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
-  cmd->add_option("--low-bit", a->low_bit, "Format of the linear layers")->capture_default_str();
+  add_low_bit_flag(cmd, a->low_bit);
   cmd->add_option("--system", a->system, "System message at the start of the conversation");
   cmd->add_option("-n,--n-predict", a->n, "Most tokens per reply; default: until the end-of-turn token or the context")
       ->check(kPositive);

@@ -40,7 +40,6 @@ inline const CLI::Validator kPositive(
 
 /// Flags shared by commands that load a model.
 struct ModelFlags {
-  std::string low_bit = "sym_int4";
   std::int64_t group_size = 32;
   std::string int4_range = "full";
   std::string rounding = "woq";  ///< woq or ggml (Q4_0 / Q8_0 reference rounding)
@@ -65,6 +64,10 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags);
 
 /// Registers -t/--threads (worker threads, 0 = all cores).
 void add_threads_flag(CLI::App* cmd, int& threads);
+
+/// --low-bit of a command that loads one model: `low_bit` stays empty when the flag is not given (the
+/// default, sym_int4, under LoadOptions::linear_is_default: a quantized GGUF's float layers run as stored).
+void add_low_bit_flag(CLI::App* cmd, std::string& low_bit);
 /// Registers --group-size, --int4-range, --rounding, --lm-head-low-bit, --activations and -t/--threads
 /// (commands add --low-bit themselves: one type or a list).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);

@@ -24,7 +24,7 @@ namespace {
 
 struct EvalArgs {
   std::string model_dir;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< empty: the default (add_low_bit_flag)
   ModelFlags model;
   std::string file;
   ScoringRequest scoring;
@@ -38,7 +38,7 @@ struct EvalArgs {
 
 void add_common(CLI::App* cmd, EvalArgs& a) {
   cmd->add_option("-m,--model", a.model_dir, "Hugging Face model directory or .gguf file")->required();
-  cmd->add_option("--low-bit", a.low_bit, "Format of the linear layers")->capture_default_str();
+  add_low_bit_flag(cmd, a.low_bit);
   add_model_flags(cmd, a.model);
   cmd->add_option("-f,--file", a.file, "Text file to score")->required();
   cmd->add_option("-c,--ctx-size,--ctx", a.scoring.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);

@@ -16,7 +16,7 @@ namespace {
 
 struct ExplainArgs {
   std::string model_dir;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< empty: the default (add_low_bit_flag)
   std::string ref_low_bit = "fp32";
   std::string ref_dir;  // the original, when model_dir is a saved checkpoint
   ModelFlags model;
@@ -52,7 +52,7 @@ Run add_explain(CLI::App& app) {
   auto a = std::make_shared<ExplainArgs>();
   CLI::App* cmd = app.add_subcommand("explain", "Why does the quantized model's output differ from the original's?");
   cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
-  cmd->add_option("--low-bit", a->low_bit, "Format of the quantized model")->capture_default_str();
+  add_low_bit_flag(cmd, a->low_bit);
   cmd->add_option("--ref-low-bit", a->ref_low_bit, "Format of the original")->capture_default_str();
   cmd->add_option("--ref", a->ref_dir,
                   "The original (Hugging Face directory or .gguf file), when --model is a saved checkpoint; default: "

@@ -24,7 +24,7 @@ struct GenerateArgs {
   std::string prompt;
   std::int64_t n = 128;
   SamplingFlags sampling;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< empty: the default (add_low_bit_flag)
   std::string prompt_file;
   std::vector<std::string> stop;
   ModelFlags model;
@@ -99,9 +99,7 @@ Run add_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   add_sampling_flags(cmd, args->sampling);
-  cmd->add_option("--low-bit", args->low_bit,
-                  "Format of the transformer blocks' linear layers: sym_int4, asym_int4, sym_int8, fp16, bf16, fp32")
-      ->capture_default_str();
+  add_low_bit_flag(cmd, args->low_bit);
   cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
                              "STRING"));

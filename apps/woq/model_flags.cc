@@ -42,6 +42,16 @@ void add_threads_flag(CLI::App* cmd, int& threads) {
       ->check(kNonNegative);
 }
 
+void add_low_bit_flag(CLI::App* cmd, std::string& low_bit) {
+  cmd->add_option("--low-bit", low_bit,
+                  "Format of the transformer blocks' linear layers: sym_int4 (default), asym_int4, sym_int8, fp16, "
+                  "bf16, fp32. Quantized checkpoints keep their layers; without this flag a quantized GGUF file's "
+                  "float layers also run as stored (as llama.cpp runs them)")
+      ->check([](const std::string& v) {  // empty means "not given" inside: refuse it as a value
+        return v.empty() ? std::string("an empty value (give a format, or leave the flag out)") : std::string();
+      });
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--group-size", flags.group_size,
                   "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")

@@ -24,7 +24,7 @@ namespace {
 
 struct ServeArgs {
   std::string model_dir;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< empty: the default (add_low_bit_flag)
   ModelFlags model;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -108,7 +108,7 @@ Run add_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI API (/v1/completions, /v1/chat/completions) with continuous batching");
   cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory or .gguf file")->required();
-  cmd->add_option("--low-bit", args->low_bit, "Format of the linear layers")->capture_default_str();
+  add_low_bit_flag(cmd, args->low_bit);
   add_model_flags(cmd, args->model);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));

@@ -12,9 +12,11 @@ for arguments of the wrong type, naming the argument. Every call that runs the m
 during generate() raises KeyboardInterrupt and leaves the model usable.
 """
 
+import contextlib
 import json
 import os
 import queue
+import re
 import sys
 import threading
 
@@ -55,6 +57,26 @@ def _int(value, name, bounds=_INT64, optional=False):
     if not bounds[0] <= value <= bounds[1]:
         raise ValueError(f"{name} must be {what} in [{bounds[0]}, {bounds[1]}], got {value}")
     return value
+
+
+_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+_BOOL_FLAGS = ("force", "resume")
+
+
+@contextlib.contextmanager
+def _keyword_errors():
+    """Re-raises the library's errors (woq.Error, ValueError) with the CLI's flag names as this module's keyword
+    arguments: "--group-size" becomes "group_size", "--force" "force=True"."""
+    def keyword(m):
+        name = m.group(1).replace("-", "_")
+        return f"{name}=True" if name in _BOOL_FLAGS else name
+    try:
+        yield
+    except (ValueError, _woq.Error) as e:
+        message = _FLAG.sub(keyword, str(e))
+        if message == str(e):
+            raise
+        raise type(e)(message) from None
 
 
 def _float(value, name, optional=False):
@@ -334,13 +356,14 @@ def _checked_tokenizer_methods():
 _checked_tokenizer_methods()
 
 
-def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
+def optimize_model(path, low_bit=None, group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
                    activations=None, threads=0, progress=True):
     """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
 
     path: a Hugging Face directory (float, GPTQ or compressed-tensors checkpoint) or a .gguf file.
-    low_bit: sym_int4 (default; ipex-llm's optimize_model, ggml's Q4_0 with int4_range="full"), asym_int4,
-        sym_int8, fp16, bf16 or fp32; a pre-quantized checkpoint's layers are used as stored.
+    low_bit: None (the default: sym_int4, ipex-llm's optimize_model, ggml's Q4_0 with int4_range="full"; a
+        quantized GGUF file's float layers run as stored), sym_int4, asym_int4, sym_int8, fp16, bf16 or fp32; a
+        pre-quantized checkpoint's layers are used as stored.
     group_size: weights per scale (32; -1 = per output channel). int4_range: "full" [-8, 7] or "clip" [-7, 7].
     rounding: "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule). lm_head_low_bit: also convert lm_head (None:
         keep it as stored). activations: None (each format's default), "int8", "int16", "f32" or "bf16".
@@ -349,7 +372,9 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
     """
     path = _path(path, "path")
     request = _woq.LoadRequest()
-    request.low_bit = _str(low_bit, "low_bit")
+    request.low_bit = _str(low_bit, "low_bit", optional=True) or ""
+    if low_bit == "":
+        raise ValueError('low_bit must be None (the default) or a format name, got ""')
     request.group_size = _int(group_size, "group_size")
     request.int4_range = _str(int4_range, "int4_range")
     request.rounding = _str(rounding, "rounding")
@@ -357,7 +382,8 @@ def optimize_model(path, low_bit="sym_int4", group_size=32, int4_range="full", r
     request.activations = _str(activations, "activations", optional=True) or ""
     if activations == "":
         raise ValueError('activations must be None (each format\'s default), "int8", "int16", "f32" or "bf16", got ""')
-    engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
+    with _keyword_errors():
+        engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
     _say(engine.summary, progress)
     return Model(engine, progress)
 
@@ -412,7 +438,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     r.seed = _int(seed, "seed", (_INT64[0], _UINT64[1]), optional=True)
     if seed is not None and seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed!r}")
-    _woq.quantize(r, _int(threads, "threads", _INT32), _log if progress else None, _progress(progress, "layer"))
+    with _keyword_errors():
+        _woq.quantize(r, _int(threads, "threads", _INT32), _log if progress else None, _progress(progress, "layer"))
 
 
 class Explanation:

@@ -76,8 +76,6 @@ void GgufWriter::set(std::string_view key, std::vector<std::uint8_t> value) {
 }
 
 void GgufWriter::set_u32(std::string_view key, std::uint32_t v) { set(key, scalar(GgufValueType::kUint32, &v, 4)); }
-void GgufWriter::set_i32(std::string_view key, std::int32_t v) { set(key, scalar(GgufValueType::kInt32, &v, 4)); }
-void GgufWriter::set_u64(std::string_view key, std::uint64_t v) { set(key, scalar(GgufValueType::kUint64, &v, 8)); }
 void GgufWriter::set_f32(std::string_view key, float v) { set(key, scalar(GgufValueType::kFloat32, &v, 4)); }
 void GgufWriter::set_bool(std::string_view key, bool v) {
   const std::uint8_t b = v ? 1 : 0;

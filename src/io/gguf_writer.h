@@ -23,8 +23,6 @@ class GgufWriter {
 
   /// Typed metadata setters; setting a key again replaces its value in place.
   void set_u32(std::string_view key, std::uint32_t v);
-  void set_i32(std::string_view key, std::int32_t v);
-  void set_u64(std::string_view key, std::uint64_t v);
   void set_f32(std::string_view key, float v);
   void set_bool(std::string_view key, bool v);
   void set_string(std::string_view key, std::string_view v);

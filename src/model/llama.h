@@ -79,6 +79,12 @@ struct LoadOptions {
   /// gives empty matrices), for calibration, which computes them itself
   /// (forward_block's `compute`) from weights it streams one block at a time.
   bool block_linears = true;
+  /// Set when `linear` is the default format, not one the user asked for: then
+  /// the float block linears of a GGUF file whose other block linears are
+  /// quantized (the F16 layers llama-quantize left in a Q8_0 or Q4_K_M file)
+  /// run as stored, as llama.cpp runs them; a file of float linears only is
+  /// still converted to `linear`, as a Hugging Face directory is.
+  bool linear_is_default = false;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -86,6 +92,11 @@ struct LoadReport {
   std::int64_t linear_matrices = 0;       ///< matrices stored in `linear`'s format
   std::uint64_t linear_source_bytes = 0;  ///< their size in the checkpoint's dtype
   std::uint64_t linear_bytes = 0;         ///< their size after conversion
+  /// Block linears of a quantized GGUF kept in their float dtype (LoadOptions::linear_is_default).
+  std::int64_t linear_kept_float = 0;
+  std::uint64_t linear_kept_float_bytes = 0;  ///< their size
+  /// Roles (kBlockLinears: "q_proj", ..., "down_proj") of the linears converted to `linear`'s format.
+  std::vector<std::string> converted_roles;
   std::uint64_t other_bytes = 0;          ///< embeddings, norms, and lm_head when kept at source precision
   /// A GGUF embedding or lm_head of a ggml type woq lacks was converted to the closest woq format (a warning says which).
   bool other_converted = false;
@@ -116,8 +127,9 @@ struct LoadReport {
   double seconds = 0;                     ///< wall time of loading and quantizing
 };
 
-/// A loaded model. Thread-safe for concurrent forward() calls on different caches
-/// only if they use different thread pools; intended use is one caller.
+/// A loaded model. One caller at a time: passes share the model's thread pool,
+/// kernel workspace and activation buffers (Python's Model holds a mutex, the
+/// server runs one engine thread).
 class LlamaModel {
  public:
   /// Loads DIR (config.json, generation_config.json, model.safetensors or

@@ -46,6 +46,24 @@ QuantSpec keep_format(const TensorView& t) {
   }
 }
 
+// Whether a block linear of `store` is a quantized ggml tensor (a quantized GGUF file).
+bool has_ggml_linears(const TensorStore& store, const ModelConfig& c) {
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const char* name : kBlockLinears) {
+      const TensorView* t = store.find(fmt::format("model.layers.{}.{}.weight", l, name));
+      if (t != nullptr && t->dtype == DType::kGgml) return true;
+    }
+  return false;
+}
+
+// "q" for "model.layers.3.self_attn.q_proj.weight": a linear's role as the load summary names it.
+std::string role_of(std::string_view name) {
+  name.remove_suffix(std::string_view(".weight").size());
+  name.remove_prefix(name.rfind('.') + 1);
+  if (name.ends_with("_proj")) name.remove_suffix(5);
+  return std::string(name);
+}
+
 // GGUF Q4_0 / Q8_0 blocks hold woq's sym_int4 (group 32, full range) and
 // sym_int8 (group 32) with another byte order: repacked losslessly, rows in
 // Hugging Face order. nullopt for every other type, and for Q8_0 blocks that
@@ -149,6 +167,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   LoadReport rep;
 
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
+  // The float linears of a quantized GGUF file run as stored unless a format was asked for.
+  const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
   // A tensor kept in the checkpoint's format: as stored for GGUF Q4_0 / Q8_0,
   // else its float format or the closest woq format to its ggml type.
   auto keep = [&](const TensorView& t, const char* from) {
@@ -213,6 +233,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
         rep.imported_format += (rep.imported_format.empty() ? "" : ", ") + format;
       return std::move(*w);
     }
+    if (keep_float && t.dtype != DType::kGgml) {
+      QuantMatrix w = load_matrix(t, rows, cols, from, keep_format(t), pool);
+      set_activations(w, options, activations_used, rep, pool);
+      rep.linear_kept_float_bytes += w.bytes();
+      ++rep.linear_kept_float;
+      return w;
+    }
     // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded.
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
     const QuantSpec spec = q8 ? QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kWoq} : options.linear;
@@ -228,6 +255,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     set_activations(w, options, activations_used, rep, pool);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;
+    if (const std::string role = role_of(name);
+        std::find(rep.converted_roles.begin(), rep.converted_roles.end(), role) == rep.converted_roles.end())
+      rep.converted_roles.push_back(role);
     return w;
   };
   const std::int64_t h = c.hidden_size;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/utf8.h"
 
@@ -18,7 +19,9 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
   const Int4Range range = parse_int4_range(request.int4_range);
   const Rounding rounding = parse_rounding(request.rounding);
   LoadOptions options;
-  options.linear = {parse_low_bit(request.low_bit), request.group_size, range, rounding};
+  options.linear_is_default = request.low_bit.empty();
+  options.linear = {options.linear_is_default ? LowBit::kSymInt4 : parse_low_bit(request.low_bit), request.group_size,
+                    range, rounding};
   validate(options.linear);
   if (!request.lm_head_low_bit.empty()) {
     options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size, range, rounding};
@@ -28,7 +31,8 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
   const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
                         (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
   if (range == Int4Range::kClip && !any_int4 && notes != nullptr)
-    notes->push_back(fmt::format("note: --int4-range applies to sym_int4 only; ignored for {}", request.low_bit));
+    notes->push_back(fmt::format("note: --int4-range applies to sym_int4 only; ignored for {}",
+                                 low_bit_name(options.linear.type)));
   return options;
 }
 
@@ -46,10 +50,14 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
                                                          mib(r.lm_head_bytes))
                                            : "";
   const std::string converted =
-      r.linear_matrices > 0 ? fmt::format("{} linear layers (q/k/v/o/gate/up/down) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
-                                          r.linear_matrices, r.source_dtype, describe(options.linear),
-                                          mib(r.linear_source_bytes), mib(r.linear_bytes))
+      r.linear_matrices > 0 ? fmt::format("{} linear layers ({}) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
+                                          r.linear_matrices, fmt::join(r.converted_roles, "/"), r.source_dtype,
+                                          describe(options.linear), mib(r.linear_source_bytes), mib(r.linear_bytes))
                             : std::string();
+  if (r.linear_kept_float > 0)
+    lines.push_back(fmt::format("{} float linear layers beside the quantized ones kept as stored ({:.2f} MiB), as "
+                                "llama.cpp runs them; --low-bit converts them",
+                                r.linear_kept_float, mib(r.linear_kept_float_bytes)));
   lines.push_back(fmt::format("{}embeddings, norms{} {} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted,
                               options.lm_head ? "" : " and lm_head",
                               r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored",

@@ -15,8 +15,10 @@ namespace woq {
 /// sym_int8 | fp16 | bf16 | fp32; `int4_range` full | clip; `rounding` woq |
 /// ggml; `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
 /// `activations` empty (each format's default), int8, int16, f32 or bf16.
+///
+/// An empty `low_bit` is the default: sym_int4, with LoadOptions::linear_is_default set.
 struct LoadRequest {
-  std::string low_bit = "sym_int4";
+  std::string low_bit;
   std::int64_t group_size = 32;
   std::string int4_range = "full";
   std::string rounding = "woq";
