@@ -105,6 +105,45 @@ TEST_F(ServerTest, CompletionTextContinuesThePromptLikeGenerate) {
   }
 }
 
+// The server's decoding is the CLI's (one DecodeStep): with llama.cpp's repeat penalty over a window (the prompt's
+// tokens included) and OpenAI's presence/frequency penalties, a request gives generate()'s tokens, and the
+// penalties change them (greedy stories260K repeats itself without them).
+TEST_F(ServerTest, PenaltiesGiveGeneratesTokens) {
+  Engine engine(*model_, tok_, metrics_, {2, 0});
+  const std::string prompt = "Once upon a time there was a little girl. The little girl";
+  struct Case {
+    Penalties window;
+    float presence, frequency;
+  };
+  std::vector<std::vector<std::int32_t>> outputs;
+  for (const Case& c : {Case{{1.0f, 64, 0.0f, 0.0f}, 0.0f, 0.0f}, Case{{1.5f, 16, 0.0f, 0.0f}, 0.0f, 0.0f},
+                        Case{{1.3f, 64, 0.2f, 0.1f}, 0.0f, 0.0f}, Case{{1.0f, 64, 0.0f, 0.0f}, 1.5f, 0.5f}}) {
+    auto r = std::make_shared<EngineRequest>();
+    r->prompt = tok_.encode(prompt);
+    r->max_tokens = 40;
+    r->sampling = {0.0f, 0, 1.0f, 0};
+    r->penalties = c.window;
+    r->presence_penalty = c.presence;
+    r->frequency_penalty = c.frequency;
+    auto promise = std::make_shared<std::promise<std::vector<std::int32_t>>>();
+    auto ids = std::make_shared<std::vector<std::int32_t>>();
+    r->on_token = [ids](const TokenEvent& ev) { ids->push_back(ev.token.id); };
+    r->on_finish = [ids, promise](const FinishEvent&) { promise->set_value(*ids); };
+    engine.submit(r);
+    const std::vector<std::int32_t> got = promise->get_future().get();
+    if (c.presence == 0.0f) {  // generate() has llama.cpp's penalties (OpenAI's are the server's own)
+      GenerateOptions o;
+      o.max_new_tokens = 40;
+      o.sampling.temperature = 0;
+      o.penalties = c.window;
+      EXPECT_EQ(got, generate(*model_, tok_, prompt, o, [](std::string_view) {}).generated_ids)
+          << "repeat " << c.window.repeat << " last_n " << c.window.last_n;
+    }
+    for (const auto& earlier : outputs) EXPECT_NE(got, earlier) << "a penalty changed nothing";
+    outputs.push_back(got);
+  }
+}
+
 TEST_F(ServerTest, CancelledRequestsFreeTheirSlot) {
   Engine engine(*model_, tok_, metrics_, {1, 0});
   std::shared_ptr<EngineRequest> first;
@@ -250,6 +289,23 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
   EXPECT_EQ(error_of(R"({"prompt": "x", "stream_options": {"include_usage": 1}})", false).substr(0, 32),
             "400 stream_options.include_usage");
   EXPECT_EQ(error_of(R"({"prompt": "x", "top_p": 0})", false), "400 top_p: 'top_p' must be in (0, 1]");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "repeat_penalty": 0})", false).substr(0, 18), "400 repeat_penalty");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "repeat_penalty": 1.1, "repetition_penalty": 1.1})", false).substr(0, 22),
+            "400 repetition_penalty");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "repeat_last_n": -2})", false).substr(0, 17), "400 repeat_last_n");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "repetition_penalty": 1.2, "repeat_last_n": 8})", false).substr(0, 17),
+            "400 repeat_last_n");
+  {
+    const ApiRequest llama = parse_request(R"({"prompt": "x", "repeat_penalty": 1.25, "repeat_last_n": 8})", false, "m");
+    EXPECT_EQ(llama.penalties.repeat, 1.25f);
+    EXPECT_EQ(llama.penalties.last_n, 8);
+    const ApiRequest all = parse_request(R"({"prompt": "x", "repeat_penalty": 1.25, "repeat_last_n": -1})", false, "m");
+    EXPECT_GE(all.penalties.last_n, std::int64_t{1} << 30);  // -1: every token, as llama-server
+    const ApiRequest vllm = parse_request(R"({"prompt": "x", "repetition_penalty": 1.5})", false, "m");
+    EXPECT_EQ(vllm.penalties.repeat, 1.5f);
+    EXPECT_GE(vllm.penalties.last_n, std::int64_t{1} << 30);
+    EXPECT_FALSE(parse_request(R"({"prompt": "x"})", false, "m").penalties.active());
+  }
   EXPECT_EQ(error_of("{\"prompt\": ", false).find("[json.exception"), std::string::npos);
   const ApiRequest r = parse_request(
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],

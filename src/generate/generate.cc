@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "generate/stop_strings.h"
+#include "generate/decode_step.h"
 
 namespace woq {
 
@@ -43,63 +43,51 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
   const std::int64_t max_new = std::min(options.max_new_tokens, context - prompt_len);
   const std::int64_t needed = prompt_len + max_new;
 
-  const std::vector<std::int32_t> stops =
-      options.stop_ids.empty() ? end_of_generation_ids(model.config(), tokenizer) : options.stop_ids;
-
-  TextStream stream(tokenizer);
-  const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();
-  for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i) {
-    const std::string text = stream.push(result.prompt_ids[i]);
-    if (options.echo_prompt) on_text(text);
+  DecodeOptions decode;
+  decode.sampling = options.sampling;
+  decode.penalties = options.penalties;
+  decode.stop_ids = options.stop_ids.empty() ? end_of_generation_ids(model.config(), tokenizer) : options.stop_ids;
+  decode.stop_strings = options.stop_strings;
+  DecodeStep step(tokenizer, std::move(decode), result.prompt_ids);
+  if (options.echo_prompt) {  // the prompt's text as the tokenizer round-trips it, BOS left out
+    TextStream echo(tokenizer);
+    const bool skip_bos = tokenizer.add_bos() && result.prompt_ids.front() == tokenizer.bos_id();
+    for (std::size_t i = skip_bos ? 1 : 0; i < result.prompt_ids.size(); ++i) on_text(echo.push(result.prompt_ids[i]));
+    on_text(echo.flush());
   }
-  StopStringFilter filter(options.stop_strings);
-  auto emit = [&](std::string_view piece) {
-    const std::string text = filter.push(piece);
+  const auto emit = [&](const std::string& text) {
     result.text += text;
     on_text(text);
   };
-  if (options.max_new_tokens == 0) {
-    const std::string rest = stream.flush();
-    if (options.echo_prompt) on_text(rest);
-    return result;
-  }
+  if (options.max_new_tokens == 0) return result;
 
-  validate(options.penalties);
   KVCache cache = model.make_cache(needed);
-  Sampler sampler(options.sampling);
-  std::vector<std::int32_t> history = options.penalties.active() ? result.prompt_ids : std::vector<std::int32_t>();
   std::vector<float> logits;
   auto t0 = Clock::now();
   model.forward(result.prompt_ids, cache, /*all_logits=*/false, logits);
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   for (;;) {
-    if (options.penalties.active()) apply_penalties(logits, history, options.penalties);
-    const std::int32_t next = sampler.sample(logits);
-    if (options.penalties.active()) history.push_back(next);
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+    const DecodeStep::Token next = step.next(logits);
+    if (next.stop_id) {
       result.stopped = true;
-      result.stop_token = next;
+      result.stop_token = next.id;
       break;
     }
-    result.generated_ids.push_back(next);
-    emit(stream.push(next));
-    if (filter.stopped()) break;
+    result.generated_ids.push_back(next.id);
+    emit(next.text);
+    if (step.stopped_by_string()) break;
     if (static_cast<std::int64_t>(result.generated_ids.size()) >= max_new) {
       result.context_full = max_new < options.max_new_tokens;
       break;
     }
-    model.forward(std::span(&next, 1), cache, false, logits);
+    model.forward(std::span(&next.id, 1), cache, false, logits);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!filter.stopped()) emit(stream.flush());
-  if (filter.stopped()) {
+  if (!step.stopped_by_string()) emit(step.finish());
+  if (step.stopped_by_string()) {
     result.stopped = true;
-    result.stop_string = filter.matched();
-  } else {
-    const std::string rest = filter.flush();
-    result.text += rest;
-    on_text(rest);
+    result.stop_string = step.stop_string();
   }
   return result;
 }

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "generate/generate.h"
-#include "generate/stop_strings.h"
+#include "generate/decode_step.h"
 
 namespace woq::server {
 
@@ -37,18 +36,25 @@ void logprobs_of(const float* logits, std::int64_t vocab, std::int32_t chosen, i
 
 }  // namespace
 
+// The decoding choices of a request, its stop ids the model's.
+DecodeOptions decode_options(const EngineRequest& r, const std::vector<std::int32_t>& eos) {
+  DecodeOptions o;
+  o.sampling = r.sampling;
+  o.penalties = r.penalties;
+  o.presence_penalty = r.presence_penalty;
+  o.frequency_penalty = r.frequency_penalty;
+  o.stop_ids = eos;
+  o.stop_strings = r.stop;
+  return o;
+}
+
 struct Engine::Slot {
-  Slot(std::shared_ptr<EngineRequest> r, const Tokenizer& tokenizer)
-      : req(std::move(r)), sampler(req->sampling), stream(tokenizer), filter(req->stop) {}
+  Slot(std::shared_ptr<EngineRequest> r, const Tokenizer& tokenizer, const std::vector<std::int32_t>& eos)
+      : req(std::move(r)), step(tokenizer, decode_options(*req, eos), req->prompt) {}
 
   std::shared_ptr<EngineRequest> req;
-  Sampler sampler;
-  TextStream stream;
-  StopStringFilter filter;
+  DecodeStep step;
   std::optional<KVCache> cache;
-  std::vector<std::pair<std::int32_t, std::int32_t>> counts;  ///< (token, times generated), for penalties
-  std::unordered_map<std::int32_t, std::size_t> count_index;
-  std::vector<float> scratch;
   std::int64_t generated = 0;
   std::int32_t next = -1;  ///< the token the next decode step feeds
   Clock::time_point submitted = Clock::now(), last_token;
@@ -96,7 +102,7 @@ void Engine::submit(std::shared_ptr<EngineRequest> request) {
   if (n == 0) fail("the prompt has no tokens");
   if (n >= options_.ctx_size)
     fail("the prompt has {} tokens; the context is {} tokens (including at least one generated)", n, options_.ctx_size);
-  auto slot = std::make_unique<Slot>(std::move(request), tokenizer_);
+  auto slot = std::make_unique<Slot>(std::move(request), tokenizer_, eos_);
   {
     std::lock_guard lock(mu_);
     if (stopping_) fail("the server is shutting down");
@@ -114,7 +120,7 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   FinishEvent ev;
   ev.reason = reason;
   ev.error = std::move(error);
-  if (ev.reason == "length") ev.text = slot.filter.push(slot.stream.flush()) + slot.filter.flush();
+  if (ev.reason == "length") ev.text = slot.step.finish();
   ev.prompt_tokens = static_cast<std::int64_t>(slot.req->prompt.size());
   ev.completion_tokens = slot.generated;
   ev.first_token_seconds = slot.first_token_seconds;
@@ -128,13 +134,8 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
 bool Engine::advance(Slot& slot, const float* logits) {
   const EngineRequest& r = *slot.req;
   const std::int64_t vocab = model_.config().vocab_size;
-  const float* row = logits;
-  if ((r.presence_penalty != 0 || r.frequency_penalty != 0) && !slot.counts.empty()) {
-    slot.scratch.assign(logits, logits + vocab);
-    apply_penalties(slot.scratch, slot.counts, r.presence_penalty, r.frequency_penalty);
-    row = slot.scratch.data();
-  }
-  const std::int32_t id = slot.sampler.sample(std::span(row, static_cast<std::size_t>(vocab)));
+  const DecodeStep::Token next = slot.step.next(std::span(logits, static_cast<std::size_t>(vocab)));
+  const std::int32_t id = next.id;
   const auto now = Clock::now();
   if (slot.generated == 0) {
     slot.first_token_seconds = std::chrono::duration<double>(now - slot.submitted).count();
@@ -143,20 +144,17 @@ bool Engine::advance(Slot& slot, const float* logits) {
     metrics_.inter_token(std::chrono::duration<double>(now - slot.last_token).count());
   }
   slot.last_token = now;
-  if (std::find(eos_.begin(), eos_.end(), id) != eos_.end()) {
+  if (next.stop_id) {
     finish(slot, "stop");
     return false;
   }
   ++slot.generated;
-  const auto [it, added] = slot.count_index.try_emplace(id, slot.counts.size());
-  if (added) slot.counts.emplace_back(id, 0);
-  ++slot.counts[it->second].second;
   TokenEvent ev;
-  ev.text = slot.filter.push(slot.stream.push(id));
+  ev.text = next.text;
   if (r.logprobs || r.top_logprobs > 0) logprobs_of(logits, vocab, id, r.top_logprobs, ev);
   else ev.token.id = id;
   if (r.on_token) r.on_token(ev);
-  if (slot.filter.stopped()) {
+  if (slot.step.stopped_by_string()) {
     finish(slot, "stop");
     return false;
   }
@@ -173,8 +171,6 @@ bool Engine::advance(Slot& slot, const float* logits) {
 bool Engine::start(Slot& slot) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
-  // The first generated piece decodes in the prompt's context (SentencePiece's leading space).
-  slot.stream.set_context(r.prompt);
   slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
   std::vector<float> logits;
   model_.forward(r.prompt, *slot.cache, false, logits);

@@ -61,7 +61,8 @@ struct EngineRequest {
   std::int64_t max_tokens = 16;      ///< generated tokens at most; the context also limits them
   SamplingParams sampling;
   std::vector<std::string> stop;     ///< stop strings
-  float presence_penalty = 0, frequency_penalty = 0;
+  float presence_penalty = 0, frequency_penalty = 0;  ///< OpenAI's, over the generated tokens
+  Penalties penalties;  ///< llama.cpp's repeat penalty over a window of prompt and generated tokens (off by default)
   int top_logprobs = 0;              ///< alternatives reported per token (0 = none)
   bool logprobs = false;             ///< report the chosen token's log-probability
   std::function<void(const TokenEvent&)> on_token;

@@ -415,6 +415,7 @@ class Session : public std::enable_shared_from_this<Session> {
     out.stop = r.stop;
     out.presence_penalty = r.presence_penalty;
     out.frequency_penalty = r.frequency_penalty;
+    out.penalties = r.penalties;
     out.logprobs = r.logprobs;
     out.top_logprobs = r.top_logprobs;
     gen.id = next_id(chat ? "chatcmpl" : "cmpl");

@@ -40,6 +40,9 @@ struct ApiRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   float presence_penalty = 0, frequency_penalty = 0;
+  /// llama.cpp's `repeat_penalty` over the last `repeat_last_n` tokens (-1: all), or vLLM's
+  /// `repetition_penalty` over all of them (prompt and generated); off by default.
+  Penalties penalties;
   bool logprobs = false;
   int top_logprobs = 0;
   bool stream = false;
