@@ -31,6 +31,7 @@
 #include "generate/chat_template.h"
 #include "generate/generate.h"
 #include "generate/jinja.h"
+#include "generate/model_session.h"
 #include "io/hf_config_writer.h"
 #include "model/llama.h"
 #include "model/load_request.h"
@@ -44,15 +45,9 @@ namespace woq::python {
 
 namespace {
 
-// A loaded model with what runs it.
-struct Model {
-  std::string path;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<LlamaModel> model;
-  std::shared_ptr<Tokenizer> tokenizer;
-  std::optional<ChatTemplate> chat_template;
+// A loaded model with what runs it (the CLI's ModelSession), and what Python adds.
+struct Model : ModelSession {
   LoadOptions options;
-  LoadReport report;
   std::vector<std::string> summary;  ///< notes, warnings and the load summary, as the CLI prints them
   std::mutex busy;
 };
@@ -110,16 +105,12 @@ std::function<void(const std::string&)> log_of(const py::object& log) {
 
 std::unique_ptr<Model> load(const std::string& path, const LoadRequest& request, int threads, const py::object& progress) {
   auto m = std::make_unique<Model>();
-  m->path = path;
   m->options = argument_check([&] { return parse_load_request(request, &m->summary); });
   m->options.progress = progress_of(progress, "layer");
   if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
   py::gil_scoped_release unlocked;
-  read_model_config(path);  // the plainest error for a wrong path comes first, as in the CLI
-  m->tokenizer = std::make_shared<Tokenizer>(Tokenizer::load(path));
-  m->chat_template = ChatTemplate::load(path);
-  m->pool = std::make_unique<ThreadPool>(threads);
-  m->model = LlamaModel::load(path, m->options, *m->pool, &m->report);
+  m->open(path, threads);
+  m->load(m->options);
   m->options.progress = nullptr;  // the callback is for this load only
   for (std::string& line : load_summary(m->report, m->options)) m->summary.push_back(std::move(line));
   return m;

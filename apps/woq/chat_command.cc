@@ -35,11 +35,12 @@ int run_chat(const ChatArgs& a) {
   gen.penalties = a.sampling.penalties;
   gen.echo_prompt = false;
   const LoadOptions options = load_options(a.model, a.low_bit);
-  read_model_config(a.model_dir);
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
-  const ChatTemplate chat = ChatTemplate::load(a.model_dir);
-  ThreadPool pool(a.model.threads);
-  auto model = load_model(a.model_dir, options, pool);
+  ModelSession session;
+  session.open(a.model_dir, a.model.threads);
+  load_session(session, options);
+  const Tokenizer& tokenizer = *session.tokenizer;
+  const ChatTemplate& chat = *session.chat_template;
+  LlamaModel* const model = session.model.get();
   const bool tty = isatty(STDIN_FILENO) != 0;
   fmt::print(stderr, "woq: chat with {} ({}); type a message and Enter, /clear to forget the conversation, /exit or "
              "Ctrl-D to quit\n", a.model_dir, chat.is_default() ? "no chat template in the model: ChatML" : "the model's chat template");

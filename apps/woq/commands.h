@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "generate/model_session.h"
 #include "generate/sampler.h"
 #include "model/llama.h"
 #include "model/load_request.h"
@@ -80,6 +81,9 @@ LoadOptions reference_load_options(const ModelFlags& flags, const std::string& l
 /// Loads DIR with `options` (LlamaModel::load; its errors) and prints the
 /// one-line summary of what loading converted, and any warnings, to stderr
 /// (and gives the report when `report` is set).
+/// Loads `session`'s weights (ModelSession::load) and prints what loading did, as load_model does.
+void load_session(ModelSession& session, const LoadOptions& options);
+
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* report = nullptr);
 /// Notes on stderr when a comparison's reference is not a float original:

@@ -48,8 +48,10 @@ int run_generate(const GenerateArgs& a) {
   gen.penalties = a.sampling.penalties;
   gen.sampling = a.sampling.params();
   const LoadOptions options = load_options(a.model, a.low_bit);
-  const ModelConfig config = read_model_config(a.model_dir);  // the plainest error for a wrong directory comes first
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
+  ModelSession session;
+  session.open(a.model_dir, a.model.threads);
+  const ModelConfig& config = session.config;
+  const Tokenizer& tokenizer = *session.tokenizer;
   // A prompt longer than the context's tokens times the longest piece cannot fit: refused before it is
   // read whole or tokenized (tokenizing takes far more memory than the text).
   const auto most_bytes =
@@ -57,9 +59,8 @@ int run_generate(const GenerateArgs& a) {
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file, most_bytes);
   if (prompt.size() > most_bytes)
     fail("the prompt ({} bytes) cannot fit in the model's context of {} tokens", prompt.size(), config.context_limit());
-  ThreadPool pool(a.model.threads);
-  auto model = load_model(a.model_dir, options, pool);
-  const GenerateResult r = generate(*model, tokenizer, prompt, gen, [](std::string_view text) {
+  load_session(session, options);
+  const GenerateResult r = generate(*session.model, tokenizer, prompt, gen, [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
@@ -75,8 +76,8 @@ int run_generate(const GenerateArgs& a) {
     speed = fmt::format("; prefill {:.1f} tok/s ({:.1f} ms)", prompt_n / r.prefill_seconds, r.prefill_seconds * 1e3);
   if (r.decode_seconds > 0 && decode_steps > 0) speed += fmt::format(", decode {:.1f} tok/s", decode_steps / r.decode_seconds);
   fmt::print(stderr, "woq: prompt {} tokens, generated {} tokens ({}){}; {} thread{}, {} kernels, {}\n",
-             r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r, tokenizer, model->context_limit()), speed,
-             pool.size(), pool.size() > 1 ? "s" : "", isa_name(active_isa()),
+             r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r, tokenizer, session.model->context_limit()), speed,
+             session.pool->size(), session.pool->size() > 1 ? "s" : "", isa_name(active_isa()),
              a.sampling.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
   return 0;
 }

@@ -91,6 +91,11 @@ LoadOptions reference_load_options(const ModelFlags& flags, const std::string& l
   return options;
 }
 
+void load_session(ModelSession& session, const LoadOptions& options) {
+  session.load(options);
+  for (const std::string& line : load_summary(session.report, options)) fmt::print(stderr, "woq: {}\n", line);
+}
+
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* out) {
   LoadReport report;

@@ -57,11 +57,12 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGTERM, &action, nullptr);
 
   const LoadOptions options = load_options(a.model, a.low_bit);
-  read_model_config(a.model_dir);
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir);
-  const ChatTemplate chat = ChatTemplate::load(a.model_dir);
-  ThreadPool pool(a.model.threads);
-  auto model = load_model(a.model_dir, options, pool);
+  ModelSession session;
+  session.open(a.model_dir, a.model.threads);
+  load_session(session, options);
+  const Tokenizer& tokenizer = *session.tokenizer;
+  const ChatTemplate& chat = *session.chat_template;
+  LlamaModel* const model = session.model.get();
   server::Metrics metrics;
   server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size, 0, a.max_queue});
   if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
