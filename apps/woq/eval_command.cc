@@ -14,6 +14,7 @@
 #include "eval/compare.h"
 #include "eval/perplexity.h"
 #include "eval/recovery.h"
+#include "eval/recovery_report.h"
 #include "eval/reports.h"
 #include "eval/tasks.h"
 #include "io/json_file.h"
@@ -186,25 +187,6 @@ int run_tasks_command(const TasksArgs& a) {
   return 0;
 }
 
-// A value and its standard error, e.g. "0.4500 ± 0.0500".
-std::string with_error(double value, double stderr_value, int digits) {
-  if (std::isnan(value)) return "n/a";
-  if (std::isnan(stderr_value)) return fmt::format("{:.{}f} ± n/a", value, digits);
-  return fmt::format("{:.{}f} ± {:.{}f}", value, digits, stderr_value, digits);
-}
-
-nlohmann::ordered_json recovery_json(const Recovery& r) {
-  return {{"recovery_percent", r.percent}, {"recovery_stderr", r.standard_error}};
-}
-
-// One column of the recovery table: a model and the format its float layers are converted to.
-struct RecoveryColumn {
-  std::string path, low_bit;
-  std::string name, label;  // short name (table header) and what it really is (read when loaded)
-  std::vector<TaskMetric> metrics;  // primary metric of each task, per item
-  std::vector<double> nll;          // per-token NLL of --ppl-file
-};
-
 // Recovery = variant / baseline (higher is better) on each task, with paired bootstrap errors; the average is over
 // the tasks only; perplexity recovery (baseline / variant) is reported apart.
 int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
@@ -221,8 +203,13 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   if (variants.empty()) fail("--low-bit '{}' lists no format to compare with the baseline", a.low_bit);
   // With --ref the model is usually a saved checkpoint: one variant, as stored, unless --low-bit says otherwise.
   if (!a.ref_dir.empty() && !low_bit_given) variants = {"sym_int4"};
-  std::vector<RecoveryColumn> columns = {{a.ref_dir.empty() ? a.model_dir : a.ref_dir, a.baseline, "", "", {}, {}}};
-  for (const std::string& v : variants) columns.push_back({a.model_dir, v, "", "", {}, {}});
+  // Each column's model and the format its float layers are converted to.
+  std::vector<std::string> low_bits = {a.baseline};
+  std::vector<RecoveryColumn> columns = {{a.ref_dir.empty() ? a.model_dir : a.ref_dir, "", "", {}, {}}};
+  for (const std::string& v : variants) {
+    low_bits.push_back(v);
+    columns.push_back({a.model_dir, "", "", {}, {}});
+  }
   std::optional<ScoringPlan> ppl_plan;
   if (!a.ppl_file.empty()) {
     try {
@@ -248,7 +235,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
     LoadReport report;
     // The baseline without --activations (each format's default), as eval compare loads its reference: the flag is
     // the variants'.
-    auto model = load_model(col.path, c == 0 ? reference_load_options(a.model, col.low_bit) : load_options(a.model, col.low_bit),
+    auto model = load_model(col.path, c == 0 ? reference_load_options(a.model, low_bits[c]) : load_options(a.model, low_bits[c]),
                             pool, &report);
     if (c == 0) baseline_vocab = model->config().vocab_size;
     if (model->config().vocab_size != baseline_vocab)
@@ -273,90 +260,14 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
       });
     }
   }
-  for (std::size_t c = 1; c < columns.size(); ++c)  // names that collide get the column's number
-    for (std::size_t d = 0; d < c; ++d)
-      if (columns[c].name == columns[d].name) {
-        columns[c].name = fmt::format("{} [{}]", columns[c].name, c);
-        break;
-      }
-  const std::size_t nv = columns.size() - 1;
-  std::string md;
-  for (const RecoveryColumn& col : columns) md += fmt::format("- {}: {}\n", col.name, col.label);
-  md += "\n| metric | " + columns[0].name;
-  for (std::size_t c = 1; c <= nv; ++c) md += " | " + columns[c].name;
-  for (std::size_t c = 1; c <= nv; ++c) md += " | " + columns[c].name + " recovery";
-  md += " |\n|---|";
-  for (std::size_t i = 0; i < columns.size() + nv; ++i) md += "---:|";
-  md += "\n";
-  nlohmann::ordered_json j;
-  auto column_json = [](const RecoveryColumn& col) {
-    return nlohmann::ordered_json{{"name", col.name}, {"label", col.label}, {"model", col.path}};
-  };
-  j["baseline"] = column_json(columns[0]);
-  for (std::size_t c = 1; c <= nv; ++c) j["variants"].push_back(column_json(columns[c]));
-  j["tasks"] = nlohmann::ordered_json::array();
-  std::vector<std::vector<Recovery>> per_variant(nv);
-  for (std::size_t t = 0; t < shapes.size(); ++t) {
-    const TaskResult& r = shapes[t];
-    md += fmt::format("| {} {} ({}-shot, {} items)", r.name, r.primary_metric, r.shots, r.items);
-    for (const RecoveryColumn& col : columns)
-      md += " | " + with_error(col.metrics[t].value, col.metrics[t].standard_error, 4);
-    nlohmann::ordered_json row = {{"task", r.name}, {"metric", r.primary_metric}, {"shots", r.shots}, {"items", r.items},
-                                  {"baseline", {{"value", columns[0].metrics[t].value},
-                                                {"stderr", columns[0].metrics[t].standard_error}}}};
-    for (std::size_t c = 1; c <= nv; ++c) {
-      const TaskMetric& m = columns[c].metrics[t];
-      const Recovery rec = task_recovery(columns[0].metrics[t].per_item, m.per_item, task_options(a).bootstrap, a.seed + t);
-      per_variant[c - 1].push_back(rec);
-      md += std::isnan(rec.percent) ? " | n/a (baseline 0)" : fmt::format(" | {} %", with_error(rec.percent, rec.standard_error, 1));
-      nlohmann::ordered_json v = {{"value", m.value}, {"stderr", m.standard_error}};
-      v.update(recovery_json(rec));
-      row["variants"].push_back(v);
-    }
-    md += " |\n";
-    j["tasks"].push_back(row);
-  }
-  md += fmt::format("| average recovery over the {} task{}", shapes.size(), shapes.size() == 1 ? "" : "s");
-  for (std::size_t i = 0; i < columns.size(); ++i) md += " |";
-  bool undefined = false;
-  for (const auto& recs : per_variant) {
-    const Recovery avg = mean_recovery(recs);
-    for (const Recovery& r : recs) undefined |= std::isnan(r.percent);
-    md += std::isnan(avg.percent) ? " | n/a" : fmt::format(" | {} %", with_error(avg.percent, avg.standard_error, 1));
-    j["average_recovery"].push_back(recovery_json(avg));
-  }
-  md += " |\n";
-  if (undefined) md += "\n(n/a: the baseline scores 0 on that task, so recovery is undefined there; the average leaves it out)\n";
-  j["perplexity"] = nullptr;
-  if (ppl_plan) {
-    md += fmt::format("\nPerplexity of {} (ctx {}, {} tokens; lower is better, not in the average):\n\n| model | perplexity | "
-                      "recovery (baseline / variant) |\n|---|---:|---:|\n",
-                      std::filesystem::path(a.ppl_file).filename().string(), a.ctx, columns[0].nll.size());
-    nlohmann::ordered_json pj = {{"file", a.ppl_file}, {"ctx", a.ctx}, {"tokens", columns[0].nll.size()}};
-    for (std::size_t c = 0; c <= nv; ++c) {
-      const Perplexity p = perplexity(columns[c].nll);
-      nlohmann::ordered_json v = {{"ppl", p.ppl}, {"ppl_stderr", p.ppl_stderr}};
-      std::string rec_cell = "";
-      if (c > 0) {
-        const Recovery rec = perplexity_recovery(columns[0].nll, columns[c].nll);
-        rec_cell = fmt::format("{} %", with_error(rec.percent, rec.standard_error, 1));
-        v.update(recovery_json(rec));
-        pj["variants"].push_back(v);
-      } else {
-        pj["baseline"] = v;
-      }
-      md += fmt::format("| {} | {} | {} |\n", columns[c].name, with_error(p.ppl, p.ppl_stderr, 4), rec_cell);
-    }
-    j["perplexity"] = pj;
-  }
-  md += "\n(± one standard error: bootstrap over items for tasks, paired with the baseline for recovery; per token for "
-        "perplexity)\n";
-  fmt::print("{}", md);
-  if (!a.json.empty()) write_json_file(a.json, j);
-  if (!a.markdown.empty()) write_text_file(a.markdown, md);
+  std::optional<RecoveryPerplexity> ppl;
+  if (ppl_plan) ppl = RecoveryPerplexity{a.ppl_file, a.ctx};
+  const EvalReport report = recovery_report(std::move(columns), shapes, task_options(a).bootstrap, a.seed, ppl);
+  fmt::print("{}", report.text);
+  if (!a.json.empty()) write_json_file(a.json, report.json);
+  if (!a.markdown.empty()) write_text_file(a.markdown, report.text);
   return 0;
 }
-
 void add_task_flags(CLI::App* cmd, TasksArgs& a) {
   cmd->add_option("-m,--model", a.model_dir, "Hugging Face model directory or .gguf file")->required();
   add_model_flags(cmd, a.model);
