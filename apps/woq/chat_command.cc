@@ -34,10 +34,7 @@ int run_chat(const ChatArgs& a) {
   gen.sampling = a.sampling.params();
   gen.penalties = a.sampling.penalties;
   gen.echo_prompt = false;
-  const LoadOptions options = load_options(a.model, a.low_bit);
-  ModelSession session;
-  session.open(a.model_dir, a.model.threads);
-  load_session(session, options);
+  const ModelSession session = open_session(a.model_dir, a.model, a.low_bit);
   const Tokenizer& tokenizer = *session.tokenizer;
   const ChatTemplate& chat = *session.chat_template;
   LlamaModel* const model = session.model.get();
@@ -102,8 +99,7 @@ int run_chat(const ChatArgs& a) {
 Run add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with the model interactively, with its chat template");
-  cmd->add_option("-m,--model", a->model_dir, "Hugging Face model directory or .gguf file")->required();
-  add_low_bit_flag(cmd, a->low_bit);
+  add_model_and_low_bit(cmd, a->model_dir, a->low_bit);
   cmd->add_option("--system", a->system, "System message at the start of the conversation");
   cmd->add_option("-n,--n-predict", a->n, "Most tokens per reply; default: until the end-of-turn token or the context")
       ->check(kPositive);

@@ -69,6 +69,9 @@ void add_threads_flag(CLI::App* cmd, int& threads);
 /// --low-bit of a command that loads one model: `low_bit` stays empty when the flag is not given (the
 /// default, sym_int4, under LoadOptions::linear_is_default: a quantized GGUF's float layers run as stored).
 void add_low_bit_flag(CLI::App* cmd, std::string& low_bit);
+
+/// -m/--model (required) and --low-bit (add_low_bit_flag) of a command that loads one model.
+void add_model_and_low_bit(CLI::App* cmd, std::string& model_dir, std::string& low_bit);
 /// Registers --group-size, --int4-range, --rounding, --lm-head-low-bit, --activations and -t/--threads
 /// (commands add --low-bit themselves: one type or a list).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
@@ -83,6 +86,9 @@ LoadOptions reference_load_options(const ModelFlags& flags, const std::string& l
 /// (and gives the report when `report` is set).
 /// Loads `session`'s weights (ModelSession::load) and prints what loading did, as load_model does.
 void load_session(ModelSession& session, const LoadOptions& options);
+
+/// Opens and loads the model at `path` with `low_bit` and the model flags (load_options, then load_session).
+ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit);
 
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
                                        LoadReport* report = nullptr);

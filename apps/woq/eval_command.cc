@@ -38,8 +38,7 @@ struct EvalArgs {
 };
 
 void add_common(CLI::App* cmd, EvalArgs& a) {
-  cmd->add_option("-m,--model", a.model_dir, "Hugging Face model directory or .gguf file")->required();
-  add_low_bit_flag(cmd, a.low_bit);
+  add_model_and_low_bit(cmd, a.model_dir, a.low_bit);
   add_model_flags(cmd, a.model);
   cmd->add_option("-f,--file", a.file, "Text file to score")->required();
   cmd->add_option("-c,--ctx-size,--ctx", a.scoring.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);

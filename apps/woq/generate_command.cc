@@ -87,8 +87,7 @@ int run_generate(const GenerateArgs& a) {
 Run add_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
-  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json or tokenizer.model) or .gguf file")
-      ->required();
+  add_model_and_low_bit(cmd, args->model_dir, args->low_bit);
   CLI::Option* prompt = cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
   CLI::Option* file = cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from this file (instead of -p)");
   prompt->excludes(file);
@@ -100,7 +99,6 @@ Run add_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   add_sampling_flags(cmd, args->sampling);
-  add_low_bit_flag(cmd, args->low_bit);
   cmd->add_option("--stop", args->stop, "Stop when the generated text contains this string (repeatable; not printed)")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
                              "STRING"));

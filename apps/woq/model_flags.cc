@@ -52,6 +52,14 @@ void add_low_bit_flag(CLI::App* cmd, std::string& low_bit) {
       });
 }
 
+void add_model_and_low_bit(CLI::App* cmd, std::string& model_dir, std::string& low_bit) {
+  cmd->add_option("-m,--model", model_dir,
+                  "Hugging Face model directory (config.json, *.safetensors, tokenizer.json or tokenizer.model) or "
+                  ".gguf file")
+      ->required();
+  add_low_bit_flag(cmd, low_bit);
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--group-size", flags.group_size,
                   "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
@@ -94,6 +102,14 @@ LoadOptions reference_load_options(const ModelFlags& flags, const std::string& l
 void load_session(ModelSession& session, const LoadOptions& options) {
   session.load(options);
   for (const std::string& line : load_summary(session.report, options)) fmt::print(stderr, "woq: {}\n", line);
+}
+
+ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit) {
+  const LoadOptions options = load_options(flags, low_bit);
+  ModelSession session;
+  session.open(path, flags.threads);
+  load_session(session, options);
+  return session;
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,

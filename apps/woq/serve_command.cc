@@ -56,10 +56,7 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  const LoadOptions options = load_options(a.model, a.low_bit);
-  ModelSession session;
-  session.open(a.model_dir, a.model.threads);
-  load_session(session, options);
+  const ModelSession session = open_session(a.model_dir, a.model, a.low_bit);
   const Tokenizer& tokenizer = *session.tokenizer;
   const ChatTemplate& chat = *session.chat_template;
   LlamaModel* const model = session.model.get();
@@ -108,8 +105,7 @@ int run_serve(const ServeArgs& a) {
 Run add_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI API (/v1/completions, /v1/chat/completions) with continuous batching");
-  cmd->add_option("-m,--model", args->model_dir, "Hugging Face model directory or .gguf file")->required();
-  add_low_bit_flag(cmd, args->low_bit);
+  add_model_and_low_bit(cmd, args->model_dir, args->low_bit);
   add_model_flags(cmd, args->model);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0 = any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
