@@ -101,6 +101,11 @@ TEST(Penalties, ByHand) {
   EXPECT_FLOAT_EQ(logits[2], 3.0f);  // not in the history
   EXPECT_FLOAT_EQ(logits[3], 0.5f / 2 - 0.25f - 0.5f);
   EXPECT_FLOAT_EQ(logits[4], 4.0f);  // only before the window
+  std::vector<float> all = {2.0f, -1.0f, 3.0f, 0.5f, 4.0f};
+  p.last_n = -1;  // every id of the history (llama.cpp's -1): 4 too
+  apply_penalties(all, history, p);
+  EXPECT_FLOAT_EQ(all[4], 4.0f / 2 - 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(all[1], logits[1]);
   std::vector<float> same = {1.0f, 2.0f};
   p.last_n = 0;
   apply_penalties(same, std::vector<std::int32_t>{0, 1}, p);
@@ -114,8 +119,10 @@ TEST(Penalties, BadValues) {
   p.repeat = 1e-45f;  // would turn a logit into inf
   EXPECT_THROW(validate(p), Error);
   p.repeat = 1;
-  p.last_n = -1;
+  p.last_n = -2;
   EXPECT_THROW(validate(p), Error);
+  p.last_n = -1;
+  EXPECT_NO_THROW(validate(p));
   p.last_n = 64;
   p.presence = std::numeric_limits<float>::infinity();
   EXPECT_THROW(validate(p), Error);

@@ -300,10 +300,13 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
     EXPECT_EQ(llama.penalties.repeat, 1.25f);
     EXPECT_EQ(llama.penalties.last_n, 8);
     const ApiRequest all = parse_request(R"({"prompt": "x", "repeat_penalty": 1.25, "repeat_last_n": -1})", false, "m");
-    EXPECT_GE(all.penalties.last_n, std::int64_t{1} << 30);  // -1: every token, as llama-server
+    EXPECT_EQ(all.penalties.last_n, -1);  // every token, as llama-server
     const ApiRequest vllm = parse_request(R"({"prompt": "x", "repetition_penalty": 1.5})", false, "m");
     EXPECT_EQ(vllm.penalties.repeat, 1.5f);
-    EXPECT_GE(vllm.penalties.last_n, std::int64_t{1} << 30);
+    EXPECT_EQ(vllm.penalties.last_n, -1);
+    const ApiRequest neutral = parse_request(R"({"prompt": "x", "repeat_penalty": 1.2, "repetition_penalty": 1.0})", false, "m");
+    EXPECT_EQ(neutral.penalties.repeat, 1.2f);
+    EXPECT_EQ(neutral.penalties.last_n, 64);
     EXPECT_FALSE(parse_request(R"({"prompt": "x"})", false, "m").penalties.active());
   }
   EXPECT_EQ(error_of("{\"prompt\": ", false).find("[json.exception"), std::string::npos);

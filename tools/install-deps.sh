@@ -25,5 +25,6 @@ python=$(command -v python3)
 if ! "$python" -c 'import numpy, jinja2, pytest' 2> /dev/null; then
   echo "install-deps: $python lacks NumPy, Jinja2 or pytest; installing them with pip" >&2
   "$python" -m pip install --quiet numpy jinja2 pytest ||
-    echo "install-deps: pip could not install them into $python; the tests that need them will fail (or skip outside CI)" >&2
+    echo "install-deps: pip could not install them into $python; the tests that need them will fail (or skip" \
+         "outside CI). Offline, build for Debian's: cmake -S . -B build -DPython_EXECUTABLE=/usr/bin/python3" >&2
 fi

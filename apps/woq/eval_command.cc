@@ -68,7 +68,7 @@ void print_report(const EvalReport& report, const std::string& json_path) {
 
 struct TasksArgs {
   std::string model_dir;
-  std::string low_bit = "sym_int4";
+  std::string low_bit;  ///< tasks: empty = the default (add_low_bit_flag); recovery: the variants
   std::string baseline = "fp32";
   ModelFlags model;
   std::string tasks;
@@ -307,7 +307,7 @@ Run add_eval(CLI::App& app) {
   auto tasks = std::make_shared<TasksArgs>();
   CLI::App* t = eval->add_subcommand("tasks", "lm-eval-style tasks: multiple choice by log-likelihood, GSM8K by generation");
   add_task_flags(t, *tasks);
-  t->add_option("--low-bit", tasks->low_bit, "Format of the linear layers")->capture_default_str();
+  add_low_bit_flag(t, tasks->low_bit);
   auto rec = std::make_shared<TasksArgs>();
   CLI::App* r = eval->add_subcommand("recovery", "Tasks (and perplexity) of the original and quantized variants, with recovery %");
   add_task_flags(r, *rec);

@@ -1,5 +1,6 @@
 // Flags and messages shared by the commands that load a model.
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include <fmt/core.h>
@@ -25,14 +26,15 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& f) {
                   "Penalize the last --repeat-last-n tokens (prompt included), as llama.cpp: logit > 0 divided by "
                   "it, else multiplied; 1 = off")
       ->capture_default_str();
-  cmd->add_option("--repeat-last-n", f.penalties.last_n, "Tokens the penalties look back over; 0 = off")
+  cmd->add_option("--repeat-last-n", f.penalties.last_n, "Tokens the penalties look back over; 0 = off, -1 = all")
       ->capture_default_str()
-      ->check(kNonNegative);
+      ->check(CLI::Range(std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()));
   cmd->add_option("--presence-penalty", f.penalties.presence,
-                  "Subtracted from the logit of each token in that window (OpenAI's presence_penalty)")
+                  "Subtracted from the logit of each token in that window (llama.cpp's; the server's presence_penalty "
+                  "counts the completion only, as OpenAI's)")
       ->capture_default_str();
   cmd->add_option("--frequency-penalty", f.penalties.frequency,
-                  "Subtracted per occurrence in that window (OpenAI's frequency_penalty)")
+                  "Subtracted per occurrence in that window (llama.cpp's, as --presence-penalty)")
       ->capture_default_str();
 }
 

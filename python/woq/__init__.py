@@ -63,17 +63,26 @@ _FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 _BOOL_FLAGS = ("force", "resume")
 
 
-@contextlib.contextmanager
-def _keyword_errors():
-    """Re-raises the library's errors (woq.Error, ValueError) with the CLI's flag names as this module's keyword
-    arguments: "--group-size" becomes "group_size", "--force" "force=True"."""
+_RENAMED_FLAGS = {"max_shard_size": "max_shard_gb"}
+
+
+def _keywords(text):
+    """The library's text with the CLI's flag names as this module's keyword arguments: "--group-size" becomes
+    "group_size", "--force" "force=True", "--max-shard-size" "max_shard_gb"."""
     def keyword(m):
         name = m.group(1).replace("-", "_")
+        name = _RENAMED_FLAGS.get(name, name)
         return f"{name}=True" if name in _BOOL_FLAGS else name
+    return _FLAG.sub(keyword, text)
+
+
+@contextlib.contextmanager
+def _keyword_errors():
+    """Re-raises the library's errors (woq.Error, ValueError) with flag names as keywords (_keywords)."""
     try:
         yield
     except (ValueError, _woq.Error) as e:
-        message = _FLAG.sub(keyword, str(e))
+        message = _keywords(str(e))
         if message == str(e):
             raise
         raise type(e)(message) from None
@@ -206,8 +215,8 @@ class Model:
         Returns the generated text (str), without the prompt; greedy when temperature == 0 (the default), else
         sampled with top_k / top_p and `seed` (None: random). Stops at the model's end-of-generation tokens, at
         any string of `stop` (not included), after max_new_tokens, or at the context. With stream=True, returns an
-        iterator of str pieces (whole UTF-8 characters) that join to the same text. The penalties are llama.cpp's
-        (repeat over the last repeat_last_n ids, prompt included) and OpenAI's presence / frequency penalties.
+        iterator of str pieces (whole UTF-8 characters) that join to the same text. The penalties are llama.cpp's:
+        repeat, presence and frequency over the last repeat_last_n ids, the prompt's included (-1: all, 0: off).
         """
         args = self._args(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty,
                           repeat_last_n, presence_penalty, frequency_penalty)
@@ -384,7 +393,7 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
         raise ValueError('activations must be None (each format\'s default), "int8", "int16", "f32" or "bf16", got ""')
     with _keyword_errors():
         engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
-    _say(engine.summary, progress)
+    _say([_keywords(line) for line in engine.summary], progress)
     return Model(engine, progress)
 
 

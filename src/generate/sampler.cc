@@ -22,15 +22,15 @@ void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int
 
 void validate(const Penalties& p) {
   // Bounded so that a penalized logit stays finite (1e-45 would make it inf and the softmax NaN).
-  if (!(p.repeat >= 1e-3f && p.repeat <= 1e3f)) fail("the repeat penalty must be in [0.001, 1000], got {}", p.repeat);
-  if (p.last_n < 0) fail("the repeat window (last_n) must be >= 0, got {}", p.last_n);
+  if (!(p.repeat >= 1e-3f && p.repeat <= 1e3f)) fail("repeat_penalty must be in [0.001, 1000], got {}", p.repeat);
+  if (p.last_n < -1) fail("repeat_last_n must be >= -1 (-1 = all tokens, 0 = off), got {}", p.last_n);
   if (!(std::fabs(p.presence) <= 1e3f) || !(std::fabs(p.frequency) <= 1e3f))
-    fail("the presence and frequency penalties must be in [-1000, 1000], got {} and {}", p.presence, p.frequency);
+    fail("presence_penalty and frequency_penalty must be in [-1000, 1000], got {} and {}", p.presence, p.frequency);
 }
 
 void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history, const Penalties& p) {
   if (!p.active()) return;
-  const std::size_t n = std::min(history.size(), static_cast<std::size_t>(p.last_n));
+  const std::size_t n = p.last_n < 0 ? history.size() : std::min(history.size(), static_cast<std::size_t>(p.last_n));
   std::map<std::int32_t, std::int32_t> counts;
   for (const std::int32_t id : history.last(n))
     if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) ++counts[id];

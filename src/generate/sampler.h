@@ -48,13 +48,13 @@ void apply_penalties(std::span<float> logits, std::span<const std::pair<std::int
 /// of recent ids (the prompt's included, as llama-cli counts them).
 struct Penalties {
   float repeat = 1.0f;         ///< each token in the window: logit > 0 divided by it, else multiplied; 1 = off
-  std::int64_t last_n = 64;    ///< the window: this many most recent ids; 0 = none
+  std::int64_t last_n = 64;    ///< the window: this many most recent ids; 0 = none; -1 = all (llama.cpp's -1)
   float presence = 0.0f;       ///< subtracted once from each token in the window
   float frequency = 0.0f;      ///< subtracted per occurrence in the window
   bool active() const { return last_n != 0 && (repeat != 1.0f || presence != 0.0f || frequency != 0.0f); }
 };
 
-/// Throws woq::Error when repeat is outside [0.001, 1000], last_n < 0, or
+/// Throws woq::Error when repeat is outside [0.001, 1000], last_n < -1, or
 /// presence / frequency outside [-1000, 1000] (bounds that keep logits finite).
 void validate(const Penalties& penalties);
 

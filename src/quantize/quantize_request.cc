@@ -152,7 +152,7 @@ void validate(const QuantizeRequest& request) {
     fail("--damp-percent must be in (0, 1], got {}", *r.damp_percent);
   if (r.gptq_format && *r.gptq_format != "v1" && *r.gptq_format != "v2")
     fail("--gptq-format '{}' is not one of: v1, v2", *r.gptq_format);
-  if (r.max_shard_gb && !(*r.max_shard_gb > 0)) fail("--max-shard-size must be positive, got {}", *r.max_shard_gb);
+  if (r.max_shard_gb && !(*r.max_shard_gb > 0)) fail("--max-shard-size (GB) must be positive, got {}", *r.max_shard_gb);
   for (const auto& [value, flag] : {std::pair{&r.nsamples, "--nsamples"}, {&r.seqlen, "--seqlen"}, {&r.block_size, "--block-size"}})
     if (*value && **value <= 0) fail("{} must be > 0, got {}", flag, **value);
   if (r.group_size)

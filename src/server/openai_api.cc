@@ -235,11 +235,13 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   // token of the prompt and the completion): a logit > 0 is divided by it, else multiplied.
   const auto repeat = number(j, "repeat_penalty", 0.001, 1000);
   const auto repetition = number(j, "repetition_penalty", 0.001, 1000);
-  if (repeat && repetition) bad("repetition_penalty", "give 'repeat_penalty' (with 'repeat_last_n') or 'repetition_penalty', not both");
+  const bool both = repeat && repetition && *repeat != 1.0 && *repetition != 1.0;
+  if (both) bad("repetition_penalty", "give 'repeat_penalty' (with 'repeat_last_n') or 'repetition_penalty', not both");
+  const bool vllm = repetition && *repetition != 1.0;  // a neutral 1.0 beside repeat_penalty changes nothing
   const auto last_n = integer(j, "repeat_last_n", -1, 1 << 30);
-  if (last_n && repetition) bad("repeat_last_n", "'repeat_last_n' goes with 'repeat_penalty'; 'repetition_penalty' covers every token");
-  r.penalties.repeat = static_cast<float>(repeat.value_or(repetition.value_or(1.0)));
-  r.penalties.last_n = repetition || last_n == -1 ? std::int64_t{1} << 30 : last_n.value_or(64);
+  if (last_n && vllm) bad("repeat_last_n", "'repeat_last_n' goes with 'repeat_penalty'; 'repetition_penalty' covers every token");
+  r.penalties.repeat = static_cast<float>(vllm ? *repetition : repeat.value_or(1.0));
+  r.penalties.last_n = vllm ? -1 : last_n.value_or(64);
   if (const auto n = integer(j, "n", INT64_MIN, INT64_MAX); n && *n != 1) bad("n", "only n = 1 is supported");
   if (const Json* stop = field(j, "stop")) {
     if (stop->is_string()) {
