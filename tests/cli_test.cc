@@ -544,7 +544,7 @@ TEST(Cli, GeneratePromptFileAndRepeatPenalty) {
   EXPECT_NE(r.err.find("none.txt: not found"), std::string::npos) << r.err;
   r = run("generate -m " + kModel + " -p hi --repeat-penalty 0");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("repeat penalty must be in [0.001, 1000]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("repeat_penalty must be in [0.001, 1000]"), std::string::npos) << r.err;
 }
 
 // Flags that would do nothing are refused (usage errors exit 2, others 1) or warned about; -c/--ctx-size is the
