@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/group_rule.h"
 #include "kernels/blas.h"
+#include "test_files.h"
 
 namespace woq {
 namespace {
@@ -301,7 +302,7 @@ TEST(Blas, OverlappingScopesRestoreTheCountFromBeforeTheFirst) {
   const int before = blas_threads();
   auto a = std::make_unique<ScopedBlasThreads>(1);
   auto b = std::make_unique<ScopedBlasThreads>(1);
-  if (before == 0) GTEST_SKIP() << "not OpenBLAS";
+  if (before == 0) WOQ_SKIP_WITHOUT_REFERENCE("the BLAS is not OpenBLAS (tools/install-deps.sh installs it)");
   a.reset();
   EXPECT_EQ(blas_threads(), 1);
   b.reset();

@@ -144,6 +144,34 @@ TEST_F(ServerTest, PenaltiesGiveGeneratesTokens) {
   }
 }
 
+// A stop string half matched when the end-of-sequence token comes: the held text ends the completion, as in
+// generate() ("...happily " + "ever after." with the stop "ever after.XYZ").
+TEST_F(ServerTest, HeldTextEndsTheCompletionAtEos) {
+  Engine engine(*model_, tok_, metrics_, {1, 0});
+  for (const std::string stop : {"ever after.XYZ", "Lily and Ben are best friends. The"}) {
+    GenerateOptions o;
+    o.max_new_tokens = 400;
+    o.sampling.temperature = 0;
+    o.stop_strings = {stop};
+    const GenerateResult want = generate(*model_, tok_, "Once upon a time", o, [](std::string_view) {});
+    auto r = std::make_shared<EngineRequest>();
+    r->prompt = tok_.encode("Once upon a time");
+    r->max_tokens = 400;
+    r->sampling = {0.0f, 0, 1.0f, 0};
+    r->stop = {stop};
+    auto promise = std::make_shared<std::promise<std::string>>();
+    auto text = std::make_shared<std::string>();
+    r->on_token = [text](const TokenEvent& ev) { *text += ev.text; };
+    r->on_finish = [text, promise](const FinishEvent& f) { promise->set_value(*text + f.text); };
+    engine.submit(r);
+    EXPECT_EQ(promise->get_future().get(), want.text) << stop;
+    if (stop == "ever after.XYZ") {
+      EXPECT_TRUE(want.stop_token >= 0) << "the case needs the end-of-sequence token to end it";
+      EXPECT_EQ(want.text.substr(want.text.size() - 11), "ever after.");
+    }
+  }
+}
+
 TEST_F(ServerTest, CancelledRequestsFreeTheirSlot) {
   Engine engine(*model_, tok_, metrics_, {1, 0});
   std::shared_ptr<EngineRequest> first;

@@ -163,6 +163,7 @@ Run add_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--low-bit", args->low_bits, "Formats to test, comma-separated")
+      ->check(kNotEmpty)
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--json", args->json,

@@ -39,6 +39,10 @@ inline const CLI::Validator kPositive(
     },
     "POSITIVE");
 
+/// Refuses an empty value (an empty format would be taken for the default).
+inline const CLI::Validator kNotEmpty(
+    [](const std::string& v) { return v.empty() ? std::string("an empty value") : std::string(); }, "NOT_EMPTY");
+
 /// Flags shared by commands that load a model.
 struct ModelFlags {
   std::int64_t group_size = 32;

@@ -300,6 +300,7 @@ Run add_eval(CLI::App& app) {
       "compare", "KL divergence, same-top-token rate and perplexity ratio of --low-bit against a reference");
   add_common(c, *cmp);
   c->add_option("--ref-low-bit", cmp->ref_low_bit, "Format of the reference (the same model)")
+      ->check(kNotEmpty)
       ->capture_default_str();
   c->add_option("--ref", cmp->ref_dir, "Reference model: Hugging Face directory or .gguf file (instead of the same model at --ref-low-bit)");
   c->add_option("--save-ref", cmp->save_ref, "Save the reference's log-probabilities to this file");

@@ -52,7 +52,7 @@ Run add_explain(CLI::App& app) {
   auto a = std::make_shared<ExplainArgs>();
   CLI::App* cmd = app.add_subcommand("explain", "Why does the quantized model's output differ from the original's?");
   add_model_and_low_bit(cmd, a->model_dir, a->low_bit);
-  cmd->add_option("--ref-low-bit", a->ref_low_bit, "Format of the original")->capture_default_str();
+  cmd->add_option("--ref-low-bit", a->ref_low_bit, "Format of the original")->capture_default_str()->check(kNotEmpty);
   cmd->add_option("--ref", a->ref_dir,
                   "The original (Hugging Face directory or .gguf file), when --model is a saved checkpoint; default: "
                   "--model itself at --ref-low-bit");

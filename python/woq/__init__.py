@@ -59,7 +59,8 @@ def _int(value, name, bounds=_INT64, optional=False):
     return value
 
 
-_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+# A flag where a message names one: not inside a word or a path (Hugging Face's cache holds "models--org--name").
+_FLAG = re.compile(r"(?<![\w/.-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 _BOOL_FLAGS = ("force", "resume")
 
 

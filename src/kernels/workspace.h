@@ -26,8 +26,8 @@ enum ScratchSlot : int {
 /// (ThreadPool::parallel_for_threads's index). Owned by whoever makes the
 /// calls (LlamaModel holds one for its forward passes; a call without one
 /// uses a temporary). Calls sharing a Workspace must not run at the same
-/// time, as calls sharing a ThreadPool must not. Buffers only grow; drop the
-/// Workspace to return the memory.
+/// time, as calls sharing a ThreadPool must not. Buffers only grow; drop (or
+/// reassign) the Workspace to return the memory.
 class Workspace {
  public:
   Q8Activations q8;

@@ -83,7 +83,9 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
 
 // Activations of a forward pass, [T, dim] row-major each, kept for the next
 // pass (fresh pages cost a prefill ~10 %): room for the most tokens a pass
-// has had.
+// has had, up to kKeptPassTokens (LlamaModel::run frees longer ones' buffers).
+constexpr std::int64_t kKeptPassTokens = 1024;
+
 struct LlamaModel::Scratch {
   /// Makes room for passes of t tokens.
   void fit(const ModelConfig& c, std::int64_t t) {
@@ -258,6 +260,10 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
              s.xn.data() + (t - first_logit) * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
   matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
+  if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it
+    *scratch_ = Scratch();
+    *workspace_ = Workspace();
+  }
 }
 
 }  // namespace woq

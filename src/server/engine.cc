@@ -120,7 +120,8 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   FinishEvent ev;
   ev.reason = reason;
   ev.error = std::move(error);
-  if (ev.reason == "length") ev.text = slot.step.finish();
+  // What the detokenizer and the stop strings still hold ends the text, unless a stop string cut it (as generate()).
+  if (ev.reason == "length" || (ev.reason == "stop" && !slot.step.stopped_by_string())) ev.text = slot.step.finish();
   ev.prompt_tokens = static_cast<std::int64_t>(slot.req->prompt.size());
   ev.completion_tokens = slot.generated;
   ev.first_token_seconds = slot.first_token_seconds;

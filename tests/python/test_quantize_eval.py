@@ -79,6 +79,17 @@ def test_quantize_says_what_the_cli_says(tmp_path, capfd):
     assert capfd.readouterr().err == ""
 
 
+def test_flag_names_in_paths_are_left_alone(tmp_path):
+    # Hugging Face's cache names folders models--org--name: only flags become keywords, not parts of a path.
+    path = tmp_path / "hub" / "models--meta-llama--llama-2-7b-hf" / "snapshots" / "abc"
+    with pytest.raises(woq.Error) as e:
+        woq.optimize_model(path, progress=False)
+    assert str(path) in str(e.value)
+    with pytest.raises(woq.Error, match="pass force=True to replace it"):
+        (tmp_path / "exists").mkdir()
+        woq.quantize(MODEL, tmp_path / "exists", progress=False)
+
+
 @pytest.mark.parametrize("kwargs,flags", [
     (dict(damp_percent=0.1), ["--damp-percent", "0.1"]),
     (dict(method="awq"), ["--method", "awq"]),
