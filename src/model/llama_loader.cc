@@ -153,6 +153,31 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
 }
 
+// What the block linears of `m` are, for the load line and tables: rep.low_bit (their woq formats) and
+// rep.label (the imported format and/or the conversion, e.g. "sym_int4 (group_size 32, full range) from F32").
+void label_report(LlamaModel& m, const LoadOptions& options, LoadReport& rep) {
+  const ModelConfig& c = m.config();
+  std::vector<std::string> types;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int i = 0; i < static_cast<int>(std::size(kBlockLinears)); ++i) {
+      const std::string t(low_bit_name(m.block_linear(l, i).type));
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    }
+  rep.low_bit = fmt::format("{}", fmt::join(types, ", "));
+  // Safetensors / GGUF dtype names (F32, F16, BF16) against woq's (fp32, fp16, bf16).
+  std::string stored = rep.source_dtype;
+  std::transform(stored.begin(), stored.end(), stored.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (stored == "f32") stored = "fp32";
+  if (stored == "f16") stored = "fp16";
+  const std::string converted = rep.linear_matrices == 0 ? std::string()
+                                : stored == low_bit_name(options.linear.type)
+                                    ? stored + " as stored"
+                                    : fmt::format("{} from {}", describe(options.linear), rep.source_dtype);
+  rep.label = rep.imported_format.empty() ? converted
+              : converted.empty()         ? rep.imported_format
+                                          : rep.imported_format + "; the other linears " + converted;
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
@@ -293,25 +318,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (options.progress) options.progress(l + 1, c.num_hidden_layers);
   }
   if (quantized) rep.imported_format = quantized->describe();
-  std::vector<std::string> types;
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int i = 0; i < static_cast<int>(std::size(kBlockLinears)); ++i) {
-      const std::string t(low_bit_name(m->block_linear(l, i).type));
-      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
-    }
-  rep.low_bit = fmt::format("{}", fmt::join(types, ", "));
-  // Safetensors / GGUF dtype names (F32, F16, BF16) against woq's (fp32, fp16, bf16).
-  std::string stored = rep.source_dtype;
-  std::transform(stored.begin(), stored.end(), stored.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (stored == "f32") stored = "fp32";
-  if (stored == "f16") stored = "fp16";
-  const std::string converted = rep.linear_matrices == 0 ? std::string()
-                                : stored == low_bit_name(options.linear.type)
-                                    ? stored + " as stored"
-                                    : fmt::format("{} from {}", describe(options.linear), rep.source_dtype);
-  rep.label = rep.imported_format.empty() ? converted
-              : converted.empty()         ? rep.imported_format
-                                          : rep.imported_format + "; the other linears " + converted;
+  label_report(*m, options, rep);
   for (const std::string& a : activations_used) rep.activations += (rep.activations.empty() ? "" : ", ") + a;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (report != nullptr) *report = rep;
