@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fuzz_common.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 #include "io/hf_config.h"
 
 namespace woq_fuzz {

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -22,12 +23,14 @@
 #include "model/random_checkpoint.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
+#include "quantize/quantize_request.h"
 #include "test_files.h"
 
 namespace woq {
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 struct ArchCase {
   const char* preset;
@@ -149,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(
     Reference, Architecture,
     ::testing::Values(ArchCase{"tiny-llama3", {"rope_scaling", "bias"}}, ArchCase{"tiny-mistral", {"sliding_window"}},
                       ArchCase{"tiny-qwen2", {"bias", "rope_scaling", "sliding_window"}},
-                      ArchCase{"tiny-qwen3", {"qk_norm"}}),
+                      ArchCase{"tiny-qwen3", {"qk_norm"}}, ArchCase{"tiny-phi3", {"sliding_window"}}),
     [](const auto& param_info) {
       std::string n = param_info.param.preset;
       std::replace(n.begin(), n.end(), '-', '_');
@@ -303,6 +306,59 @@ TEST(Architecture, TensorsTheArchitectureDoesNotUseAreRefused) {
   const std::string llama3 = write_model(tmp, "tiny-llama3");
   relabel(llama3, "\"attention_bias\": true", "\"attention_bias\": false");
   EXPECT_NE(load_error(llama3).find("(attention_bias false)"), std::string::npos) << load_error(llama3);
+}
+
+// Phi-3 runs from its float checkpoints; what woq cannot do with it is refused by name: a quantized checkpoint of
+// it, writing one (GPTQ or GGUF would need the fused layout), partial rotary (Phi-3.5 / Phi-4-mini), and a
+// separate projection stored beside the fused one. A Llama checkpoint holding fused tensors stays refused.
+TEST(Architecture, WhatWoqCannotDoWithPhi3IsRefusedByName) {
+  test::TempDir tmp;
+  ThreadPool pool(1);
+  const std::string dir = write_model(tmp, "tiny-phi3");
+  auto error_of = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  auto load = [&](const std::string& d) { LlamaModel::load(d, LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool); };
+  auto edit_config = [](const std::string& d, const std::function<void(json&)>& edit) {
+    json cfg = json::parse(test::read_file(d + "/config.json"));
+    edit(cfg);
+    test::write_file(d + "/config.json", cfg.dump());
+  };
+  for (const char* format : {"gptq", "gguf"}) {
+    QuantizeRequest r;
+    r.input = dir;
+    r.output = tmp.file(std::string("out.") + format);
+    r.format = format;
+    const std::string e = error_of([&] { run_quantize_request(r, pool, {}); });
+    EXPECT_NE(e.find("Phi3ForCausalLM stores q/k/v and gate/up fused"), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(r.output));
+  }
+  const std::string partial = tmp.file("partial");
+  fs::copy(dir, partial);
+  edit_config(partial, [](json& c) { c["partial_rotary_factor"] = 0.75; });
+  std::string e = error_of([&] { load(partial); });
+  EXPECT_NE(e.find("partial_rotary_factor"), std::string::npos) << e;
+
+  const std::string gptq = tmp.file("gptq");
+  fs::copy(dir, gptq);
+  edit_config(gptq, [](json& c) {
+    c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false},
+                                {"sym", true}};
+  });
+  e = error_of([&] { load(gptq); });
+  EXPECT_NE(e.find("(fused qkv_proj and gate_up_proj) is not supported"), std::string::npos) << e;
+
+  // The same weights relabelled Llama: the fused tensors are refused, not ignored.
+  const std::string llama = tmp.file("llama");
+  fs::copy(dir, llama);
+  edit_config(llama, [](json& c) { c["architectures"] = {"LlamaForCausalLM"}; c["model_type"] = "llama"; });
+  e = error_of([&] { load(llama); });
+  EXPECT_NE(e.find("is a fused projection"), std::string::npos) << e;
 }
 
 // config.json's sliding-window fields as transformers reads them: layer_types

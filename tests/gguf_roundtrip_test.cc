@@ -322,14 +322,14 @@ TEST(GgufLoad, FloatLayersOfAQuantizedFileRunAsStoredByDefault) {
   };
   LoadReport by_default, asked, float_file;
   const auto m = load(q4, "", by_default);
-  EXPECT_EQ(m->block_linear(0, 6).type, LowBit::kFp16);     // down_proj, as stored
-  EXPECT_EQ(m->block_linear(0, 5).type, LowBit::kSymInt4);  // up_proj, the file's Q4_0
+  EXPECT_EQ(m->block_linear(0, LinearRole::kDown).type, LowBit::kFp16);     // down_proj, as stored
+  EXPECT_EQ(m->block_linear(0, LinearRole::kUp).type, LowBit::kSymInt4);  // up_proj, the file's Q4_0
   EXPECT_EQ(by_default.linear_kept_float, m->config().num_hidden_layers);
   EXPECT_EQ(by_default.linear_matrices, 0);
-  EXPECT_EQ(load(q4, "sym_int4", asked)->block_linear(0, 6).type, LowBit::kSymInt4);  // asked for: converted
+  EXPECT_EQ(load(q4, "sym_int4", asked)->block_linear(0, LinearRole::kDown).type, LowBit::kSymInt4);  // asked for: converted
   EXPECT_EQ(asked.linear_kept_float, 0);
   EXPECT_EQ(asked.converted_roles, std::vector<std::string>{"down"});
-  EXPECT_EQ(load(f16, "", float_file)->block_linear(0, 6).type, LowBit::kSymInt4);  // a float file: the default format
+  EXPECT_EQ(load(f16, "", float_file)->block_linear(0, LinearRole::kDown).type, LowBit::kSymInt4);  // a float file: the default format
   EXPECT_EQ(float_file.converted_roles, (std::vector<std::string>{"q", "k", "v", "o", "gate", "up", "down"}));
   const auto summary = load_summary(by_default, parse_load_request({}));
   EXPECT_TRUE(std::any_of(summary.begin(), summary.end(), [](const std::string& l) {
@@ -440,14 +440,15 @@ TEST(GgufExport, NonFiniteWeightsAndSplitNamesAreRefused) {
 std::vector<float> woq_rows(LlamaModel& m, const ModelConfig& c, const std::string& name) {
   const std::string hf = *hf_tensor_name(name);
   const auto layer = std::stoll(hf.substr(std::string("model.layers.").size()));
-  int index = -1;
-  for (int i = 0; i < 7; ++i)
-    if (hf.find(kBlockLinears[i]) != std::string::npos) index = i;
-  const QuantMatrix& w = m.block_linear(layer, index);
+  LinearRole role = LinearRole::kQ;
+  for (const LinearSpec& spec : kBlockLinears)
+    if (hf.find(spec.module) != std::string::npos) role = spec.role;
+  const QuantMatrix& w = m.block_linear(layer, role);
   std::vector<std::int64_t> hf_row(static_cast<std::size_t>(w.rows));
   for (std::int64_t r = 0; r < w.rows; ++r) hf_row[static_cast<std::size_t>(r)] = r;
-  if (index <= 1) {  // q, k: llama.cpp's order
-    const std::vector<std::int64_t> order = gguf_qk_row_order(w.rows, index == 0 ? c.num_attention_heads : c.num_key_value_heads);
+  if (role == LinearRole::kQ || role == LinearRole::kK) {  // llama.cpp's order
+    const std::vector<std::int64_t> order =
+        gguf_qk_row_order(w.rows, role == LinearRole::kQ ? c.num_attention_heads : c.num_key_value_heads);
     for (std::size_t r = 0; r < order.size(); ++r) hf_row[static_cast<std::size_t>(order[r])] = static_cast<std::int64_t>(r);
   }
   std::vector<float> out(static_cast<std::size_t>(w.rows * w.cols));

@@ -130,11 +130,17 @@ TEST(HostileText, TokenizingTimeGrowsLinearly) {
       const std::size_t sizes[] = {25, 50, 100, 200};
       std::vector<std::string> texts;
       for (const std::size_t kb : sizes) texts.push_back(repeated(p.head, p.unit, kb * 1000));
+      // A ratio over the bound is measured again, up to twice: a super-linear tokenizer exceeds it every
+      // time, a spell of load from another process (a compiler beside the tests) does not last.
       std::vector<double> ms(std::size(sizes), 1e300);
-      for (int round = 0; round < 3; ++round)
-        for (std::size_t i = 0; i < texts.size(); ++i)
-          ms[i] = std::min(ms[i], elapsed_ms([&] { (void)tok.encode(texts[i]); }));
-      const double ratio = ms[3] / std::max(ms[0], 5.0);
+      double ratio = 1e300;
+      for (int attempt = 0; attempt < 3 && ratio > 16.0; ++attempt) {
+        std::fill(ms.begin(), ms.end(), 1e300);
+        for (int round = 0; round < 3; ++round)
+          for (std::size_t i = 0; i < texts.size(); ++i)
+            ms[i] = std::min(ms[i], elapsed_ms([&] { (void)tok.encode(texts[i]); }));
+        ratio = ms[3] / std::max(ms[0], 5.0);
+      }
       std::printf("%-28s %-26s 25 KB %8.1f ms  50 KB %8.1f ms  100 KB %8.1f ms  200 KB %8.1f ms  ratio %.1f\n",
                   fs::path(dir).filename().c_str(), p.name, ms[0], ms[1], ms[2], ms[3], ratio);
       EXPECT_LE(ratio, 16.0) << dir << ", " << p.name << ": 25 KB in " << ms[0] << " ms, 200 KB in " << ms[3] << " ms";

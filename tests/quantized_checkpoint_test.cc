@@ -82,8 +82,8 @@ void expect_identical_linears(const std::string& in, const std::string& out, con
   ASSERT_TRUE(qc.has_value());
   std::vector<std::string> warnings;
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l)
-    for (const char* linear : kBlockLinears) {
-      const std::string prefix = fmt::format("model.layers.{}.{}", l, linear);
+    for (const LinearSpec& linear : kBlockLinears) {
+      const std::string prefix = fmt::format("model.layers.{}.{}", l, linear.module);
       const TensorView& t = src.get(prefix + ".weight");
       std::vector<float> w(static_cast<std::size_t>(t.numel()));
       tensor_to_f32(t, w.data());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "eval/perplexity.h"
 #include "generate/generate.h"
@@ -98,9 +99,9 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
   original.embed(seq, x.data());
   ThreadPool pool(1);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    original.forward_block(l, x.data(), t, [&](int i, const float* in, std::int64_t rows) {
-      const QuantMatrix& w = original.block_linear(l, i);
-      QuantMatrix& wq = quantized.block_linear(l, i);
+    original.forward_block(l, x.data(), t, [&](LinearRole role, const float* in, std::int64_t rows) {
+      const QuantMatrix& w = original.block_linear(l, role);
+      QuantMatrix& wq = quantized.block_linear(l, role);
       std::vector<float> ref(static_cast<std::size_t>(rows * w.rows)), got(ref.size()), weights_only;
       matmul(w, in, rows, ref.data(), pool);
       matmul(wq, in, rows, got.data(), pool);
@@ -124,7 +125,7 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
       for (std::size_t k = 0; k < got.size(); ++k) got[k] -= ref[k];
       for (std::size_t k = 0; k < weights_only.size(); ++k) weights_only[k] -= ref[k];
       const double ny = frobenius(ref);
-      e.layers.push_back({l, kBlockLinears[i], nw > 0 ? std::sqrt(dw / nw) : 0.0, ny > 0 ? frobenius(got) / ny : 0.0,
+      e.layers.push_back({l, std::string(linear_spec(role).module), nw > 0 ? std::sqrt(dw / nw) : 0.0, ny > 0 ? frobenius(got) / ny : 0.0,
                           weights_only.empty() ? -1.0 : (ny > 0 ? frobenius(weights_only) / ny : 0.0)});
     });
   }

@@ -1,10 +1,10 @@
 #include "io/gguf_model.h"
 
-#include <array>
+#include <vector>
 #include <algorithm>
 
 #include "core/error.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 
 namespace woq {
 
@@ -12,37 +12,37 @@ namespace {
 
 using namespace config_limits;
 
-// GGUF tensor names (llama.cpp's LLM_TENSOR_NAMES) and the Hugging Face names
-// woq's loader reads. Per-layer entries have "blk.N." / "model.layers.N." before them.
+// GGUF tensor names (llama.cpp's LLM_TENSOR_NAMES) and the Hugging Face names woq's loader reads, from the
+// architecture spec. Per-layer entries have "blk.N." / "model.layers.N." before them.
 struct NamePair {
-  std::string_view gguf, hf;
+  std::string gguf, hf;
 };
-constexpr std::array<NamePair, 3> kGlobalNames{{
-    {"token_embd.weight", "model.embed_tokens.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-    {"output.weight", "lm_head.weight"},
-}};
-constexpr std::array<NamePair, 18> kLayerNames{{
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_output.bias", "self_attn.o_proj.bias"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
+const std::vector<NamePair>& global_names() {
+  static const std::vector<NamePair> names = [] {
+    std::vector<NamePair> v;
+    for (const NamedTensor& t : {kEmbedTokens, kFinalNorm, kLmHead})
+      v.push_back({std::string(t.gguf), std::string(t.hf)});
+    return v;
+  }();
+  return names;
+}
+const std::vector<NamePair>& layer_names() {
+  static const std::vector<NamePair> names = [] {
+    std::vector<NamePair> v;
+    for (const NamedTensor& t : {kAttnNorm, kMlpNorm, kQNorm, kKNorm})
+      v.push_back({std::string(t.gguf), std::string(t.hf)});
+    for (const LinearSpec& l : kBlockLinears)
+      v.push_back({fmt::format("{}.weight", l.gguf), fmt::format("{}.weight", l.module)});
+    for (const LinearSpec& l : kBlockLinears)
+      if (l.bias != LinearBias::kNone) v.push_back({fmt::format("{}.bias", l.gguf), fmt::format("{}.bias", l.module)});
     // Fused projections (Phi-3, ...): mapped so that the loader refuses them by name.
-    {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
-    {"ffn_gate_up.weight", "mlp.gate_up_proj.weight"},
-    {"attn_qkv.bias", "self_attn.qkv_proj.bias"},
-}};
+    for (const FusedSpec& f : kFusedProjections)
+      for (const std::string_view leaf : {"weight", "bias"})
+        v.push_back({fmt::format("{}.{}", f.gguf, leaf), fmt::format("{}.{}", f.module, leaf)});
+    return v;
+  }();
+  return names;
+}
 
 // "PREFIX<digits>.REST" -> (digits, REST), or nullopt.
 std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::string_view name, std::string_view prefix) {
@@ -56,11 +56,11 @@ std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::st
 }
 
 std::optional<std::string> map_name(std::string_view name, bool to_hf) {
-  for (const NamePair& p : kGlobalNames)
+  for (const NamePair& p : global_names())
     if ((to_hf ? p.gguf : p.hf) == name) return std::string(to_hf ? p.hf : p.gguf);
   const auto layer = split_layer(name, to_hf ? "blk." : "model.layers.");
   if (!layer) return std::nullopt;
-  for (const NamePair& p : kLayerNames)
+  for (const NamePair& p : layer_names())
     if ((to_hf ? p.gguf : p.hf) == layer->second)
       return fmt::format("{}{}.{}", to_hf ? "model.layers." : "blk.", layer->first, to_hf ? p.hf : p.gguf);
   return std::nullopt;
@@ -124,8 +124,8 @@ class GgufTensors final : public TensorSource {
           case GgmlType::kF64: t.dtype = DType::kF64; break;
           default: t.dtype = DType::kGgml; t.ggml = info.type;
         }
-        const bool is_q = hf->ends_with("q_proj.weight") || hf->ends_with("q_proj.bias");
-        const bool is_k = hf->ends_with("k_proj.weight") || hf->ends_with("k_proj.bias");
+        const bool is_q = is_linear_tensor(*hf, LinearRole::kQ);
+        const bool is_k = is_linear_tensor(*hf, LinearRole::kK);
         if (spec->gguf_permute_qk && (is_q || is_k)) {
           // Rows are permuted as a whole: [rows] or [rows, K] only.
           const std::int64_t rows = is_q ? c.q_dim() : c.kv_dim();

@@ -5,7 +5,7 @@
 #include <numbers>
 
 #include "core/error.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 #include "io/gguf_model.h"
 #include "io/json_file.h"
 
@@ -203,6 +203,10 @@ ModelConfig read_model_config(const std::string& dir) {
   }
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.field_error("hidden_act", fmt::format("is '{}'; Llama-family models use silu", act));
+  // Phi-3.5 / Phi-4-mini rotate part of each head (Phi3Config partial_rotary_factor); woq rotates all of it.
+  if (f.has("partial_rotary_factor") && f.number("partial_rotary_factor") != 1.0)
+    f.field_error("partial_rotary_factor", fmt::format("is {}; woq applies RoPE to the whole head (1.0)",
+                                                       f.number("partial_rotary_factor")));
 
   if (!f.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
     f.field_error("num_attention_heads", fmt::format("({}) does not divide hidden_size ({}) and there is no head_dim",

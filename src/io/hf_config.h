@@ -1,5 +1,5 @@
 // The Hugging Face config.json / generation_config.json of a Llama-family
-// checkpoint (the architectures of io/architecture.h: Llama 2/3, Mistral,
+// checkpoint (the architectures of arch/architecture.h: Llama 2/3, Mistral,
 // Qwen2, Qwen3), with the defaults of transformers' config classes for
 // absent fields.
 #pragma once
@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "arch/architecture.h"
 
 namespace woq {
 
@@ -58,6 +60,28 @@ struct ModelConfig {
     return sliding_window > 0 && slides ? sliding_window : 0;
   }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+  /// The size a block tensor's dimension `d` has under this config.
+  std::int64_t size(Dim d) const {
+    switch (d) {
+      case Dim::kHidden: return hidden_size;
+      case Dim::kIntermediate: return intermediate_size;
+      case Dim::kQ: return q_dim();
+      case Dim::kKv: return kv_dim();
+      case Dim::kHeadDim: return head_dim;
+      case Dim::kVocab: return vocab_size;
+    }
+    return 0;
+  }
+  /// Rows of fused projection `f`: its parts' rows added (q_dim + 2 kv_dim for qkv_proj).
+  std::int64_t rows(const FusedSpec& f) const {
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < f.part_count; ++i) n += size(linear_spec(f.parts[i]).rows);
+    return n;
+  }
+  /// Whether block linears with bias rule `b` carry a bias under this config.
+  bool has_bias(LinearBias b) const {
+    return (b == LinearBias::kQkv && attention_bias) || (b == LinearBias::kOutput && o_bias);
+  }
 };
 
 /// The divisor of each RoPE inverse frequency theta^(-2i/d) (i < head_dim / 2)

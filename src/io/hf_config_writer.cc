@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 
 namespace woq {
 

@@ -235,6 +235,13 @@ std::vector<std::string> TensorStore::names() const {
   return out;
 }
 
+void TensorStore::replace_with_views(const std::vector<std::string>& replaced, std::unique_ptr<TensorSource> views) {
+  for (const std::string& name : replaced) index_.erase(name);
+  for (const auto& [name, t] : views->tensors())
+    if (!index_.emplace(name, &t).second) fail("{}: tensor '{}' is stored both fused and on its own", source_, name);
+  files_.push_back(std::move(views));
+}
+
 const TensorView* TensorStore::find(const std::string& name) const {
   const auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;

@@ -98,6 +98,9 @@ class TensorStore {
   std::vector<std::string> names() const;
   /// Where the tensors come from, for messages: the file or the index.
   const std::string& source() const { return source_; }
+  /// Adds the tensors of `views` (views into this store's files, e.g. split_fused_projections' parts) in place
+  /// of the tensors named `replaced`. Throws woq::Error when a view's name is already taken.
+  void replace_with_views(const std::vector<std::string>& replaced, std::unique_ptr<TensorSource> views);
 
  private:
   std::string source_;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 
 namespace woq {
@@ -18,12 +19,19 @@ namespace {
 // checkpoint labelled Llama), or anything else unknown. Silently ignoring a
 // tensor gives wrong output; transformers' rotary_emb.inv_freq buffers are the
 // one thing skipped.
+// The block linear whose Hugging Face module is `module` ("self_attn.q_proj"), or nullptr.
+const LinearSpec* find_linear(std::string_view module) {
+  for (const LinearSpec& spec : kBlockLinears)
+    if (spec.module == module) return &spec;
+  return nullptr;
+}
+
 void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
   static const std::set<std::string, std::less<>> kLinearParts = {
       "weight", "qweight", "qzeros", "scales", "g_idx",  // float, GPTQ
       "weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx"};  // compressed-tensors
   for (const auto& name : store.names()) {
-    if (name == "model.embed_tokens.weight" || name == "model.norm.weight" || name == "lm_head.weight") continue;
+    if (name == kEmbedTokens.hf || name == kFinalNorm.hf || name == kLmHead.hf) continue;
     auto refuse = [&](const std::string& why) { fail("{}: tensor '{}' {}", store.source(), name, why); };
     if (!name.starts_with("model.layers."))
       refuse(fmt::format("is not part of a {} checkpoint as woq reads it", c.architecture));
@@ -42,21 +50,18 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
     if (part.find(".qkv_proj.") != std::string::npos || part.find("qkv_proj.") == 0 ||
         part.find(".gate_up_proj.") != std::string::npos)
       refuse("is a fused projection; woq reads separate q/k/v_proj and gate/up_proj");
-    if (part == "input_layernorm.weight" || part == "post_attention_layernorm.weight" ||
-        part == "self_attn.rotary_emb.inv_freq")
-      continue;
+    if (part == kAttnNorm.hf || part == kMlpNorm.hf || part == kRotaryInvFreq) continue;
     const std::size_t last = part.rfind('.');
     const std::string module = part.substr(0, last), leaf = last == std::string::npos ? "" : part.substr(last + 1);
-    const bool qkv = module == "self_attn.q_proj" || module == "self_attn.k_proj" || module == "self_attn.v_proj";
-    const bool linear = qkv || module == "self_attn.o_proj" || module == "mlp.gate_proj" || module == "mlp.up_proj" ||
-                        module == "mlp.down_proj";
-    if (linear && kLinearParts.contains(leaf)) continue;
-    if (linear && leaf == "bias") {
-      if ((qkv && c.attention_bias) || (module == "self_attn.o_proj" && c.o_bias)) continue;
-      refuse(fmt::format("is a bias that {} as config.json describes it does not have (attention_bias {})",
-                         c.architecture, c.attention_bias ? "true" : "false"));
+    if (const LinearSpec* linear = find_linear(module)) {
+      if (kLinearParts.contains(leaf)) continue;
+      if (leaf == "bias") {
+        if (c.has_bias(linear->bias)) continue;
+        refuse(fmt::format("is a bias that {} as config.json describes it does not have (attention_bias {})",
+                           c.architecture, c.attention_bias ? "true" : "false"));
+      }
     }
-    if (part == "self_attn.q_norm.weight" || part == "self_attn.k_norm.weight") {
+    if (part == kQNorm.hf || part == kKNorm.hf) {
       if (c.qk_norm) continue;
       refuse(fmt::format("is a q/k norm, which {} does not have (Qwen3ForCausalLM does)", c.architecture));
     }
@@ -77,47 +82,35 @@ void require(const TensorStore& store, const std::string& name, const std::vecto
 
 void validate_checkpoint(const TensorStore& store, const ModelConfig& c, bool quantized) {
   check_tensor_names(store, c);
-  const std::int64_t h = c.hidden_size;
-  require(store, "model.embed_tokens.weight", {c.vocab_size, h}, "vocab_size, hidden_size");
-  if (store.find("lm_head.weight") != nullptr || !c.tie_word_embeddings) {
-    if (store.find("lm_head.weight") == nullptr)
-      fail("{}: tensor 'lm_head.weight' is missing and config.json tie_word_embeddings is false", store.source());
-    require(store, "lm_head.weight", {c.vocab_size, h}, "vocab_size, hidden_size");
-  }
-  require(store, "model.norm.weight", {h}, "hidden_size");
-  struct Linear {
-    const char* name;
-    std::int64_t rows, cols;
-    const char* from;
+  auto require_spec = [&](const std::string& name, const NamedTensor& t) {
+    if (t.rows == t.cols)
+      require(store, name, {c.size(t.rows)}, dim_name(t.rows).data());
+    else
+      require(store, name, {c.size(t.rows), c.size(t.cols)}, dims_name(t.rows, t.cols).c_str());
   };
-  const Linear linears[] = {
-      {"self_attn.q_proj", c.q_dim(), h, "num_attention_heads * head_dim, hidden_size"},
-      {"self_attn.k_proj", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size"},
-      {"self_attn.v_proj", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size"},
-      {"self_attn.o_proj", h, c.q_dim(), "hidden_size, num_attention_heads * head_dim"},
-      {"mlp.gate_proj", c.intermediate_size, h, "intermediate_size, hidden_size"},
-      {"mlp.up_proj", c.intermediate_size, h, "intermediate_size, hidden_size"},
-      {"mlp.down_proj", h, c.intermediate_size, "hidden_size, intermediate_size"}};
+  require_spec(std::string(kEmbedTokens.hf), kEmbedTokens);
+  if (store.find(std::string(kLmHead.hf)) != nullptr || !c.tie_word_embeddings) {
+    if (store.find(std::string(kLmHead.hf)) == nullptr)
+      fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
+    require_spec(std::string(kLmHead.hf), kLmHead);
+  }
+  require_spec(std::string(kFinalNorm.hf), kFinalNorm);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    require(store, p + "input_layernorm.weight", {h}, "hidden_size");
-    require(store, p + "post_attention_layernorm.weight", {h}, "hidden_size");
-    if (c.attention_bias) {
-      require(store, p + "self_attn.q_proj.bias", {c.q_dim()}, "num_attention_heads * head_dim");
-      require(store, p + "self_attn.k_proj.bias", {c.kv_dim()}, "num_key_value_heads * head_dim");
-      require(store, p + "self_attn.v_proj.bias", {c.kv_dim()}, "num_key_value_heads * head_dim");
-    }
-    if (c.o_bias) require(store, p + "self_attn.o_proj.bias", {h}, "hidden_size");
+    require_spec(layer_tensor(l, kAttnNorm.hf), kAttnNorm);
+    require_spec(layer_tensor(l, kMlpNorm.hf), kMlpNorm);
+    for (const LinearSpec& spec : kBlockLinears)
+      if (c.has_bias(spec.bias))
+        require(store, linear_tensor(l, spec.role, "bias"), {c.size(spec.rows)}, dim_name(spec.rows).data());
     if (c.qk_norm) {
-      require(store, p + "self_attn.q_norm.weight", {c.head_dim}, "head_dim");
-      require(store, p + "self_attn.k_norm.weight", {c.head_dim}, "head_dim");
+      require_spec(layer_tensor(l, kQNorm.hf), kQNorm);
+      require_spec(layer_tensor(l, kKNorm.hf), kKNorm);
     }
-    for (const Linear& lin : linears) {
-      const std::string weight = p + lin.name + ".weight";
+    for (const LinearSpec& spec : kBlockLinears) {
+      const std::string weight = linear_tensor(l, spec.role);
       // A quantized checkpoint's linears have no .weight (GPTQ qweight, compressed-tensors weight_packed):
       // their shapes are checked against the config where they are read.
       if (quantized && store.find(weight) == nullptr) continue;
-      require(store, weight, {lin.rows, lin.cols}, lin.from);
+      require(store, weight, {c.size(spec.rows), c.size(spec.cols)}, dims_name(spec.rows, spec.cols).c_str());
     }
   }
 }

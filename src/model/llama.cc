@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <array>
 #include <cmath>
 #include <numbers>
 
@@ -127,26 +128,31 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
     for (std::int64_t t = 0; t < t_count; ++t)
       rms_norm(x + t * hidden, weight.data(), hidden, static_cast<float>(c.rms_norm_eps), s.xn.data() + t * hidden);
   };
-  auto linear = [&](int i, const QuantMatrix& m, const float* in, float* out) {
-    if (observe != nullptr) (*observe)(i, in, t_count);
+  auto linear = [&](LinearRole role, const float* in, float* out) {
+    const QuantMatrix& m = w.linear(role);
+    if (observe != nullptr) (*observe)(role, in, t_count);
     if (compute != nullptr) {
-      (*compute)(i, in, t_count, out);
+      (*compute)(role, in, t_count, out);
     } else {
       matmul(m, in, t_count, out, *pool_, *workspace_);
     }
   };
   // Linears that read the same input run as one pass (one activation quantization, one pool wake-up).
-  auto shared_linear = [&](int first, std::initializer_list<MatmulOutput> outs, const float* in) {
+  auto shared_linear = [&](std::initializer_list<std::pair<LinearRole, float*>> roles, const float* in) {
     if (observe != nullptr)
-      for (int i = first; i < first + static_cast<int>(outs.size()); ++i) (*observe)(i, in, t_count);
+      for (const auto& [role, y] : roles) (*observe)(role, in, t_count);
     if (compute != nullptr) {
-      for (std::size_t j = 0; j < outs.size(); ++j) (*compute)(first + static_cast<int>(j), in, t_count, outs.begin()[j].y);
+      for (const auto& [role, y] : roles) (*compute)(role, in, t_count, y);
     } else {
-      matmul_shared_input(std::span(outs.begin(), outs.size()), in, t_count, *pool_, *workspace_);
+      std::array<MatmulOutput, 3> outs;
+      std::size_t n = 0;
+      for (const auto& [role, y] : roles) outs[n++] = {&w.linear(role), y};
+      matmul_shared_input(std::span(outs.data(), n), in, t_count, *pool_, *workspace_);
     }
   };
   norm_rows(w.attn_norm);
-  shared_linear(0, {{&w.wq, s.q.data()}, {&w.wk, s.k.data()}, {&w.wv, s.v.data()}}, s.xn.data());
+  shared_linear({{LinearRole::kQ, s.q.data()}, {LinearRole::kK, s.k.data()}, {LinearRole::kV, s.v.data()}},
+                s.xn.data());
   add_bias(s.q.data(), w.bq, t_count);
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
@@ -170,14 +176,14 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
               s.att.data() + row0 * q_dim);
     row0 += seg.rows;
   }
-  linear(3, w.wo, s.att.data(), s.proj.data());
+  linear(LinearRole::kO, s.att.data(), s.proj.data());
   add_bias(s.proj.data(), w.bo, t_count);
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
 
   norm_rows(w.mlp_norm);
-  shared_linear(4, {{&w.gate, s.gate.data()}, {&w.up, s.up.data()}}, s.xn.data());
+  shared_linear({{LinearRole::kGate, s.gate.data()}, {LinearRole::kUp, s.up.data()}}, s.xn.data());
   swiglu(s.gate.data(), s.up.data(), t_count * c.intermediate_size);
-  linear(6, w.down, s.gate.data(), s.proj.data());
+  linear(LinearRole::kDown, s.gate.data(), s.proj.data());
   for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
 }
 
@@ -206,12 +212,37 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
         compute ? &compute : nullptr);
 }
 
-QuantMatrix& LlamaModel::block_linear(std::int64_t layer, int index) {
-  if (layer < 0 || layer >= config_.num_hidden_layers || index < 0 || index >= 7)
-    fail("block_linear: no linear {} in layer {}", index, layer);
-  LayerWeights& w = layers_[static_cast<std::size_t>(layer)];
-  QuantMatrix* const all[7] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
-  return *all[index];
+QuantMatrix& LayerWeights::linear(LinearRole role) {
+  switch (role) {
+    case LinearRole::kQ: return wq;
+    case LinearRole::kK: return wk;
+    case LinearRole::kV: return wv;
+    case LinearRole::kO: return wo;
+    case LinearRole::kGate: return gate;
+    case LinearRole::kUp: return up;
+    case LinearRole::kDown: return down;
+  }
+  fail("no block linear of role {}", static_cast<int>(role));
+}
+
+std::vector<float>& LayerWeights::bias(LinearRole role) {
+  switch (role) {
+    case LinearRole::kQ: return bq;
+    case LinearRole::kK: return bk;
+    case LinearRole::kV: return bv;
+    case LinearRole::kO: return bo;
+    default: fail("block linear {} has no bias", linear_spec(role).module);
+  }
+}
+
+const QuantMatrix& LayerWeights::linear(LinearRole role) const {
+  return const_cast<LayerWeights&>(*this).linear(role);
+}
+
+QuantMatrix& LlamaModel::block_linear(std::int64_t layer, LinearRole role) {
+  if (layer < 0 || layer >= config_.num_hidden_layers)
+    fail("block_linear: no layer {} (the model has {})", layer, config_.num_hidden_layers);
+  return layers_[static_cast<std::size_t>(layer)].linear(role);
 }
 
 void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,

@@ -42,25 +42,17 @@ struct LayerWeights {
   QuantMatrix gate;              ///< (intermediate, hidden)
   QuantMatrix up;                ///< (intermediate, hidden)
   QuantMatrix down;              ///< (hidden, intermediate)
+
+  /// The linear of `role` (wq for LinearRole::kQ, ...).
+  QuantMatrix& linear(LinearRole role);
+  const QuantMatrix& linear(LinearRole role) const;
+  /// The bias of `role` (bq for LinearRole::kQ, ...). Throws woq::Error for an MLP role (no bias).
+  std::vector<float>& bias(LinearRole role);
 };
 
-/// The seven linear layers of a decoder block, in the order LayerWeights,
-/// forward_block's observer and block_linear number them.
-inline constexpr const char* kBlockLinears[7] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-
-/// [rows, cols] of block linear `i` (kBlockLinears order) under config `c`.
-inline std::pair<std::int64_t, std::int64_t> block_linear_shape(const ModelConfig& c, int i) {
-  switch (i) {
-    case 0: return {c.q_dim(), c.hidden_size};
-    case 1:
-    case 2: return {c.kv_dim(), c.hidden_size};
-    case 3: return {c.hidden_size, c.q_dim()};
-    case 4:
-    case 5: return {c.intermediate_size, c.hidden_size};
-    default: return {c.hidden_size, c.intermediate_size};
-  }
+/// [rows, cols] of block linear `role` under config `c` (kBlockLinears' Dim).
+inline std::pair<std::int64_t, std::int64_t> block_linear_shape(const ModelConfig& c, LinearRole role) {
+  return {c.size(linear_spec(role).rows), c.size(linear_spec(role).cols)};
 }
 
 /// How to load a checkpoint.
@@ -95,7 +87,7 @@ struct LoadReport {
   /// Block linears of a quantized GGUF kept in their float dtype (LoadOptions::linear_is_default).
   std::int64_t linear_kept_float = 0;
   std::uint64_t linear_kept_float_bytes = 0;  ///< their size
-  /// Roles (kBlockLinears: "q_proj", ..., "down_proj") of the linears converted to `linear`'s format.
+  /// Labels (LinearSpec::label: "q", ..., "down") of the linears converted to `linear`'s format.
   std::vector<std::string> converted_roles;
   std::uint64_t other_bytes = 0;          ///< embeddings, norms, and lm_head when kept at source precision
   /// A GGUF embedding or lm_head of a ggml type woq lacks was converted to the closest woq format (a warning says which).
@@ -176,13 +168,12 @@ class LlamaModel {
 
   // Block-by-block access, for calibration (GPTQ).
 
-  /// Receives the input x [rows, K] of block linear `index` (kBlockLinears
-  /// order) just before it runs.
-  using LinearObserver = std::function<void(int index, const float* x, std::int64_t rows)>;
+  /// Receives the input x [rows, K] of block linear `role` just before it runs.
+  using LinearObserver = std::function<void(LinearRole role, const float* x, std::int64_t rows)>;
   /// Token embeddings: x [tokens.size(), hidden]. Throws woq::Error for an id outside [0, vocab).
   void embed(std::span<const std::int32_t> tokens, float* x) const;
-  /// Computes y [rows, N] = x [rows, K] W^T for block linear `index` in place of the model's own weights.
-  using LinearCompute = std::function<void(int index, const float* x, std::int64_t rows, float* y)>;
+  /// Computes y [rows, N] = x [rows, K] W^T for block linear `role` in place of the model's own weights.
+  using LinearCompute = std::function<void(LinearRole role, const float* x, std::int64_t rows, float* y)>;
   /// Runs decoder block `layer` in place on the hidden states x [T, hidden] of
   /// one sequence at positions [0, T) (with its own KV), calling `observe`
   /// (when set) before each linear; with `compute` set, the linears are
@@ -193,9 +184,8 @@ class LlamaModel {
   /// bad layer or T.
   void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                      const LinearCompute& compute = nullptr);
-  /// Linear `index` (kBlockLinears order) of block `layer`, to inspect or
-  /// replace. Throws woq::Error for a bad index.
-  QuantMatrix& block_linear(std::int64_t layer, int index);
+  /// Linear `role` of block `layer`, to inspect or replace. Throws woq::Error for a bad layer.
+  QuantMatrix& block_linear(std::int64_t layer, LinearRole role);
 
   ~LlamaModel();
 

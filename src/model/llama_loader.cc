@@ -10,10 +10,12 @@
 
 #include <fmt/ranges.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/mmap_file.h"
 #include "formats/interleave.h"
+#include "io/fused_projections.h"
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
 #include "io/safetensors.h"
@@ -49,19 +51,11 @@ QuantSpec keep_format(const TensorView& t) {
 // Whether a block linear of `store` is a quantized ggml tensor (a quantized GGUF file).
 bool has_ggml_linears(const TensorStore& store, const ModelConfig& c) {
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (const char* name : kBlockLinears) {
-      const TensorView* t = store.find(fmt::format("model.layers.{}.{}.weight", l, name));
+    for (const LinearSpec& spec : kBlockLinears) {
+      const TensorView* t = store.find(linear_tensor(l, spec.role));
       if (t != nullptr && t->dtype == DType::kGgml) return true;
     }
   return false;
-}
-
-// "q" for "model.layers.3.self_attn.q_proj.weight": a linear's role as the load summary names it.
-std::string role_of(std::string_view name) {
-  name.remove_suffix(std::string_view(".weight").size());
-  name.remove_prefix(name.rfind('.') + 1);
-  if (name.ends_with("_proj")) name.remove_suffix(5);
-  return std::string(name);
 }
 
 // GGUF Q4_0 / Q8_0 blocks hold woq's sym_int4 (group 32, full range) and
@@ -159,8 +153,8 @@ void label_report(LlamaModel& m, const LoadOptions& options, LoadReport& rep) {
   const ModelConfig& c = m.config();
   std::vector<std::string> types;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (int i = 0; i < static_cast<int>(std::size(kBlockLinears)); ++i) {
-      const std::string t(low_bit_name(m.block_linear(l, i).type));
+    for (const LinearSpec& spec : kBlockLinears) {
+      const std::string t(low_bit_name(m.block_linear(l, spec.role).type));
       if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
     }
   rep.low_bit = fmt::format("{}", fmt::join(types, ", "));
@@ -184,8 +178,14 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
                                              ThreadPool& pool, LoadReport* report) {
   const auto start = std::chrono::steady_clock::now();
   ModelConfig config = read_model_config(dir);
-  const TensorStore store = TensorStore::open(dir);
+  TensorStore store = TensorStore::open(dir);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
+  if (find_architecture(config.architecture)->fused_projections) {
+    if (quantized)
+      fail("{}: a {} checkpoint of {} (fused qkv_proj and gate_up_proj) is not supported; woq reads its float "
+           "checkpoints", dir, quantized->describe(), config.architecture);
+    split_fused_projections(store, config);
+  }
   validate_checkpoint(store, config, quantized.has_value());
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
@@ -208,29 +208,35 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     }
     return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
   };
-  const TensorView& embed = store.get("model.embed_tokens.weight");
-  m->embed_ = keep(embed, "vocab_size, hidden_size");
+  const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
+  const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
+  m->embed_ = keep(embed, vocab_hidden.c_str());
   rep.other_bytes += m->embed_.bytes();
-  const TensorView* head = store.find("lm_head.weight");
+  const TensorView* head = store.find(std::string(kLmHead.hf));
   if (!c.tie_word_embeddings && head == nullptr)
-    fail("{}: tensor 'lm_head.weight' is missing and config.json tie_word_embeddings is false",
-         store.source());
+    fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
   const TensorView& head_src = head != nullptr ? *head : embed;
   if (head != nullptr || options.lm_head) {
     m->lm_head_ = std::make_unique<QuantMatrix>(
-        options.lm_head ? load_matrix(head_src, c.vocab_size, c.hidden_size, "vocab_size, hidden_size", *options.lm_head, pool)
-                        : keep(head_src, "vocab_size, hidden_size"));
+        options.lm_head
+            ? load_matrix(head_src, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *options.lm_head, pool)
+            : keep(head_src, vocab_hidden.c_str()));
     set_activations(*m->lm_head_, options, activations_used, rep, pool);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   } else {
     // Tied: the embedding is also the output projection (its lookup reads either layout).
     set_activations(m->embed_, options, activations_used, rep, pool);
   }
-  m->final_norm_ = load_vector(store, "model.norm.weight", c.hidden_size, "hidden_size");
+  m->final_norm_ =
+      load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
   rep.other_bytes += m->final_norm_.size() * sizeof(float);
 
-  auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, const char* from) {
+  auto linear = [&](std::int64_t layer, const LinearSpec& role) {
     if (!options.block_linears) return QuantMatrix{};  // streamed by the caller (calibration)
+    const std::string name = linear_tensor(layer, role.role);
+    const std::int64_t rows = c.size(role.rows), cols = c.size(role.cols);
+    const std::string dims = dims_name(role.rows, role.cols);
+    const char* from = dims.c_str();
     if (quantized) {
       const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
       const auto t0 = std::chrono::steady_clock::now();
@@ -280,40 +286,30 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     set_activations(w, options, activations_used, rep, pool);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;
-    if (const std::string role = role_of(name);
-        std::find(rep.converted_roles.begin(), rep.converted_roles.end(), role) == rep.converted_roles.end())
-      rep.converted_roles.push_back(role);
+    if (std::find(rep.converted_roles.begin(), rep.converted_roles.end(), role.label) == rep.converted_roles.end())
+      rep.converted_roles.emplace_back(role.label);
     return w;
   };
-  const std::int64_t h = c.hidden_size;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
     LayerWeights w;
-    w.attn_norm = load_vector(store, p + "input_layernorm.weight", h, "hidden_size");
-    w.mlp_norm = load_vector(store, p + "post_attention_layernorm.weight", h, "hidden_size");
-    rep.other_bytes += 2 * static_cast<std::uint64_t>(h) * sizeof(float);
-    w.wq = linear(p + "self_attn.q_proj.weight", c.q_dim(), h, "num_attention_heads * head_dim, hidden_size");
-    w.wk = linear(p + "self_attn.k_proj.weight", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size");
-    w.wv = linear(p + "self_attn.v_proj.weight", c.kv_dim(), h, "num_key_value_heads * head_dim, hidden_size");
-    w.wo = linear(p + "self_attn.o_proj.weight", h, c.q_dim(), "hidden_size, num_attention_heads * head_dim");
-    if (c.attention_bias) {
-      w.bq = load_vector(store, p + "self_attn.q_proj.bias", c.q_dim(), "num_attention_heads * head_dim");
-      w.bk = load_vector(store, p + "self_attn.k_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
-      w.bv = load_vector(store, p + "self_attn.v_proj.bias", c.kv_dim(), "num_key_value_heads * head_dim");
-      rep.other_bytes += (w.bq.size() + w.bk.size() + w.bv.size()) * sizeof(float);
-    }
-    if (c.o_bias) {
-      w.bo = load_vector(store, p + "self_attn.o_proj.bias", h, "hidden_size");
-      rep.other_bytes += w.bo.size() * sizeof(float);
-    }
+    auto vector = [&](const NamedTensor& t) {
+      std::vector<float> v = load_vector(store, layer_tensor(l, t.hf), c.size(t.rows), dim_name(t.rows).data());
+      rep.other_bytes += v.size() * sizeof(float);
+      return v;
+    };
+    w.attn_norm = vector(kAttnNorm);
+    w.mlp_norm = vector(kMlpNorm);
+    for (const LinearSpec& spec : kBlockLinears) w.linear(spec.role) = linear(l, spec);
+    for (const LinearSpec& spec : kBlockLinears)
+      if (c.has_bias(spec.bias)) {
+        std::vector<float>& b = w.bias(spec.role);
+        b = load_vector(store, linear_tensor(l, spec.role, "bias"), c.size(spec.rows), dim_name(spec.rows).data());
+        rep.other_bytes += b.size() * sizeof(float);
+      }
     if (c.qk_norm) {
-      w.q_norm = load_vector(store, p + "self_attn.q_norm.weight", c.head_dim, "head_dim");
-      w.k_norm = load_vector(store, p + "self_attn.k_norm.weight", c.head_dim, "head_dim");
-      rep.other_bytes += 2 * static_cast<std::uint64_t>(c.head_dim) * sizeof(float);
+      w.q_norm = vector(kQNorm);
+      w.k_norm = vector(kKNorm);
     }
-    w.gate = linear(p + "mlp.gate_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
-    w.up = linear(p + "mlp.up_proj.weight", c.intermediate_size, h, "intermediate_size, hidden_size");
-    w.down = linear(p + "mlp.down_proj.weight", h, c.intermediate_size, "hidden_size, intermediate_size");
     m->layers_.push_back(std::move(w));
     if (options.progress) options.progress(l + 1, c.num_hidden_layers);
   }

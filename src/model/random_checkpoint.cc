@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 #include "io/hf_config_writer.h"
 #include "io/json_file.h"
 #include "io/safetensors_writer.h"
@@ -136,7 +136,7 @@ nlohmann::ordered_json llama_tokenizer_config() {
 const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = [] {
     const std::string llama = "LlamaForCausalLM", mistral = "MistralForCausalLM", qwen2 = "Qwen2ForCausalLM",
-                      qwen3 = "Qwen3ForCausalLM";
+                      qwen3 = "Qwen3ForCausalLM", phi3 = "Phi3ForCausalLM";
     std::vector<ModelPreset> v;
     v.push_back(preset("llama-2-7b", llama, "llama2", 4096, 11008, 32, 32, 32, 32000, 4096, 1e4, 1e-5, 1, {2}));
     v.back().chat_template = "llama2_chat_template.jinja";
@@ -170,6 +170,10 @@ const std::vector<ModelPreset>& model_presets() {
                        {151645, 151643}));
     v.back().config.head_dim = 32;
     v.back().config.tie_word_embeddings = true;
+    // Phi-3-mini-4k's block (fused qkv_proj and gate_up_proj, a sliding window on every layer) with GQA (as
+    // Phi-3-medium) and the Llama 2 tokenizer Phi-3 extends.
+    v.push_back(preset("tiny-phi3", phi3, "llama2", 64, 160, 2, 4, 2, 32000, 256, 1e4, 1e-5, 1, {2}));
+    v.back().config.sliding_window = 16;
     return v;
   }();
   return presets;
@@ -258,31 +262,43 @@ std::uint64_t write_random_checkpoint(const std::string& dir, const RandomCheckp
   };
   const Fill weight{0, options.weight_std}, ones{1, 0}, bias{0, 0.5}, head_norm{1, 0.3};
   const std::int64_t h = c.hidden_size;
-  add("model.embed_tokens.weight", {c.vocab_size, h}, weight);
+  auto matrix = [&](std::string name, Dim rows, Dim cols) {
+    add(std::move(name), {c.size(rows), c.size(cols)}, weight);
+  };
+  matrix(std::string(kEmbedTokens.hf), kEmbedTokens.rows, kEmbedTokens.cols);
+  const bool fused_projections = find_architecture(c.architecture)->fused_projections;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string pre = fmt::format("model.layers.{}.", l);
-    add(pre + "input_layernorm.weight", {h}, ones);
-    add(pre + "self_attn.q_proj.weight", {c.q_dim(), h}, weight);
-    add(pre + "self_attn.k_proj.weight", {c.kv_dim(), h}, weight);
-    add(pre + "self_attn.v_proj.weight", {c.kv_dim(), h}, weight);
-    if (c.attention_bias) {
-      add(pre + "self_attn.q_proj.bias", {c.q_dim()}, bias);
-      add(pre + "self_attn.k_proj.bias", {c.kv_dim()}, bias);
-      add(pre + "self_attn.v_proj.bias", {c.kv_dim()}, bias);
-    }
+    auto linear = [&](LinearRole role) {
+      matrix(linear_tensor(l, role), linear_spec(role).rows, linear_spec(role).cols);
+    };
+    auto vector = [&](std::string name, Dim size, Fill how) { add(std::move(name), {c.size(size)}, how); };
+    auto biases = [&](std::initializer_list<LinearRole> roles) {
+      for (const LinearRole role : roles)
+        if (c.has_bias(linear_spec(role).bias))
+          vector(linear_tensor(l, role, "bias"), linear_spec(role).rows, bias);
+    };
+    vector(layer_tensor(l, kAttnNorm.hf), kAttnNorm.rows, ones);
+    auto fused = [&](const FusedSpec& f) { add(layer_tensor(l, f.module) + ".weight", {c.rows(f), h}, weight); };
+    if (fused_projections)
+      fused(kFusedProjections[0]);  // qkv_proj
+    else
+      for (const LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kV}) linear(role);
+    biases({LinearRole::kQ, LinearRole::kK, LinearRole::kV});
     if (c.qk_norm) {
-      add(pre + "self_attn.q_norm.weight", {c.head_dim}, head_norm);
-      add(pre + "self_attn.k_norm.weight", {c.head_dim}, head_norm);
+      vector(layer_tensor(l, kQNorm.hf), kQNorm.rows, head_norm);
+      vector(layer_tensor(l, kKNorm.hf), kKNorm.rows, head_norm);
     }
-    add(pre + "self_attn.o_proj.weight", {h, c.q_dim()}, weight);
-    if (c.o_bias) add(pre + "self_attn.o_proj.bias", {h}, bias);
-    add(pre + "post_attention_layernorm.weight", {h}, ones);
-    add(pre + "mlp.gate_proj.weight", {c.intermediate_size, h}, weight);
-    add(pre + "mlp.up_proj.weight", {c.intermediate_size, h}, weight);
-    add(pre + "mlp.down_proj.weight", {h, c.intermediate_size}, weight);
+    linear(LinearRole::kO);
+    biases({LinearRole::kO});
+    vector(layer_tensor(l, kMlpNorm.hf), kMlpNorm.rows, ones);
+    if (fused_projections)
+      fused(kFusedProjections[1]);  // gate_up_proj
+    else
+      for (const LinearRole role : {LinearRole::kGate, LinearRole::kUp}) linear(role);
+    linear(LinearRole::kDown);
   }
-  add("model.norm.weight", {h}, ones);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, weight);
+  add(std::string(kFinalNorm.hf), {c.size(kFinalNorm.rows)}, ones);
+  if (!c.tie_word_embeddings) matrix(std::string(kLmHead.hf), kLmHead.rows, kLmHead.cols);
 
   write_checkpoint_tensors(dir, specs, [&](std::size_t i, std::span<std::uint8_t> out) {
     fill_tensor(out, specs[i].dtype, fills[i], splitmix(options.seed ^ splitmix(i + 1)), pool);

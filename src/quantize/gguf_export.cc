@@ -12,7 +12,7 @@
 #include "formats/ggml_types.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
-#include "io/architecture.h"
+#include "arch/architecture.h"
 #include "io/gguf_model.h"
 #include "io/gguf_writer.h"
 #include "io/hf_config.h"
@@ -176,8 +176,8 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     std::vector<std::int64_t> ne(t.shape.rbegin(), t.shape.rend());
     // GGUF row g holds HF row hf_row[g] (llama's q/k interleave their rotary halves).
     std::vector<std::int64_t> hf_row;
-    const bool q = hf.ends_with("q_proj.weight") || hf.ends_with("q_proj.bias");
-    const bool kp = hf.ends_with("k_proj.weight") || hf.ends_with("k_proj.bias");
+    const bool q = is_linear_tensor(hf, LinearRole::kQ);
+    const bool kp = is_linear_tensor(hf, LinearRole::kK);
     if (spec->gguf_permute_qk && (q || kp)) {
       const std::vector<std::int64_t> order =
           gguf_qk_row_order(t.shape.front(), q ? c.num_attention_heads : c.num_key_value_heads);
@@ -239,25 +239,24 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     if (t.ggml != nullptr) return t.ggml->type;
     return int_target ? GgmlType::kF16 : target;
   };
-  const TensorView& embed = store.get("model.embed_tokens.weight");
-  add("model.embed_tokens.weight", big_type(embed), false);
+  const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
+  add(std::string(kEmbedTokens.hf), big_type(embed), false);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    add(p + "input_layernorm.weight", GgmlType::kF32, false);
-    for (int i = 0; i < 7; ++i) {
-      const std::string lin = p + kBlockLinears[i];
-      add(lin + ".weight", target, true, block_linear_shape(c, i));
-      if (store.find(lin + ".bias") != nullptr) add(lin + ".bias", GgmlType::kF32, false);
+    add(layer_tensor(l, kAttnNorm.hf), GgmlType::kF32, false);
+    for (const LinearSpec& linear : kBlockLinears) {
+      add(linear_tensor(l, linear.role), target, true, block_linear_shape(c, linear.role));
+      const std::string bias = linear_tensor(l, linear.role, "bias");
+      if (store.find(bias) != nullptr) add(bias, GgmlType::kF32, false);
     }
     if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", GgmlType::kF32, false);
-      add(p + "self_attn.k_norm.weight", GgmlType::kF32, false);
+      add(layer_tensor(l, kQNorm.hf), GgmlType::kF32, false);
+      add(layer_tensor(l, kKNorm.hf), GgmlType::kF32, false);
     }
-    add(p + "post_attention_layernorm.weight", GgmlType::kF32, false);
+    add(layer_tensor(l, kMlpNorm.hf), GgmlType::kF32, false);
   }
-  add("model.norm.weight", GgmlType::kF32, false);
-  if (const TensorView* head = store.find("lm_head.weight"); head != nullptr && !c.tie_word_embeddings)
-    add("lm_head.weight", big_type(*head), false);
+  add(std::string(kFinalNorm.hf), GgmlType::kF32, false);
+  if (const TensorView* head = store.find(std::string(kLmHead.hf)); head != nullptr && !c.tie_word_embeddings)
+    add(std::string(kLmHead.hf), big_type(*head), false);
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kFactors) {
     const std::vector<float> factors = rope_freq_factors(c);
     w.add_tensor("rope_freqs.weight", {static_cast<std::int64_t>(factors.size())}, GgmlType::kF32,

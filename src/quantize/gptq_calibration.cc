@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/mmap_file.h"
@@ -20,8 +21,26 @@ namespace woq {
 
 namespace {
 
-// Block linears sharing one input (and so one Hessian): the first of each set.
-constexpr int kInputOf[7] = {0, 0, 0, 3, 4, 4, 6};
+std::size_t idx(LinearRole role) { return static_cast<std::size_t>(role); }
+
+// The first block linear reading `role`'s input: linears sharing an input share one Hessian, observed once.
+LinearRole input_owner(LinearRole role) {
+  for (const LinearSpec& s : kBlockLinears)
+    if (s.input == linear_spec(role).input) return s.role;
+  return role;
+}
+
+// GPTQ's stages: one per input in true-sequential order (q/k/v, o, gate/up, down: each stage sees the
+// quantized outputs of the ones before), else one stage of every linear.
+std::vector<std::vector<LinearRole>> gptq_stages(bool true_sequential) {
+  std::vector<std::vector<LinearRole>> stages;
+  for (const LinearSpec& s : kBlockLinears) {
+    if (stages.empty() || (true_sequential && linear_spec(stages.back().front()).input != s.input))
+      stages.emplace_back();
+    stages.back().push_back(s.role);
+  }
+  return stages;
+}
 
 }  // namespace
 
@@ -54,8 +73,8 @@ GptqMemory gptq_memory(const ModelConfig& c, std::int64_t count, std::int64_t le
   const auto f = [](std::int64_t a, std::int64_t b) { return static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b); };
   GptqMemory m;
   m.resident = resident_bytes;
-  for (int i = 0; i < 7; ++i) {
-    const auto [rows, cols] = block_linear_shape(c, i);
+  for (const LinearSpec& s : kBlockLinears) {
+    const auto [rows, cols] = block_linear_shape(c, s.role);
     m.block_weights += 4 * f(rows, cols);
   }
   // The hidden states of every sequence, one sequence's copy and the forward's scratch of one sequence.
@@ -114,34 +133,33 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     auto t0 = Clock::now();
     // The next block's weights are read from the file in the background while this one computes.
     if (layer + 1 < c.num_hidden_layers && !finished(layer + 1))
-      for (int i = 0; i < 7; ++i)
-        if (const TensorView* next = store.find(fmt::format("model.layers.{}.{}.weight", layer + 1, kBlockLinears[i])))
-          prefetch_pages(next->bytes);
+      for (const LinearSpec& s : kBlockLinears)
+        if (const TensorView* next = store.find(linear_tensor(layer + 1, s.role))) prefetch_pages(next->bytes);
     // This block's weights in fp32, read from the checkpoint and released; each is replaced by its quantized
     // values (dequantized) once GPTQ has fitted it, so that what comes after sees the block as it will run.
-    std::array<std::vector<float>, 7> w;
-    std::array<const TensorView*, 7> tensors{};
-    for (int i = 0; i < 7; ++i) {
-      const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
-      const auto [rows, cols] = block_linear_shape(c, i);
+    std::array<std::vector<float>, kBlockLinears.size()> w;
+    std::array<const TensorView*, kBlockLinears.size()> tensors{};
+    for (const LinearSpec& s : kBlockLinears) {
+      const TensorView& t = store.get(linear_tensor(layer, s.role));
+      const auto [rows, cols] = block_linear_shape(c, s.role);
       require_shape(t, {rows, cols}, shape_source(t));
       require_float_dtype(t);
-      w[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(rows * cols));
-      tensors[static_cast<std::size_t>(i)] = &t;
+      w[idx(s.role)].resize(static_cast<std::size_t>(rows * cols));
+      tensors[idx(s.role)] = &t;
       if (done) continue;
-      tensor_to_f32(t, w[static_cast<std::size_t>(i)].data());
+      tensor_to_f32(t, w[idx(s.role)].data());
       release_pages(t.bytes);
     }
     // y = x W^T by sgemm.
-    const LlamaModel::LinearCompute compute = [&](int i, const float* x, std::int64_t rows, float* y) {
-      const auto [n, k] = block_linear_shape(c, i);
+    const LlamaModel::LinearCompute compute = [&](LinearRole role, const float* x, std::int64_t rows, float* y) {
+      const auto [n, k] = block_linear_shape(c, role);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
-                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), w[static_cast<std::size_t>(i)].data(),
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), w[idx(role)].data(),
                   static_cast<int>(k), 0.0f, y, static_cast<int>(n));
     };
-    const auto use_quantized = [&](int i, const QuantMatrix& q) {  // w[i] = the values q stands for
-      const std::int64_t k = block_linear_shape(c, i).second;
-      std::vector<float>& wi = w[static_cast<std::size_t>(i)];
+    const auto use_quantized = [&](LinearRole role, const QuantMatrix& q) {  // w[role] = the values q stands for
+      const std::int64_t k = block_linear_shape(c, role).second;
+      std::vector<float>& wi = w[idx(role)];
       pool.parallel_for(q.rows, [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, wi.data() + r * k);
       });
@@ -153,30 +171,27 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     };
     if (done) {
       std::vector<QuantMatrix> block = resume->load_block(layer);
-      for (int i = 0; i < 7; ++i) use_quantized(i, block[static_cast<std::size_t>(i)]);
+      for (const LinearSpec& s : kBlockLinears) use_quantized(s.role, block[idx(s.role)]);
       advance_states();
       return block;
     }
     times.read = seconds_since(t0);
-    const std::vector<std::vector<int>> stages =
-        true_sequential ? std::vector<std::vector<int>>{{0, 1, 2}, {3}, {4, 5}, {6}}
-                        : std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6}};
-    std::vector<QuantMatrix> out(7);
+    std::vector<QuantMatrix> out(kBlockLinears.size());
     std::vector<float> x;
-    for (const auto& stage : stages) {
-      std::map<int, Hessian> hessians;  // by kInputOf
-      for (const int i : stage) hessians.try_emplace(kInputOf[i], block_linear_shape(c, i).second);
+    for (const std::vector<LinearRole>& stage : gptq_stages(true_sequential)) {
+      std::map<LinearRole, Hessian> hessians;  // by input_owner
+      for (const LinearRole role : stage) hessians.try_emplace(input_owner(role), block_linear_shape(c, role).second);
       double hessian_seconds = 0;
-      const LlamaModel::LinearObserver observe = [&](int i, const float* in, std::int64_t rows) {
-        const auto it = hessians.find(i);
+      const LlamaModel::LinearObserver observe = [&](LinearRole role, const float* in, std::int64_t rows) {
+        const auto it = hessians.find(role);
         if (it == hessians.end()) return;
         const auto h0 = Clock::now();
         it->second.add(in, rows);
         hessian_seconds += seconds_since(h0);
       };
       // The copy's output is dropped: down_proj's product is not needed, only its input.
-      const LlamaModel::LinearCompute inputs_only = [&](int i, const float* in, std::int64_t rows, float* y) {
-        if (i != 6) compute(i, in, rows, y);
+      const LlamaModel::LinearCompute inputs_only = [&](LinearRole role, const float* in, std::int64_t rows, float* y) {
+        if (role != LinearRole::kDown) compute(role, in, rows, y);
       };
       t0 = Clock::now();
       for (const auto& state : *states) {
@@ -188,24 +203,23 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       t0 = Clock::now();
       // One prepared Hessian alive at a time (the largest is [intermediate, intermediate] f64).
       GptqHessian prepared;
-      int prepared_for = -1;
-      for (const int i : stage) {
-        if (kInputOf[i] != prepared_for) {
-          prepared_for = kInputOf[i];
+      std::optional<LinearRole> prepared_for;
+      for (const LinearRole role : stage) {
+        if (input_owner(role) != prepared_for) {
+          prepared_for = input_owner(role);
           prepared = GptqHessian{};
-          Hessian& h = hessians.at(prepared_for);
+          Hessian& h = hessians.at(*prepared_for);
           prepared = prepare_gptq(h.matrix(), h.k(), options);
           h = Hessian(1);  // frees its sums
         }
-        const auto [n, k] = block_linear_shape(c, i);
-        std::vector<float>& wi = w[static_cast<std::size_t>(i)];
+        const auto [n, k] = block_linear_shape(c, role);
+        std::vector<float>& wi = w[idx(role)];
         try {
-          out[static_cast<std::size_t>(i)] = gptq_quantize(wi.data(), n, k, prepared, options, pool);
+          out[idx(role)] = gptq_quantize(wi.data(), n, k, prepared, options, pool);
         } catch (const Error& e) {
-          fail("{}: tensor '{}': {}", tensors[static_cast<std::size_t>(i)]->file, tensors[static_cast<std::size_t>(i)]->name,
-               e.what());
+          fail("{}: tensor '{}': {}", tensors[idx(role)]->file, tensors[idx(role)]->name, e.what());
         }
-        use_quantized(i, out[static_cast<std::size_t>(i)]);
+        use_quantized(role, out[idx(role)]);
       }
       times.solve += seconds_since(t0);
     }

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/mmap_file.h"
@@ -263,9 +264,9 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
                              ThreadPool& pool) {
   return [&store, config, spec, &pool](std::int64_t layer) {
     std::vector<QuantMatrix> out;
-    for (int i = 0; i < 7; ++i) {
-      const TensorView& t = store.get(fmt::format("model.layers.{}.{}.weight", layer, kBlockLinears[i]));
-      const auto [n, k] = block_linear_shape(config, i);
+    for (const LinearSpec& linear : kBlockLinears) {
+      const TensorView& t = store.get(linear_tensor(layer, linear.role));
+      const auto [n, k] = block_linear_shape(config, linear.role);
       require_shape(t, {n, k}, fmt::format("from {}", shape_source(t)));
       require_float_dtype(t);
       const std::int64_t cols = k;
@@ -322,7 +323,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   // A GGUF has no config.json: it is written from the GGUF's metadata, in the embeddings' float type.
   nlohmann::ordered_json config_json;
   if (from_gguf) {
-    const DType embed = store.get("model.embed_tokens.weight").dtype;
+    const DType embed = store.get(std::string(kEmbedTokens.hf)).dtype;
     try {
       config_json = hf_config_json(config, embed == DType::kF32 ? "float32" : embed == DType::kBF16 ? "bfloat16" : "float16");
     } catch (const Error& e) {
@@ -368,21 +369,22 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       if (!used[i] && names[i].rfind(prefix, 0) == 0) {
         used[i] = true;
         bool linear = false;
-        for (int j = 0; j < 7 && prefix.starts_with("model.layers."); ++j)
-          if (names[i] == prefix + kBlockLinears[j] + ".weight") linear = true;
+        for (const LinearSpec& spec : kBlockLinears)
+          if (prefix.starts_with("model.layers.") && names[i] == prefix + std::string(spec.module) + ".weight")
+            linear = true;
         if (!linear) add_copy(names[i]);
       }
   };
-  take("model.embed_tokens.");
+  take(std::string(kEmbedTokens.hf.substr(0, kEmbedTokens.hf.rfind('.') + 1)));  // "model.embed_tokens."
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    const std::string prefix = fmt::format("model.layers.{}.", l);
-    take(prefix);
-    for (int j = 0; j < 7; ++j) {
-      const std::string name = prefix + kBlockLinears[j];
+    take(layer_tensor(l, ""));
+    for (const LinearSpec& spec : kBlockLinears) {
+      const int j = static_cast<int>(spec.role);
+      const std::string name = layer_tensor(l, spec.module);
       const TensorView& t = store.get(name + ".weight");
       report.bytes_before += t.bytes.size();
       if (t.dtype == DType::kGgml) linear_types.insert(std::string(t.type_name()));
-      const auto [n, k] = block_linear_shape(config, j);
+      const auto [n, k] = block_linear_shape(config, spec.role);
       const std::int64_t g = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
       const auto parts = gptq_specs(name, n, k, bits, g);
       for (int p = 0; p < 4; ++p) {
@@ -424,12 +426,13 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       const auto quantize_start = std::chrono::steady_clock::now();
       std::vector<QuantMatrix> block = quantize_block(s.layer);
       const auto pack_start = std::chrono::steady_clock::now();
-      if (block.size() != 7) fail("internal: quantizer returned {} matrices for layer {}", block.size(), s.layer);
-      for (int j = 0; j < 7; ++j) {
+      if (block.size() != kBlockLinears.size())
+        fail("internal: quantizer returned {} matrices for layer {}", block.size(), s.layer);
+      for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
         try {
           packed.push_back(pack_gptq(to_int_matrix(block[static_cast<std::size_t>(j)]), options.zeros));
         } catch (const Error& e) {
-          fail("model.layers.{}.{}: {}", s.layer, kBlockLinears[j], e.what());
+          fail("{}: {}", layer_tensor(s.layer, kBlockLinears[static_cast<std::size_t>(j)].module), e.what());
         }
         report.matrices++;
       }

@@ -21,7 +21,7 @@
 namespace woq {
 
 /// Produces the seven quantized linear layers of decoder block `layer`
-/// (order of kBlockLinears). Called once per layer, in increasing order.
+/// (kBlockLinears' order). Called once per layer, in increasing order.
 using BlockQuantizer = std::function<std::vector<QuantMatrix>(std::int64_t layer)>;
 
 /// How `woq quantize` runs.

@@ -10,10 +10,12 @@
 
 #include <fmt/core.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "kernels/blas.h"
 #include "quantize/gguf_export.h"
@@ -171,11 +173,14 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
   const std::string method = r.method.value_or("rtn");
   const std::string low_bit = r.low_bit.value_or("sym_int4");
   remove_stale_quantize_temps(r.output, r.input, cb.log);  // also when this run is refused or stopped before writing
+  if (const ModelConfig c = read_model_config(r.input); find_architecture(c.architecture)->fused_projections)
+    fail("{}: {} stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); woq runs it, but writes no GPTQ or GGUF "
+         "file of it (they would need the fused layout)", r.input, c.architecture);
   if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
   // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
   std::int64_t group_size = r.group_size.value_or(128);
   if (is_gguf_path(r.input) && !r.group_size &&
-      TensorStore::open(r.input).get("model.layers.0.self_attn.q_proj.weight").dtype == DType::kGgml) {
+      TensorStore::open(r.input).get(linear_tensor(0, LinearRole::kQ)).dtype == DType::kGgml) {
     group_size = 32;
     say(cb, fmt::format("note: {}'s linear layers are ggml blocks of 32: --group-size 32 (not GPTQ's usual 128), so "
                         "that Q4_0 / Q8_0 blocks keep their integers and scales", r.input));

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
@@ -278,7 +279,8 @@ std::vector<QuantMatrix> ResumeDir::load_block(std::int64_t layer) const {
   r.get(magic, sizeof magic);
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq block file", name);
   std::vector<QuantMatrix> block(static_cast<std::size_t>(r.value<std::uint64_t>()));
-  if (block.size() != 7) fail("{}: {} matrices, not 7", name, block.size());
+  if (block.size() != kBlockLinears.size())
+    fail("{}: {} matrices, not {}", name, block.size(), kBlockLinears.size());
   for (QuantMatrix& m : block) {
     m.type = static_cast<LowBit>(r.value<std::int32_t>());
     m.int4_range = static_cast<Int4Range>(r.value<std::int32_t>());

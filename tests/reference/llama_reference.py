@@ -82,7 +82,7 @@ def layer_windows(cfg, arch, layers, use_window):
     """Per layer: the sliding window (keys j with i - j < window), or None."""
     if not use_window:
         return [None] * layers
-    if arch == "MistralForCausalLM" and cfg.get("sliding_window"):
+    if arch in ("MistralForCausalLM", "Phi3ForCausalLM") and cfg.get("sliding_window"):
         return [cfg["sliding_window"]] * layers
     if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and cfg.get("use_sliding_window") and cfg.get("sliding_window"):
         first = cfg.get("max_window_layers", 28)
@@ -132,9 +132,17 @@ class Model:
         for l in range(self.layers):
             p = f"model.layers.{l}."
             h = self.rms(x, self.w[p + "input_layernorm.weight"])
-            q = self.linear(p + "self_attn.q_proj", h).reshape(t, self.heads, self.head_dim)
-            k = self.linear(p + "self_attn.k_proj", h).reshape(t, self.kv_heads, self.head_dim)
-            v = self.linear(p + "self_attn.v_proj", h).reshape(t, self.kv_heads, self.head_dim)
+            if self.arch == "Phi3ForCausalLM":  # Phi3Attention: qkv_proj, then q, k, v by columns
+                qkv = self.linear(p + "self_attn.qkv_proj", h)
+                nq, nkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+                q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
+            else:
+                q = self.linear(p + "self_attn.q_proj", h)
+                k = self.linear(p + "self_attn.k_proj", h)
+                v = self.linear(p + "self_attn.v_proj", h)
+            q = q.reshape(t, self.heads, self.head_dim)
+            k = k.reshape(t, self.kv_heads, self.head_dim)
+            v = v.reshape(t, self.kv_heads, self.head_dim)
             if self.use_qk_norm:
                 q = self.rms(q, self.w[p + "self_attn.q_norm.weight"])
                 k = self.rms(k, self.w[p + "self_attn.k_norm.weight"])
@@ -151,8 +159,11 @@ class Model:
             att = np.einsum("hqk,khd->qhd", scores, v).reshape(t, self.heads * self.head_dim)
             x = x + self.linear(p + "self_attn.o_proj", att)
             h = self.rms(x, self.w[p + "post_attention_layernorm.weight"])
-            g = self.linear(p + "mlp.gate_proj", h)
-            u = self.linear(p + "mlp.up_proj", h)
+            if self.arch == "Phi3ForCausalLM":  # Phi3MLP: gate_up_proj, then chunk(2): gate, up
+                g, u = np.split(self.linear(p + "mlp.gate_up_proj", h), 2, axis=-1)
+            else:
+                g = self.linear(p + "mlp.gate_proj", h)
+                u = self.linear(p + "mlp.up_proj", h)
             x = x + self.linear(p + "mlp.down_proj", g / (1 + np.exp(-g)) * u)
         if last_only:
             x = x[-1:]
