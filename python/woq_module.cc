@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "eval/recovery_report.h"
 #include "eval/reports.h"
 #include "generate/chat_template.h"
 #include "generate/generate.h"
@@ -159,14 +160,13 @@ std::pair<std::string, std::string> compare(Model& m, Model& ref, const std::str
   const ScoringPlan plan = plan_of(m, text, source, request);
   RefLogprobFile file = RefLogprobFile::create("", plan, vocab);
   write_reference(*ref.model, plan, request.batch, file, ref_bar);
-  const CompareStats s = compare_with_reference(*m.model, plan, request.batch, file, bar);
-  std::optional<CompareStats> weights_only;
-  if (m.report.rounded_activations && !ref.report.rounded_activations) {
+  const auto load_f32 = [&] {
     LoadOptions options = m.options;
     options.activations = Activations::kF32;
-    auto f32 = LlamaModel::load(m.path, options, *m.pool);
-    weights_only = compare_with_reference(*f32, plan, request.batch, file, f32_bar);
-  }
+    return LlamaModel::load(m.path, options, *m.pool);
+  };
+  const auto [s, weights_only] = compare_candidate(*m.model, m.report, ref.report.rounded_activations, load_f32, plan,
+                                                   request.batch, file, bar, f32_bar);
   return as_pair(compare_report(s, weights_only ? &*weights_only : nullptr, identity(m), model_label(ref.path, ref.report),
                                 m.report.activations, plan, request));
 }
@@ -188,6 +188,50 @@ std::pair<std::string, std::string> tasks(Model& m, const std::string& specs, co
   std::vector<TaskResult> results;
   for (std::size_t i = 0; i < list.size(); ++i) results.push_back(run_task(*m.model, *m.tokenizer, list[i], options, bars[i].second));
   return as_pair(tasks_report(results, model_label(m.path, m.report)));
+}
+
+// eval recovery with loaded models: the baseline, then each variant, scored on the same tasks (and perplexity
+// text) by the CLI's calls; the report is the CLI's.
+std::pair<std::string, std::string> recovery(Model& baseline, const std::vector<Model*>& variants,
+                                             const std::string& specs, const std::string& data_dir,
+                                             const TaskOptions& options, const std::optional<std::string>& ppl_text,
+                                             const std::string& ppl_source, std::int64_t ctx, const py::object& log,
+                                             const py::object& progress) {
+  if (variants.empty()) throw py::value_error("recovery needs at least one variant model");
+  if (ctx <= 0) throw py::value_error("ctx must be > 0, got " + std::to_string(ctx));
+  std::vector<Model*> models = {&baseline};
+  models.insert(models.end(), variants.begin(), variants.end());
+  for (const Model* v : variants) require_same_vocabulary(*v->tokenizer, v->path, *baseline.tokenizer, baseline.path);
+  const auto say = log_of(log);
+  py::gil_scoped_release unlocked;
+  const std::vector<Task> list = load_task_list(specs, data_dir, say);
+  for (const Task& t : list) check_fewshot(t, options);
+  std::optional<ScoringPlan> ppl;
+  if (ppl_text) {
+    try {
+      ppl = chunk_plan(baseline.tokenizer->encode(*ppl_text), ctx, 0, chunk_bos(*baseline.tokenizer));
+    } catch (const Error& e) {
+      fail("{}: {}", ppl_source, e.what());
+    }
+  }
+  std::vector<RecoveryColumn> columns;
+  std::vector<TaskResult> shapes;
+  for (Model* m : models) {
+    std::vector<Progress> bars;
+    {
+      py::gil_scoped_acquire locked;  // the callbacks are Python objects
+      for (const Task& t : list) bars.push_back(progress_of(progress, t.name.c_str()));
+    }
+    const std::lock_guard<std::mutex> lock(m->busy);
+    RecoveryColumn col{m->path, m->report.low_bit, model_label(m->path, m->report), {}, {}};
+    std::vector<TaskResult> results =
+        score_recovery_column(*m->model, *m->tokenizer, list, options, bars, ppl ? &*ppl : nullptr, col);
+    if (columns.empty()) shapes = std::move(results);
+    columns.push_back(std::move(col));
+  }
+  std::optional<RecoveryPerplexity> ppl_of;
+  if (ppl) ppl_of = RecoveryPerplexity{ppl_source, ctx};
+  return as_pair(recovery_report(std::move(columns), shapes, options.bootstrap, options.seed, ppl_of));
 }
 
 std::pair<std::string, std::string> explain(Model& original, Model& quantized, const std::string& prompt,
@@ -429,6 +473,9 @@ PYBIND11_MODULE(_woq, mod) {
   mod.def("compare", &compare, py::arg("model"), py::arg("reference"), py::arg("text"), py::arg("source"),
           py::arg("request"), py::arg("progress"));
   mod.def("tasks", &tasks, py::arg("model"), py::arg("specs"), py::arg("data_dir"), py::arg("options"), py::arg("log"),
+          py::arg("progress"));
+  mod.def("recovery", &recovery, py::arg("baseline"), py::arg("variants"), py::arg("specs"), py::arg("data_dir"),
+          py::arg("options"), py::arg("ppl_text"), py::arg("ppl_source"), py::arg("ctx"), py::arg("log"),
           py::arg("progress"));
   mod.def("explain", &explain, py::arg("original"), py::arg("quantized"), py::arg("prompt"), py::arg("max_new_tokens"),
           py::arg("top"));

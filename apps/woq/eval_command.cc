@@ -135,16 +135,15 @@ int run_compare(const EvalArgs& a) {
   }  // the reference is freed before the candidate loads
   LoadReport report;
   auto model = load(a.model_dir, a, a.low_bit, pool, &report);
-  const CompareStats s = compare_with_reference(*model, plan, a.scoring.batch, *ref, terminal_progress("candidate"));
   // With int8, int16 or bf16 activations, the same weights again with f32 activations: the weights' share of the error.
-  std::optional<CompareStats> weights_only;
-  if (report.rounded_activations && !ref_rounded) {
-    model.reset();
+  const auto load_f32 = [&] {
+    model.reset();  // one model in memory at a time
     LoadOptions options = load_options(a.model, a.low_bit);
     options.activations = Activations::kF32;
-    auto f32 = LlamaModel::load(a.model_dir, options, pool);
-    weights_only = compare_with_reference(*f32, plan, a.scoring.batch, *ref, terminal_progress("f32 activations"));
-  }
+    return LlamaModel::load(a.model_dir, options, pool);
+  };
+  const auto [s, weights_only] = compare_candidate(*model, report, ref_rounded, load_f32, plan, a.scoring.batch, *ref,
+                                                   terminal_progress("candidate"), terminal_progress("f32 activations"));
   print_report(compare_report(s, weights_only ? &*weights_only : nullptr, {model_label(a.model_dir, report), report.low_bit},
                               ref_label, report.activations, plan, a.scoring),
                a.json);
@@ -248,16 +247,11 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
                  "there is one variant\n", col.path, report.imported_format);
       columns.resize(2);
     }
-    for (const TaskResult& r : run_tasks(*model, tok, tasks, a)) {
-      col.metrics.push_back(r.metric(r.primary_metric));
-      if (c == 0) shapes.push_back(r);
-    }
-    if (ppl_plan) {
-      const std::int64_t vocab = model->config().vocab_size;
-      run_plan(*model, *ppl_plan, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
-        col.nll.push_back(token_nll(l, vocab, t));
-      });
-    }
+    std::vector<Progress> bars;
+    for (const Task& t : tasks) bars.push_back(terminal_progress(t.name.c_str()));
+    std::vector<TaskResult> results =
+        score_recovery_column(*model, tok, tasks, task_options(a), bars, ppl_plan ? &*ppl_plan : nullptr, col);
+    if (c == 0) shapes = std::move(results);
   }
   std::optional<RecoveryPerplexity> ppl;
   if (ppl_plan) ppl = RecoveryPerplexity{a.ppl_file, a.ctx};

@@ -5,6 +5,7 @@
     model = woq.optimize_model(path)                          # sym_int4 group 32
     woq.eval.compare(model, original, "wiki.test.raw")       # {"mean_kl": ..., "same_top": ..., "ppl_ratio": ...}
     woq.eval.tasks(model, ["arc_easy", "piqa"], limit=200)    # {"arc_easy": {"acc": ..., "acc_norm": ...}, ...}
+    woq.eval.recovery(original, [model], ["arc_easy", "piqa"], limit=200)  # {"tasks": [...], "average_recovery": ...}
 
 Each function returns the dict `woq eval ... --json` writes; with print_report=True it also prints the CLI's table.
 """
@@ -14,7 +15,7 @@ import os
 
 from . import _INT32, _UINT64, ArgumentTypeError, _bool, _int, _path, _str, _woq
 
-__all__ = ["perplexity", "compare", "tasks"]
+__all__ = ["perplexity", "compare", "tasks", "recovery"]
 
 
 def _text(text_or_path):
@@ -86,18 +87,8 @@ def compare(model, reference_model, text_or_path, ctx=512, batch=0, chunks=None,
                                 _progress(progress, "chunk")), print_report)
 
 
-def tasks(model, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, progress=True, print_report=False):
-    """lm-eval-style tasks on `model`, as `woq eval tasks`: multiple choice by log-likelihood (acc, acc_norm; mc2 for
-    truthfulqa_mc2), GSM8K by greedy generation (exact_match), with bootstrap standard errors.
-
-    tasks: names (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, truthfulqa_mc2, gsm8k,
-        "openllm" for the six Open LLM Leaderboard v1 tasks) or "name=PATH", as a list or a comma-separated str.
-    data_dir: a folder with the task files (default: the files bundled with woq, woq._woq.bundled_task_data_dir).
-    limit: the first N items (of each MMLU subject); num_fewshot: None = each task's default.
-
-    Returns {task: {"task", "items", "shots", "primary_metric", "acc", "acc_stderr", ..., "model"}} in task order.
-    """
-    from . import _log, _progress
+def _task_request(tasks, limit, num_fewshot, seed):
+    """(specs, TaskOptions) of tasks(), with its checks."""
     if isinstance(tasks, str):
         specs = tasks
     elif isinstance(tasks, (bytes, bytearray)) or not hasattr(tasks, "__iter__"):
@@ -115,7 +106,45 @@ def tasks(model, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, 
         raise ValueError(f"limit must be None or > 0, got {limit!r}")
     options.limit = 0 if limit is None else limit
     options.seed = _int(seed, "seed", _UINT64)
+    return specs, options
+
+
+def tasks(model, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, progress=True, print_report=False):
+    """lm-eval-style tasks on `model`, as `woq eval tasks`: multiple choice by log-likelihood (acc, acc_norm; mc2 for
+    truthfulqa_mc2), GSM8K by greedy generation (exact_match), with bootstrap standard errors.
+
+    tasks: names (arc_easy, arc_challenge, hellaswag, piqa, winogrande, mmlu, truthfulqa_mc1, truthfulqa_mc2, gsm8k,
+        "openllm" for the six Open LLM Leaderboard v1 tasks) or "name=PATH", as a list or a comma-separated str.
+    data_dir: a folder with the task files (default: the files bundled with woq, woq._woq.bundled_task_data_dir).
+    limit: the first N items (of each MMLU subject); num_fewshot: None = each task's default.
+
+    Returns {task: {"task", "items", "shots", "primary_metric", "acc", "acc_stderr", ..., "model"}} in task order.
+    """
+    from . import _log, _progress
+    specs, options = _task_request(tasks, limit, num_fewshot, seed)
     data_dir = _path(data_dir, "data_dir", optional=True)
     rows = _result(_woq.tasks(model._engine, specs, data_dir or "", options, _log if progress else None,
                               _progress(progress, "item")), print_report)
     return {row["task"]: row for row in rows}
+
+
+def recovery(baseline, variants, tasks, data_dir=None, limit=None, num_fewshot=None, seed=1234, ppl_text=None,
+             ctx=512, progress=True, print_report=False):
+    """Each variant's task scores as a share of `baseline`'s (the original, e.g. woq.optimize_model(path,
+    low_bit="fp32")), as `woq eval recovery`: per task the baseline's and each variant's primary metric with its
+    standard error and recovery = variant / baseline in percent with a paired bootstrap error, their average; with
+    `ppl_text` (a text or a file) each model's perplexity of it in chunks of `ctx` tokens and its recovery baseline /
+    variant. `variants`: a model or a list of models; `tasks`, `data_dir`, `limit`, `num_fewshot`, `seed` as tasks().
+
+    Returns the dict `woq eval recovery --json` writes ("baseline", "variants", "tasks", "average_recovery", and
+    "perplexity" with ppl_text). Raises woq.Error when a variant's tokenizer differs from the baseline's.
+    """
+    from . import _log, _progress
+    if not isinstance(variants, (list, tuple)):
+        variants = [variants]
+    specs, options = _task_request(tasks, limit, num_fewshot, seed)
+    data_dir = _path(data_dir, "data_dir", optional=True)
+    text, source = _text(ppl_text) if ppl_text is not None else (None, "")
+    return _result(_woq.recovery(baseline._engine, [v._engine for v in variants], specs, data_dir or "", options, text,
+                                 source, _int(ctx, "ctx"), _log if progress else None, _progress(progress, "item")),
+                   print_report)

@@ -25,6 +25,24 @@ nlohmann::ordered_json recovery_json(const Recovery& r) {
 
 }  // namespace
 
+std::vector<TaskResult> score_recovery_column(LlamaModel& model, const Tokenizer& tokenizer,
+                                              const std::vector<Task>& tasks, const TaskOptions& options,
+                                              const std::vector<Progress>& progress, const ScoringPlan* ppl,
+                                              RecoveryColumn& col) {
+  std::vector<TaskResult> results;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    results.push_back(run_task(model, tokenizer, tasks[i], options, i < progress.size() ? progress[i] : nullptr));
+    col.metrics.push_back(results.back().metric(results.back().primary_metric));
+  }
+  if (ppl != nullptr) {
+    const std::int64_t vocab = model.config().vocab_size;
+    run_plan(model, *ppl, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
+      col.nll.push_back(token_nll(l, vocab, t));
+    });
+  }
+  return results;
+}
+
 EvalReport recovery_report(std::vector<RecoveryColumn> columns, const std::vector<TaskResult>& tasks,
                            std::int64_t bootstrap, std::uint64_t seed, const std::optional<RecoveryPerplexity>& ppl) {
   const std::vector<TaskResult>& shapes = tasks;

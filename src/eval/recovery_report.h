@@ -27,6 +27,15 @@ struct RecoveryPerplexity {
   std::int64_t ctx = 0;  ///< tokens per chunk
 };
 
+/// Scores `model` for recovery column `col`: appends each task's primary metric per item (run_task with
+/// `options`, `progress[i]` for task i, which may be empty) and, with `ppl`, the per-token NLL of that plan's
+/// scored tokens. Returns the task results (the baseline's give recovery_report the tasks' names, metrics, shots
+/// and items). Throws woq::Error as run_task does.
+std::vector<TaskResult> score_recovery_column(LlamaModel& model, const Tokenizer& tokenizer,
+                                              const std::vector<Task>& tasks, const TaskOptions& options,
+                                              const std::vector<Progress>& progress, const ScoringPlan* ppl,
+                                              RecoveryColumn& col);
+
 /// The markdown table and JSON of `woq eval recovery` (and Python's woq.eval.recovery): per task the baseline's
 /// and each variant's primary metric ± its standard error, and recovery = variant / baseline in percent with a
 /// paired bootstrap error (task_recovery: `bootstrap` resamples, seed `seed` + the task's index); the average

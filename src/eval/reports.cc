@@ -114,6 +114,16 @@ CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& pl
   return acc.result();
 }
 
+std::pair<CompareStats, std::optional<CompareStats>> compare_candidate(
+    LlamaModel& candidate, const LoadReport& loaded, bool reference_rounded,
+    const std::function<std::unique_ptr<LlamaModel>()>& load_f32, const ScoringPlan& plan, std::int64_t batch,
+    RefLogprobFile& ref, const Progress& progress, const Progress& f32_progress) {
+  const CompareStats stats = compare_with_reference(candidate, plan, batch, ref, progress);
+  if (!loaded.rounded_activations || reference_rounded) return {stats, std::nullopt};
+  const std::unique_ptr<LlamaModel> f32 = load_f32();
+  return {stats, compare_with_reference(*f32, plan, batch, ref, f32_progress)};
+}
+
 EvalReport compare_report(const CompareStats& s, const CompareStats* w, const ModelIdentity& candidate,
                           const std::string& ref_label, const std::string& activations, const ScoringPlan& plan,
                           const ScoringRequest& request) {

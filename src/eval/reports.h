@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,15 @@ void write_reference(LlamaModel& reference, const ScoringPlan& plan, std::int64_
 /// plan's rows.
 CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& plan, std::int64_t batch,
                                     RefLogprobFile& ref, const Progress& progress = nullptr);
+
+/// eval compare, step 2 and the weights' share: `candidate` (loaded as `loaded` says) against the reference rows
+/// of `ref`; then, when the candidate rounds its activations (int8, int16 or bf16) and the reference did not
+/// (`reference_rounded`), the same weights with f32 activations, loaded by `load_f32` (which may free the candidate
+/// first: `candidate` is not used after it is called). Returns the candidate's stats and the rerun's, if any.
+std::pair<CompareStats, std::optional<CompareStats>> compare_candidate(
+    LlamaModel& candidate, const LoadReport& loaded, bool reference_rounded,
+    const std::function<std::unique_ptr<LlamaModel>()>& load_f32, const ScoringPlan& plan, std::int64_t batch,
+    RefLogprobFile& ref, const Progress& progress = nullptr, const Progress& f32_progress = nullptr);
 
 /// eval compare's text (llama-perplexity --kl-divergence's figures) and JSON
 /// (low_bit, model, ref_model, tokens, ppl, ..., weights_only_*). `weights_only`

@@ -243,6 +243,22 @@ def test_tasks_equal_the_cli(tmp_path, model):
     assert list(fewshot.values()) == expected and expected[0]["shots"] == 2
 
 
+def test_recovery_equals_the_cli(tmp_path, model, fp32):
+    asym = woq.optimize_model(MODEL, low_bit="asym_int4", progress=False)
+    report = woq.eval.recovery(fp32, [model, asym], ["arc_easy", "piqa"], limit=10, ppl_text=TEXT, ctx=128,
+                               progress=False)
+    _, expected = cli_json(tmp_path, "eval", "recovery", "-m", MODEL, "--low-bit", "sym_int4,asym_int4", "--tasks",
+                           "arc_easy,piqa", "--limit", "10", "--ppl-file", TEXT, "--ctx", "128")
+    assert report == expected
+    assert [v["name"] for v in report["variants"]] == ["sym_int4", "asym_int4"]
+    assert report["perplexity"]["variants"][0]["recovery_percent"] < 100  # sym_int4 is worse than fp32 on it
+    assert report["perplexity"]["file"] == expected["perplexity"]["file"] and report["perplexity"]["ctx"] == 128
+    one = woq.eval.recovery(fp32, model, "piqa", limit=4, progress=False)
+    assert one["tasks"][0]["variants"][0]["recovery_percent"] is not None and one.get("perplexity") is None
+    with pytest.raises(ValueError, match="limit must be None or > 0"):
+        woq.eval.recovery(fp32, model, "piqa", limit=0, progress=False)
+
+
 def test_tasks_bad_arguments(model, tmp_path):
     with pytest.raises(woq.Error, match="unknown task 'arc_hard'"):
         woq.eval.tasks(model, ["arc_hard"], progress=False)
