@@ -176,18 +176,16 @@ std::pair<std::string, std::string> tasks(Model& m, const std::string& specs, co
   if (options.shots < -1) throw py::value_error("num_fewshot must be None or >= 0, got " + std::to_string(options.shots));
   if (options.limit < 0) throw py::value_error("limit must be None or > 0, got " + std::to_string(options.limit));
   const auto say = log_of(log);
-  std::vector<std::pair<std::string, Progress>> bars;
+  std::vector<Progress> bars;
   py::gil_scoped_release unlocked;
   const std::vector<Task> list = load_task_list(specs, data_dir, say);
   for (const Task& t : list) check_fewshot(t, options);
   {
     py::gil_scoped_acquire locked;  // the callbacks are Python objects
-    for (const Task& t : list) bars.emplace_back(t.name, progress_of(progress, t.name.c_str()));
+    for (const Task& t : list) bars.push_back(progress_of(progress, t.name.c_str()));
   }
   const std::lock_guard<std::mutex> lock(m.busy);
-  std::vector<TaskResult> results;
-  for (std::size_t i = 0; i < list.size(); ++i) results.push_back(run_task(*m.model, *m.tokenizer, list[i], options, bars[i].second));
-  return as_pair(tasks_report(results, model_label(m.path, m.report)));
+  return as_pair(tasks_report(run_tasks(*m.model, *m.tokenizer, list, options, bars), model_label(m.path, m.report)));
 }
 
 // eval recovery with loaded models: the baseline, then each variant, scored on the same tasks (and perplexity

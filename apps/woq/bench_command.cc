@@ -116,9 +116,10 @@ int run_bench_command(const BenchArgs& a) {
   };
   for (std::size_t f = 0; f < a.low_bits.size(); ++f) {
     const LoadOptions& options = formats[f];
-    ThreadPool load_pool(0);
-    LoadReport report;
-    auto model = load_model(a.model_dir, options, load_pool, &report);  // once per format
+    const ModelSession session =
+        open_scoring_session(a.model_dir, options, std::make_shared<ThreadPool>(0), ModelSession::Parts::kConfigOnly);
+    LlamaModel* const model = session.model.get();  // loaded once per format
+    const LoadReport& report = session.report;
     const std::string label = report.low_bit;  // what the linears are (a GGUF's own types, not --low-bit)
     const std::uint64_t bpt = model->weight_bytes_per_token();
     const bool in_cache = llc && bpt <= static_cast<std::uint64_t>(*llc);

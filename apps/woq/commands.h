@@ -85,17 +85,18 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 /// load_options for the reference of a comparison (eval compare, explain): --activations is the candidate's,
 /// so the reference's integer layers take their formats' defaults.
 LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit);
-/// Loads DIR with `options` (LlamaModel::load; its errors) and prints the
-/// one-line summary of what loading converted, and any warnings, to stderr
-/// (and gives the report when `report` is set).
-/// Loads `session`'s weights (ModelSession::load) and prints what loading did, as load_model does.
+/// Loads `session`'s weights (ModelSession::load; its errors) and prints the one-line summary of what loading
+/// converted, and any warnings, to stderr.
 void load_session(ModelSession& session, const LoadOptions& options);
 
 /// Opens and loads the model at `path` with `low_bit` and the model flags (load_options, then load_session).
 ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit);
 
-std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
-                                       LoadReport* report = nullptr);
+/// Opens `parts` of the model at `path` on `pool` and loads it with `options` (load_session): eval and explain
+/// (ModelSession::Parts::kTokenizer; a reference and a candidate may share the pool) and bench (kConfigOnly).
+ModelSession open_scoring_session(const std::string& path, const LoadOptions& options,
+                                  const std::shared_ptr<ThreadPool>& pool,
+                                  ModelSession::Parts parts = ModelSession::Parts::kTokenizer);
 /// Notes on stderr when a comparison's reference is not a float original:
 /// `ref_dir` empty and the model a pre-quantized checkpoint (compared with its
 /// own integers), --ref naming the model itself, or --ref a quantized

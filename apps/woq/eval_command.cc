@@ -86,20 +86,12 @@ std::vector<Task> load_tasks(const TasksArgs& a) {
   return load_task_list(a.tasks, a.data_dir, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
 }
 
-std::unique_ptr<LlamaModel> load(const std::string& dir, const EvalArgs& a, const std::string& low_bit, ThreadPool& pool,
-                                 LoadReport* report = nullptr) {
-  return load_model(dir, load_options(a.model, low_bit), pool, report);
-}
-
-
 int run_perplexity(const EvalArgs& a) {
   if (!a.json.empty()) require_writable_path(a.json);
-  ThreadPool pool(a.model.threads);
-  LoadReport report;
-  auto model = load(a.model_dir, a, a.low_bit, pool, &report);
-  const Tokenizer tok = Tokenizer::load(a.model_dir);
-  const ScoringPlan plan = make_plan(a, tok, model->context_limit());
-  print_report(perplexity_report(*model, {model_label(a.model_dir, report), report.low_bit}, plan, a.scoring,
+  const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
+                                              std::make_shared<ThreadPool>(a.model.threads));
+  const ScoringPlan plan = make_plan(a, *s.tokenizer, s.model->context_limit());
+  print_report(perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan, a.scoring,
                                  terminal_progress("chunk")),
                a.json);
   return 0;
@@ -110,7 +102,7 @@ int run_compare(const EvalArgs& a) {
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
   for (const std::string* out : {&a.json, &a.save_ref})
     if (!out->empty()) require_writable_path(*out);
-  ThreadPool pool(a.model.threads);
+  const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ModelConfig config = read_model_config(a.model_dir);
   const ScoringPlan plan = make_plan(a, tok, config.context_limit());
@@ -122,28 +114,30 @@ int run_compare(const EvalArgs& a) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
     const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
-    if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);
-    LoadReport ref_report;
-    auto ref_model = load_model(ref_dir, reference_load_options(a.model, a.ref_low_bit), pool, &ref_report);
-    ref_label = model_label(ref_dir, ref_report);
-    note_reference(a.model_dir, a.ref_dir, ref_report);
-    ref_rounded = ref_report.rounded_activations;
-    if (ref_model->config().vocab_size != vocab)
-      fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, ref_model->config().vocab_size, vocab);
+    ModelSession reference;
+    reference.open(ref_dir, pool, ModelSession::Parts::kTokenizer);
+    if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, *reference.tokenizer, ref_dir);
+    load_session(reference, reference_load_options(a.model, a.ref_low_bit));
+    ref_label = model_label(ref_dir, reference.report);
+    note_reference(a.model_dir, a.ref_dir, reference.report);
+    ref_rounded = reference.report.rounded_activations;
+    if (reference.config.vocab_size != vocab)
+      fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, reference.config.vocab_size, vocab);
     ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
-    write_reference(*ref_model, plan, a.scoring.batch, *ref, terminal_progress("reference"));
+    write_reference(*reference.model, plan, a.scoring.batch, *ref, terminal_progress("reference"));
   }  // the reference is freed before the candidate loads
-  LoadReport report;
-  auto model = load(a.model_dir, a, a.low_bit, pool, &report);
+  ModelSession candidate = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit), pool);
+  const LoadReport report = candidate.report;
   // With int8, int16 or bf16 activations, the same weights again with f32 activations: the weights' share of the error.
   const auto load_f32 = [&] {
-    model.reset();  // one model in memory at a time
+    candidate.model.reset();  // one model in memory at a time
     LoadOptions options = load_options(a.model, a.low_bit);
     options.activations = Activations::kF32;
-    return LlamaModel::load(a.model_dir, options, pool);
+    return LlamaModel::load(a.model_dir, options, *pool);
   };
-  const auto [s, weights_only] = compare_candidate(*model, report, ref_rounded, load_f32, plan, a.scoring.batch, *ref,
-                                                   terminal_progress("candidate"), terminal_progress("f32 activations"));
+  const auto [s, weights_only] = compare_candidate(*candidate.model, report, ref_rounded, load_f32, plan,
+                                                   a.scoring.batch, *ref, terminal_progress("candidate"),
+                                                   terminal_progress("f32 activations"));
   print_report(compare_report(s, weights_only ? &*weights_only : nullptr, {model_label(a.model_dir, report), report.low_bit},
                               ref_label, report.activations, plan, a.scoring),
                a.json);
@@ -165,30 +159,28 @@ void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
   for (const Task& t : tasks) check_fewshot(t, task_options(a));
 }
 
-std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tok, const std::vector<Task>& tasks,
-                                  const TasksArgs& a) {
-  std::vector<TaskResult> out;
-  for (const Task& t : tasks) out.push_back(run_task(model, tok, t, task_options(a), terminal_progress(t.name.c_str())));
-  return out;
+// One terminal progress line per task.
+std::vector<Progress> task_bars(const std::vector<Task>& tasks) {
+  std::vector<Progress> bars;
+  for (const Task& t : tasks) bars.push_back(terminal_progress(t.name.c_str()));
+  return bars;
 }
 
 int run_tasks_command(const TasksArgs& a) {
-  ThreadPool pool(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
-  EvalArgs load_args;
-  load_args.model = a.model;
-  LoadReport report;
-  auto model = load(a.model_dir, load_args, a.low_bit, pool, &report);
-  const Tokenizer tok = Tokenizer::load(a.model_dir);
-  print_report(tasks_report(run_tasks(*model, tok, tasks, a), model_label(a.model_dir, report)), a.json);
+  const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
+                                              std::make_shared<ThreadPool>(a.model.threads));
+  print_report(tasks_report(run_tasks(*s.model, *s.tokenizer, tasks, task_options(a), task_bars(tasks)),
+                            model_label(a.model_dir, s.report)),
+               a.json);
   return 0;
 }
 
 // Recovery = variant / baseline (higher is better) on each task, with paired bootstrap errors; the average is over
 // the tasks only; perplexity recovery (baseline / variant) is reported apart.
 int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
-  ThreadPool pool(a.model.threads);
+  const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
@@ -230,14 +222,14 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   std::int64_t baseline_vocab = 0;
   for (std::size_t c = 0; c < columns.size(); ++c) {
     RecoveryColumn& col = columns[c];
-    LoadReport report;
     // The baseline without --activations (each format's default), as eval compare loads its reference: the flag is
     // the variants'.
-    auto model = load_model(col.path, c == 0 ? reference_load_options(a.model, low_bits[c]) : load_options(a.model, low_bits[c]),
-                            pool, &report);
-    if (c == 0) baseline_vocab = model->config().vocab_size;
-    if (model->config().vocab_size != baseline_vocab)
-      fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, model->config().vocab_size);
+    const ModelSession session = open_scoring_session(
+        col.path, c == 0 ? reference_load_options(a.model, low_bits[c]) : load_options(a.model, low_bits[c]), pool);
+    const LoadReport& report = session.report;
+    if (c == 0) baseline_vocab = session.config.vocab_size;
+    if (session.config.vocab_size != baseline_vocab)
+      fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, session.config.vocab_size);
     col.label = model_label(col.path, report);
     col.name = c == 0 && !a.ref_dir.empty() ? "baseline" : report.low_bit;
     if (c == 0) note_reference(a.model_dir, a.ref_dir, report);
@@ -247,10 +239,8 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
                  "there is one variant\n", col.path, report.imported_format);
       columns.resize(2);
     }
-    std::vector<Progress> bars;
-    for (const Task& t : tasks) bars.push_back(terminal_progress(t.name.c_str()));
-    std::vector<TaskResult> results =
-        score_recovery_column(*model, tok, tasks, task_options(a), bars, ppl_plan ? &*ppl_plan : nullptr, col);
+    std::vector<TaskResult> results = score_recovery_column(*session.model, tok, tasks, task_options(a),
+                                                            task_bars(tasks), ppl_plan ? &*ppl_plan : nullptr, col);
     if (c == 0) shapes = std::move(results);
   }
   std::optional<RecoveryPerplexity> ppl;

@@ -28,17 +28,19 @@ struct ExplainArgs {
 
 int run_explain(const ExplainArgs& a) {
   if (!a.json.empty()) require_writable_path(a.json);
-  ThreadPool pool(a.model.threads);
-  const Tokenizer tok = Tokenizer::load(a.model_dir);
-  const LoadOptions ref_options = reference_load_options(a.model, a.ref_low_bit);
-  const LoadOptions options = load_options(a.model, a.low_bit);
+  const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
-  if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, Tokenizer::load(ref_dir), ref_dir);
-  LoadReport ref_report, report;
-  auto original = load_model(ref_dir, ref_options, pool, &ref_report);
+  ModelSession original, quantized;
+  quantized.open(a.model_dir, pool, ModelSession::Parts::kTokenizer);
+  original.open(ref_dir, pool, ModelSession::Parts::kTokenizer);
+  const Tokenizer& tok = *quantized.tokenizer;
+  if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, *original.tokenizer, ref_dir);
+  load_session(original, reference_load_options(a.model, a.ref_low_bit));
+  const LoadReport& ref_report = original.report;
   note_reference(a.model_dir, a.ref_dir, ref_report);
-  auto quantized = load_model(a.model_dir, options, pool, &report);
-  const Explanation e = explain(*original, *quantized, tok, a.prompt, a.n);
+  load_session(quantized, load_options(a.model, a.low_bit));
+  const LoadReport& report = quantized.report;
+  const Explanation e = explain(*original.model, *quantized.model, tok, a.prompt, a.n);
   const EvalReport r = explain_report(e, tok, a.prompt, {model_label(ref_dir, ref_report), ref_report.low_bit},
                                       {model_label(a.model_dir, report), report.low_bit}, a.top);
   fmt::print("{}", r.text);

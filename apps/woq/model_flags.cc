@@ -114,13 +114,12 @@ ModelSession open_session(const std::string& path, const ModelFlags& flags, cons
   return session;
 }
 
-std::unique_ptr<LlamaModel> load_model(const std::string& dir, const LoadOptions& options, ThreadPool& pool,
-                                       LoadReport* out) {
-  LoadReport report;
-  auto model = LlamaModel::load(dir, options, pool, &report);
-  for (const std::string& line : load_summary(report, options)) fmt::print(stderr, "woq: {}\n", line);
-  if (out != nullptr) *out = report;
-  return model;
+ModelSession open_scoring_session(const std::string& path, const LoadOptions& options,
+                                  const std::shared_ptr<ThreadPool>& pool, ModelSession::Parts parts) {
+  ModelSession session;
+  session.open(path, pool, parts);
+  load_session(session, options);
+  return session;
 }
 
 void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report) {

@@ -29,11 +29,8 @@ std::vector<TaskResult> score_recovery_column(LlamaModel& model, const Tokenizer
                                               const std::vector<Task>& tasks, const TaskOptions& options,
                                               const std::vector<Progress>& progress, const ScoringPlan* ppl,
                                               RecoveryColumn& col) {
-  std::vector<TaskResult> results;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    results.push_back(run_task(model, tokenizer, tasks[i], options, i < progress.size() ? progress[i] : nullptr));
-    col.metrics.push_back(results.back().metric(results.back().primary_metric));
-  }
+  std::vector<TaskResult> results = run_tasks(model, tokenizer, tasks, options, progress);
+  for (const TaskResult& r : results) col.metrics.push_back(r.metric(r.primary_metric));
   if (ppl != nullptr) {
     const std::int64_t vocab = model.config().vocab_size;
     run_plan(model, *ppl, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {

@@ -305,4 +305,12 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
 
 std::string bundled_task_data_dir() { return WOQ_TASK_DATA_DIR; }
 
+std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tokenizer, const std::vector<Task>& tasks,
+                                  const TaskOptions& options, const std::vector<Progress>& progress) {
+  std::vector<TaskResult> results;
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    results.push_back(run_task(model, tokenizer, tasks[i], options, i < progress.size() ? progress[i] : nullptr));
+  return results;
+}
+
 }  // namespace woq

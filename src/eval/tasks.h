@@ -168,6 +168,10 @@ std::vector<double> choice_loglikelihoods(LlamaModel& model, const Tokenizer& to
 TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& task, const TaskOptions& options,
                     const std::function<void(std::int64_t, std::int64_t)>& progress = nullptr);
 
+/// run_task on each of `tasks` in turn, `progress[i]` for task i (absent or empty: none).
+std::vector<TaskResult> run_tasks(LlamaModel& model, const Tokenizer& tokenizer, const std::vector<Task>& tasks,
+                                  const TaskOptions& options, const std::vector<Progress>& progress = {});
+
 /// acc and acc_norm of one item (each 0 or 1) from its choices' log-likelihoods.
 std::pair<int, int> score_item(const TaskItem& item, const std::vector<double>& loglikelihoods,
                                const std::string& target_delimiter);
