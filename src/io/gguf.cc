@@ -74,6 +74,135 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
+// Sets `out`'s fields from the scalar of type `t` stored at `p` (`what` names it for errors).
+void read_scalar(GgufValueType t, std::span<const std::uint8_t> p, GgufValue& out, const std::string& path,
+                 const std::string& what) {
+  switch (t) {
+    case GgufValueType::kUint8: out.u = p[0]; break;
+    case GgufValueType::kInt8: out.i = load<std::int8_t>(p.data()); break;
+    case GgufValueType::kUint16: out.u = load<std::uint16_t>(p.data()); break;
+    case GgufValueType::kInt16: out.i = load<std::int16_t>(p.data()); break;
+    case GgufValueType::kUint32: out.u = load<std::uint32_t>(p.data()); break;
+    case GgufValueType::kInt32: out.i = load<std::int32_t>(p.data()); break;
+    case GgufValueType::kUint64: out.u = load<std::uint64_t>(p.data()); break;
+    case GgufValueType::kInt64: out.i = load<std::int64_t>(p.data()); break;
+    case GgufValueType::kFloat32: out.f = load<float>(p.data()); break;
+    case GgufValueType::kFloat64: out.f = load<double>(p.data()); break;
+    case GgufValueType::kBool:
+      if (p[0] > 1) fail("{}: {} is a bool holding {}", path, what, p[0]);
+      out.u = p[0];
+      break;
+    default: break;
+  }
+  if (t == GgufValueType::kUint8 || t == GgufValueType::kUint16 || t == GgufValueType::kUint32 ||
+      t == GgufValueType::kUint64 || t == GgufValueType::kBool)
+    out.i = static_cast<std::int64_t>(out.u);  // beyond 2^63 - 1 only u is meaningful (get_int refuses it)
+  else if (is_integer(t))
+    out.u = static_cast<std::uint64_t>(out.i);
+}
+
+// The value of metadata pair `what` after its key: type, then a scalar, a string or an array.
+GgufValue read_value(Cursor& c, const std::string& path, const std::string& what) {
+  const auto type = c.read<std::uint32_t>(what);
+  if (!known_type(type)) fail("{}: {} has unknown value type {}", path, what, type);
+  GgufValue v;
+  v.type = static_cast<GgufValueType>(type);
+  if (v.type == GgufValueType::kString) {
+    v.s = c.string(what);
+    if (!is_valid_utf8(v.s)) fail("{}: {} is not valid UTF-8: '{}'", path, what, printable(v.s));
+  } else if (v.type == GgufValueType::kArray) {
+    const auto et = c.read<std::uint32_t>(what);
+    if (!known_type(et)) fail("{}: {} is an array of unknown type {}", path, what, et);
+    v.element_type = static_cast<GgufValueType>(et);
+    if (v.element_type == GgufValueType::kArray) fail("{}: {} is an array of arrays (not supported)", path, what);
+    v.count = c.read<std::uint64_t>(what);
+    if (v.element_type == GgufValueType::kString) {
+      if (v.count > c.left() / 8) fail("{}: {} claims {} strings, more than the file can hold", path, what, v.count);
+      v.strings.reserve(static_cast<std::size_t>(v.count));
+      for (std::uint64_t i = 0; i < v.count; ++i) {
+        const std::string_view s = c.string(fmt::format("{}[{}]", what, i));
+        if (!is_valid_utf8(s)) fail("{}: {}[{}] is not valid UTF-8: '{}'", path, what, i, printable(s));
+        v.strings.push_back(s);
+      }
+    } else {
+      const std::size_t es = scalar_size(v.element_type);
+      if (v.count > c.left() / es)
+        fail("{}: {} claims {} elements of {}, more than the file can hold", path, what, v.count,
+             gguf_type_name(v.element_type));
+      v.raw = c.take(v.count * es, what);
+      if (v.element_type == GgufValueType::kBool)
+        for (std::size_t i = 0; i < v.raw.size(); ++i)
+          if (v.raw[i] > 1) fail("{}: {}[{}] is a bool holding {}", path, what, i, v.raw[i]);
+    }
+  } else {
+    read_scalar(v.type, c.take(scalar_size(v.type), what), v, path, what);
+  }
+  return v;
+}
+
+// Tensor info `t`: name, dimensions, ggml type and data offset (a multiple of `alignment`).
+GgufTensorInfo read_tensor_info(Cursor& c, const std::string& path, std::uint64_t t, std::uint64_t alignment) {
+  GgufTensorInfo info;
+  const std::string_view name = c.string(fmt::format("the name of tensor {}", t));
+  if (!is_valid_utf8(name)) fail("{}: the name of tensor {} is not valid UTF-8: '{}'", path, t, printable(name));
+  if (name.empty()) fail("{}: tensor {} has an empty name", path, t);
+  info.name = std::string(name);
+  const std::string what = fmt::format("tensor '{}'", printable(name));
+  const auto n_dims = c.read<std::uint32_t>(what);
+  if (n_dims < 1 || n_dims > kMaxDims) fail("{}: {} has {} dimensions (1 to {} allowed)", path, what, n_dims, kMaxDims);
+  std::int64_t numel = 1;
+  for (std::uint32_t d = 0; d < n_dims; ++d) {
+    const auto n = c.read<std::uint64_t>(what);
+    if (n == 0 || n > static_cast<std::uint64_t>(kMaxBytes) || numel > kMaxBytes / static_cast<std::int64_t>(n))
+      fail("{}: {} has dimension {} = {} (must be positive, the whole below 2^62)", path, what, d, n);
+    numel *= static_cast<std::int64_t>(n);
+    info.ne.push_back(static_cast<std::int64_t>(n));
+  }
+  const auto type = c.read<std::uint32_t>(what);
+  info.type = find_ggml_type(type);
+  if (info.type == nullptr) fail("{}: {} has unknown ggml type {}", path, what, type);
+  if (info.ne[0] % info.type->block_size != 0)
+    fail("{}: {} has rows of {} elements, not a multiple of {}'s block of {}", path, what, info.ne[0],
+         info.type->name, info.type->block_size);
+  // A row's bytes (computed below as blocks * type_size) must not overflow either.
+  if (info.ne[0] / info.type->block_size > kMaxBytes / info.type->type_size)
+    fail("{}: {} has rows of {} elements of {}, beyond 2^62 bytes", path, what, info.ne[0], info.type->name);
+  info.offset = c.read<std::uint64_t>(what);
+  if (info.offset % alignment != 0)
+    fail("{}: {} data offset {} is not a multiple of general.alignment {}", path, what, info.offset, alignment);
+  return info;
+}
+
+// Points each tensor at its bytes in the data section (from `data_start` of `bytes`), checking that it lies
+// inside the file and overlaps no other.
+void place_tensors(std::vector<GgufTensorInfo>& tensors, std::span<const std::uint8_t> bytes, std::uint64_t data_start,
+                   const std::string& path) {
+  if (!tensors.empty() && data_start > bytes.size())
+    fail("{}: truncated: the tensor data would start at {}, the file has {} bytes", path, data_start, bytes.size());
+  const std::uint64_t data_size = bytes.size() - std::min<std::uint64_t>(data_start, bytes.size());
+  std::vector<std::size_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    GgufTensorInfo& info = tensors[i];
+    const std::int64_t rows = info.numel() / info.ne[0];
+    const std::int64_t row_bytes = ggml_row_bytes(*info.type, info.ne[0]);
+    if (rows > kMaxBytes / row_bytes) fail("{}: tensor '{}' is beyond 2^62 bytes", path, printable(info.name));
+    const auto size = static_cast<std::uint64_t>(rows * row_bytes);
+    if (info.offset > data_size || size > data_size - info.offset)
+      fail("{}: tensor '{}' ({} bytes at data offset {}) extends past the end of the file (data section of {} bytes)",
+           path, printable(info.name), size, info.offset, data_size);
+    info.bytes = bytes.subspan(static_cast<std::size_t>(data_start + info.offset), static_cast<std::size_t>(size));
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensors[a].offset < tensors[b].offset; });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const GgufTensorInfo& prev = tensors[order[k - 1]];
+    const GgufTensorInfo& next = tensors[order[k]];
+    if (prev.offset + prev.bytes.size() > next.offset)
+      fail("{}: tensors '{}' and '{}' overlap (data offsets {} + {} bytes and {})", path, printable(prev.name),
+           printable(next.name), prev.offset, prev.bytes.size(), next.offset);
+  }
+}
+
 }  // namespace
 
 std::string_view gguf_type_name(GgufValueType type) {
@@ -109,72 +238,12 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
   if (kv_count > c.left() / 14) fail("{}: metadata_kv_count {} cannot fit in the file", path, kv_count);
   if (tensor_count > c.left() / 33) fail("{}: tensor_count {} cannot fit in the file", path, tensor_count);
 
-  auto check_utf8 = [&](std::string_view s, std::string_view what) {
-    if (!is_valid_utf8(s)) fail("{}: {} is not valid UTF-8: '{}'", path, what, printable(s));
-  };
   for (std::uint64_t k = 0; k < kv_count; ++k) {
     const std::string_view key = c.string(fmt::format("the key of metadata pair {}", k));
-    check_utf8(key, fmt::format("the key of metadata pair {}", k));
+    if (!is_valid_utf8(key))
+      fail("{}: the key of metadata pair {} is not valid UTF-8: '{}'", path, k, printable(key));
     if (key.empty()) fail("{}: metadata pair {} has an empty key", path, k);
-    const std::string what = fmt::format("metadata '{}'", printable(key));
-    const auto type = c.read<std::uint32_t>(what);
-    if (!known_type(type)) fail("{}: {} has unknown value type {}", path, what, type);
-    GgufValue v;
-    v.type = static_cast<GgufValueType>(type);
-    auto scalar = [&](GgufValueType t, std::span<const std::uint8_t> p, GgufValue& out) {
-      switch (t) {
-        case GgufValueType::kUint8: out.u = p[0]; break;
-        case GgufValueType::kInt8: out.i = load<std::int8_t>(p.data()); break;
-        case GgufValueType::kUint16: out.u = load<std::uint16_t>(p.data()); break;
-        case GgufValueType::kInt16: out.i = load<std::int16_t>(p.data()); break;
-        case GgufValueType::kUint32: out.u = load<std::uint32_t>(p.data()); break;
-        case GgufValueType::kInt32: out.i = load<std::int32_t>(p.data()); break;
-        case GgufValueType::kUint64: out.u = load<std::uint64_t>(p.data()); break;
-        case GgufValueType::kInt64: out.i = load<std::int64_t>(p.data()); break;
-        case GgufValueType::kFloat32: out.f = load<float>(p.data()); break;
-        case GgufValueType::kFloat64: out.f = load<double>(p.data()); break;
-        case GgufValueType::kBool:
-          if (p[0] > 1) fail("{}: {} is a bool holding {}", path, what, p[0]);
-          out.u = p[0];
-          break;
-        default: break;
-      }
-      if (t == GgufValueType::kUint8 || t == GgufValueType::kUint16 || t == GgufValueType::kUint32 ||
-          t == GgufValueType::kUint64 || t == GgufValueType::kBool)
-        out.i = static_cast<std::int64_t>(out.u);  // beyond 2^63 - 1 only u is meaningful (get_int refuses it)
-      else if (is_integer(t))
-        out.u = static_cast<std::uint64_t>(out.i);
-    };
-    if (v.type == GgufValueType::kString) {
-      v.s = c.string(what);
-      check_utf8(v.s, what);
-    } else if (v.type == GgufValueType::kArray) {
-      const auto et = c.read<std::uint32_t>(what);
-      if (!known_type(et)) fail("{}: {} is an array of unknown type {}", path, what, et);
-      v.element_type = static_cast<GgufValueType>(et);
-      if (v.element_type == GgufValueType::kArray) fail("{}: {} is an array of arrays (not supported)", path, what);
-      v.count = c.read<std::uint64_t>(what);
-      if (v.element_type == GgufValueType::kString) {
-        if (v.count > c.left() / 8) fail("{}: {} claims {} strings, more than the file can hold", path, what, v.count);
-        v.strings.reserve(static_cast<std::size_t>(v.count));
-        for (std::uint64_t i = 0; i < v.count; ++i) {
-          const std::string_view s = c.string(fmt::format("{}[{}]", what, i));
-          if (!is_valid_utf8(s)) fail("{}: {}[{}] is not valid UTF-8: '{}'", path, what, i, printable(s));
-          v.strings.push_back(s);
-        }
-      } else {
-        const std::size_t es = scalar_size(v.element_type);
-        if (v.count > c.left() / es)
-          fail("{}: {} claims {} elements of {}, more than the file can hold", path, what, v.count,
-               gguf_type_name(v.element_type));
-        v.raw = c.take(v.count * es, what);
-        if (v.element_type == GgufValueType::kBool)
-          for (std::size_t i = 0; i < v.raw.size(); ++i)
-            if (v.raw[i] > 1) fail("{}: {}[{}] is a bool holding {}", path, what, i, v.raw[i]);
-      }
-    } else {
-      scalar(v.type, c.take(scalar_size(v.type), what), v);
-    }
+    GgufValue v = read_value(c, path, fmt::format("metadata '{}'", printable(key)));
     if (!kv_.emplace(std::string(key), std::move(v)).second)
       fail("{}: duplicate metadata key '{}'", path, printable(key));
   }
@@ -187,65 +256,13 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
 
   tensors_.reserve(static_cast<std::size_t>(tensor_count));
   for (std::uint64_t t = 0; t < tensor_count; ++t) {
-    GgufTensorInfo info;
-    const std::string_view name = c.string(fmt::format("the name of tensor {}", t));
-    check_utf8(name, fmt::format("the name of tensor {}", t));
-    if (name.empty()) fail("{}: tensor {} has an empty name", path, t);
-    info.name = std::string(name);
-    const std::string what = fmt::format("tensor '{}'", printable(name));
-    const auto n_dims = c.read<std::uint32_t>(what);
-    if (n_dims < 1 || n_dims > kMaxDims) fail("{}: {} has {} dimensions (1 to {} allowed)", path, what, n_dims, kMaxDims);
-    std::int64_t numel = 1;
-    for (std::uint32_t d = 0; d < n_dims; ++d) {
-      const auto n = c.read<std::uint64_t>(what);
-      if (n == 0 || n > static_cast<std::uint64_t>(kMaxBytes) || numel > kMaxBytes / static_cast<std::int64_t>(n))
-        fail("{}: {} has dimension {} = {} (must be positive, the whole below 2^62)", path, what, d, n);
-      numel *= static_cast<std::int64_t>(n);
-      info.ne.push_back(static_cast<std::int64_t>(n));
-    }
-    const auto type = c.read<std::uint32_t>(what);
-    info.type = find_ggml_type(type);
-    if (info.type == nullptr) fail("{}: {} has unknown ggml type {}", path, what, type);
-    if (info.ne[0] % info.type->block_size != 0)
-      fail("{}: {} has rows of {} elements, not a multiple of {}'s block of {}", path, what, info.ne[0],
-           info.type->name, info.type->block_size);
-    // A row's bytes (computed below as blocks * type_size) must not overflow either.
-    if (info.ne[0] / info.type->block_size > kMaxBytes / info.type->type_size)
-      fail("{}: {} has rows of {} elements of {}, beyond 2^62 bytes", path, what, info.ne[0], info.type->name);
-    info.offset = c.read<std::uint64_t>(what);
-    if (info.offset % alignment_ != 0)
-      fail("{}: {} data offset {} is not a multiple of general.alignment {}", path, what, info.offset, alignment_);
+    GgufTensorInfo info = read_tensor_info(c, path, t, alignment_);
     if (!tensor_index_.emplace(info.name, tensors_.size()).second)
       fail("{}: duplicate tensor '{}'", path, printable(info.name));
     tensors_.push_back(std::move(info));
   }
-
   // The data section starts at the next multiple of the alignment.
-  const std::uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-  if (!tensors_.empty() && data_start > bytes.size())
-    fail("{}: truncated: the tensor data would start at {}, the file has {} bytes", path, data_start, bytes.size());
-  const std::uint64_t data_size = bytes.size() - std::min<std::uint64_t>(data_start, bytes.size());
-  std::vector<std::size_t> order(tensors_.size());
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    GgufTensorInfo& info = tensors_[i];
-    const std::int64_t rows = info.numel() / info.ne[0];
-    const std::int64_t row_bytes = ggml_row_bytes(*info.type, info.ne[0]);
-    if (rows > kMaxBytes / row_bytes) fail("{}: tensor '{}' is beyond 2^62 bytes", path, printable(info.name));
-    const auto size = static_cast<std::uint64_t>(rows * row_bytes);
-    if (info.offset > data_size || size > data_size - info.offset)
-      fail("{}: tensor '{}' ({} bytes at data offset {}) extends past the end of the file (data section of {} bytes)",
-           path, printable(info.name), size, info.offset, data_size);
-    info.bytes = bytes.subspan(static_cast<std::size_t>(data_start + info.offset), static_cast<std::size_t>(size));
-    order[i] = i;
-  }
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensors_[a].offset < tensors_[b].offset; });
-  for (std::size_t k = 1; k < order.size(); ++k) {
-    const GgufTensorInfo& prev = tensors_[order[k - 1]];
-    const GgufTensorInfo& next = tensors_[order[k]];
-    if (prev.offset + prev.bytes.size() > next.offset)
-      fail("{}: tensors '{}' and '{}' overlap (data offsets {} + {} bytes and {})", path, printable(prev.name),
-           printable(next.name), prev.offset, prev.bytes.size(), next.offset);
-  }
+  place_tensors(tensors_, bytes, (c.pos() + alignment_ - 1) / alignment_ * alignment_, path);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

@@ -47,9 +47,10 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
                                                                                                  : "config.json num_hidden_layers",
                          c.num_hidden_layers));
     const std::string part = rest.substr(dot + 1);
-    if (part.find(".qkv_proj.") != std::string::npos || part.find("qkv_proj.") == 0 ||
-        part.find(".gate_up_proj.") != std::string::npos)
-      refuse("is a fused projection; woq reads separate q/k/v_proj and gate/up_proj");
+    for (const FusedSpec& f : kFusedProjections)
+      if (part.starts_with(std::string(f.module) + "."))
+        refuse(fmt::format("is a fused projection; {} is read with separate q/k/v_proj and gate/up_proj (fused ones: "
+                           "Phi3ForCausalLM)", c.architecture));
     if (part == kAttnNorm.hf || part == kMlpNorm.hf || part == kRotaryInvFreq) continue;
     const std::size_t last = part.rfind('.');
     const std::string module = part.substr(0, last), leaf = last == std::string::npos ? "" : part.substr(last + 1);
