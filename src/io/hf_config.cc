@@ -108,6 +108,49 @@ std::vector<float> rope_freq_factors(const ModelConfig& c) {
   return factors;
 }
 
+namespace {
+
+// config.json's sliding window: which layers slide, as transformers' configs derive layer_types (or read them when
+// given), under `spec`'s rule.
+void read_sliding_window(const JsonFields& f, const ArchitectureSpec& spec, ModelConfig& c) {
+  switch (spec.sliding_window) {
+    case SlidingWindowRule::kNone: break;
+    case SlidingWindowRule::kAllLayers:
+      if (f.has("sliding_window")) c.sliding_window = positive(f, "sliding_window", kMaxPositions);
+      c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.sliding_window > 0);
+      break;
+    case SlidingWindowRule::kFromMaxWindow:
+      if (f.boolean("use_sliding_window", false)) {
+        // Qwen2Config / Qwen3Config: sliding_window defaults to 4096 (null: none), max_window_layers to 28.
+        const bool absent = !f.json().contains("sliding_window");
+        if (absent || f.has("sliding_window"))
+          c.sliding_window = absent ? 4096 : positive(f, "sliding_window", kMaxPositions);
+        const std::int64_t first = f.has("max_window_layers") ? f.integer("max_window_layers") : 28;
+        if (first < 0) f.field_error("max_window_layers", "must be >= 0");
+        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers.push_back(c.sliding_window > 0 && l >= first);
+      } else {
+        c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
+      }
+      break;
+  }
+  if (spec.sliding_window != SlidingWindowRule::kNone && f.has("layer_types")) {
+    const auto& types = f.json().at("layer_types");
+    if (!types.is_array() || static_cast<std::int64_t>(types.size()) != c.num_hidden_layers)
+      f.field_error("layer_types", fmt::format("must be a list of num_hidden_layers ({}) strings", c.num_hidden_layers));
+    for (std::size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : std::string();
+      if (t != "full_attention" && t != "sliding_attention")
+        f.field_error("layer_types", fmt::format("[{}] is {}; expected \"full_attention\" or \"sliding_attention\"", l,
+                                                 describe_json(types[l])));
+      if (t == "sliding_attention" && c.sliding_window == 0)
+        f.field_error("layer_types", fmt::format("[{}] is sliding_attention but there is no sliding_window", l));
+      c.sliding_layers[l] = t == "sliding_attention";
+    }
+  }
+}
+
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
   namespace fs = std::filesystem;
   if (is_gguf_path(dir)) return gguf_model_config(open_gguf(dir));
@@ -166,41 +209,7 @@ ModelConfig read_model_config(const std::string& dir) {
   c.vocab_size = positive(f, "vocab_size", kMaxVocab);
   if (f.has("max_position_embeddings"))
     c.max_position_embeddings = positive(f, "max_position_embeddings", kMaxPositions);
-  // Which layers slide, as transformers' configs derive layer_types (or read them when given).
-  switch (spec->sliding_window) {
-    case SlidingWindowRule::kNone: break;
-    case SlidingWindowRule::kAllLayers:
-      if (f.has("sliding_window")) c.sliding_window = positive(f, "sliding_window", kMaxPositions);
-      c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.sliding_window > 0);
-      break;
-    case SlidingWindowRule::kFromMaxWindow:
-      if (f.boolean("use_sliding_window", false)) {
-        // Qwen2Config / Qwen3Config: sliding_window defaults to 4096 (null: none), max_window_layers to 28.
-        const bool absent = !f.json().contains("sliding_window");
-        if (absent || f.has("sliding_window"))
-          c.sliding_window = absent ? 4096 : positive(f, "sliding_window", kMaxPositions);
-        const std::int64_t first = f.has("max_window_layers") ? f.integer("max_window_layers") : 28;
-        if (first < 0) f.field_error("max_window_layers", "must be >= 0");
-        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers.push_back(c.sliding_window > 0 && l >= first);
-      } else {
-        c.sliding_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
-      }
-      break;
-  }
-  if (spec->sliding_window != SlidingWindowRule::kNone && f.has("layer_types")) {
-    const auto& types = f.json().at("layer_types");
-    if (!types.is_array() || static_cast<std::int64_t>(types.size()) != c.num_hidden_layers)
-      f.field_error("layer_types", fmt::format("must be a list of num_hidden_layers ({}) strings", c.num_hidden_layers));
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : std::string();
-      if (t != "full_attention" && t != "sliding_attention")
-        f.field_error("layer_types", fmt::format("[{}] is {}; expected \"full_attention\" or \"sliding_attention\"", l,
-                                                 describe_json(types[l])));
-      if (t == "sliding_attention" && c.sliding_window == 0)
-        f.field_error("layer_types", fmt::format("[{}] is sliding_attention but there is no sliding_window", l));
-      c.sliding_layers[l] = t == "sliding_attention";
-    }
-  }
+  read_sliding_window(f, *spec, c);
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.field_error("hidden_act", fmt::format("is '{}'; Llama-family models use silu", act));
   // Phi-3.5 / Phi-4-mini rotate part of each head (Phi3Config partial_rotary_factor); woq rotates all of it.
