@@ -392,6 +392,25 @@ TEST_F(GgufTest, EveryScalarTypeReadsBack) {
   EXPECT_MENTIONS(f.get_ints("a.i32"), "'a.i32'");
 }
 
+// A model's loading reads one GGUF several times (config, tokenizer, chat template, weights): shared_gguf parses it
+// once while a result is held, and again when it is let go or the file changes.
+TEST_F(GgufTest, SharedGgufIsParsedOnceWhileHeldAndAgainWhenTheFileChanges) {
+  const std::string file = write(GgufBuilder().str("general.name", "first"));
+  auto first = shared_gguf(file);
+  EXPECT_EQ(shared_gguf(file).get(), first.get());  // held: the same parse
+  EXPECT_EQ(first.use_count(), 1);                   // the cache holds none itself
+  // Replaced under the same name, as a download or woq quantize does (a new file renamed over the old).
+  std::filesystem::rename(write(GgufBuilder().str("general.name", "second, longer"), "new.gguf"), file);
+  auto second = shared_gguf(file);
+  EXPECT_NE(second.get(), first.get());
+  EXPECT_EQ(second->front().get_string("general.name"), "second, longer");
+  EXPECT_EQ(first->front().get_string("general.name"), "first");  // the old mapping stays valid for its holders
+  const std::weak_ptr<const std::vector<GgufFile>> released = second;
+  second.reset();
+  EXPECT_TRUE(released.expired());  // let go: nothing keeps the file mapped
+  EXPECT_EQ(shared_gguf(file)->front().get_string("general.name"), "second, longer");
+}
+
 TEST_F(GgufTest, ArraysReadBack) {
   GgufBuilder g;
   g.strs("s", {"a", "", "\xe4\xb8\xad", std::string("nul\0inside", 10)});

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "generate/chat_template.h"
+#include "io/gguf.h"
 #include "io/hf_config.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
@@ -27,6 +28,8 @@ struct ModelSession {
   std::shared_ptr<ThreadPool> pool;  ///< shared by the sessions of one command (eval's reference and candidate)
   std::unique_ptr<LlamaModel> model;  ///< null until load()
   LoadReport report;                  ///< what load() did
+  /// A GGUF model's parsed files, held from open() to the end of load() so that they are parsed once.
+  std::shared_ptr<const std::vector<GgufFile>> gguf_files;
 
   /// Reads `path`'s config (the plainest error for a wrong path comes first), tokenizer and chat template,
   /// and starts a pool of `threads` threads (0: all cores). Throws woq::Error as read_model_config,

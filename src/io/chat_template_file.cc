@@ -22,7 +22,8 @@ std::string token_string(const nlohmann::json& cfg, const char* key) {
 }
 
 ChatTemplateFile from_gguf(const std::string& model) {
-  const GgufFile g(gguf_split_paths(model).front());
+  const std::shared_ptr<const std::vector<GgufFile>> files = shared_gguf(model);
+  const GgufFile& g = files->front();
   ChatTemplateFile t;
   t.from = g.path() + " tokenizer.chat_template";
   t.source = std::string(g.get_string("tokenizer.chat_template").value_or(""));

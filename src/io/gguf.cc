@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/utf8.h"
@@ -434,6 +436,38 @@ std::vector<GgufFile> open_gguf(const std::string& path) {
          paths.size(), owner.size());
   }
   return parts;
+}
+
+namespace {
+
+// The size and modification time of each file of a parsed set, to see a file replaced under the same name.
+std::vector<std::pair<std::uintmax_t, std::filesystem::file_time_type>> file_stamps(const std::vector<GgufFile>& files) {
+  std::vector<std::pair<std::uintmax_t, std::filesystem::file_time_type>> stamps;
+  for (const GgufFile& f : files) {
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(f.path(), ec);
+    const std::filesystem::file_time_type time = std::filesystem::last_write_time(f.path(), ec);
+    stamps.emplace_back(ec ? 0 : size, time);
+  }
+  return stamps;
+}
+
+}  // namespace
+
+std::shared_ptr<const std::vector<GgufFile>> shared_gguf(const std::string& path) {
+  struct Entry {
+    std::weak_ptr<const std::vector<GgufFile>> files;
+    std::vector<std::pair<std::uintmax_t, std::filesystem::file_time_type>> stamps;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Entry> cache;
+  const std::lock_guard lock(mutex);
+  for (auto it = cache.begin(); it != cache.end();) it = it->second.files.expired() ? cache.erase(it) : std::next(it);
+  if (const auto it = cache.find(path); it != cache.end())
+    if (auto files = it->second.files.lock(); files && file_stamps(*files) == it->second.stamps) return files;
+  auto files = std::make_shared<const std::vector<GgufFile>>(open_gguf(path));
+  cache[path] = Entry{files, file_stamps(*files)};
+  return files;
 }
 
 }  // namespace woq

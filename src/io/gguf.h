@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -122,5 +123,12 @@ bool gguf_split_paths_pattern(std::string_view path);
 /// set, checks each part's split.no / split.count and that no tensor is in
 /// two parts. Throws woq::Error naming the part.
 std::vector<GgufFile> open_gguf(const std::string& path);
+
+/// open_gguf, parsed once for all who hold it: while a result for `path` is alive (held by anyone) and none of
+/// its files changed on disk (size and modification time), the same parsed files are returned; else they are
+/// parsed again. A model's loading holds one from its first read (config, tokenizer, chat template) to its
+/// weights, so that a GGUF header, vocabulary included, is parsed once per load. Thread-safe. Throws as
+/// open_gguf.
+std::shared_ptr<const std::vector<GgufFile>> shared_gguf(const std::string& path);
 
 }  // namespace woq

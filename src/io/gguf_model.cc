@@ -99,14 +99,14 @@ class Keys {
 // The tensors of a GGUF model under their Hugging Face names.
 class GgufTensors final : public TensorSource {
  public:
-  explicit GgufTensors(const std::string& path) : parts_(open_gguf(path)), path_(parts_.front().path()) {
-    const ModelConfig c = gguf_model_config(parts_);
+  explicit GgufTensors(const std::string& path) : parts_(shared_gguf(path)), path_(parts_->front().path()) {
+    const ModelConfig c = gguf_model_config(*parts_);
     const ArchitectureSpec* spec = find_architecture(c.architecture);
-    const std::string_view arch = *parts_.front().get_string("general.architecture");
+    const std::string_view arch = *parts_->front().get_string("general.architecture");
     // Built when a q/k tensor of the right shape is seen: the config alone may claim
     // heads * head_dim of 2^40 rows, which no tensor in the file can have.
     std::shared_ptr<const std::vector<std::int64_t>> q_order, k_order;
-    for (const GgufFile& part : parts_) {
+    for (const GgufFile& part : *parts_) {
       for (const GgufTensorInfo& info : part.tensors()) {
         if (info.name == "rope_freqs.weight") continue;  // read into the config
         const std::optional<std::string> hf = hf_tensor_name(info.name);
@@ -145,7 +145,7 @@ class GgufTensors final : public TensorSource {
   const std::string& path() const override { return path_; }
 
  private:
-  std::vector<GgufFile> parts_;
+  std::shared_ptr<const std::vector<GgufFile>> parts_;
   std::string path_;
   std::map<std::string, TensorView> tensors_;
 };

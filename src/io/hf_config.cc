@@ -153,7 +153,7 @@ void read_sliding_window(const JsonFields& f, const ArchitectureSpec& spec, Mode
 
 ModelConfig read_model_config(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (is_gguf_path(dir)) return gguf_model_config(open_gguf(dir));
+  if (is_gguf_path(dir)) return gguf_model_config(*shared_gguf(dir));
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code exists_ec;
   if (!fs::exists(dir, exists_ec)) fail("{}: no such file or directory", dir);

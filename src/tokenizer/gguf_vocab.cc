@@ -500,7 +500,7 @@ std::vector<std::string> write_hf_tokenizer(const GgufFile& file, const std::str
 }
 
 std::unique_ptr<TokenizerBackend> load_gguf_vocab(const std::string& path) {
-  return load_gguf_vocab(GgufFile(gguf_split_paths(path).front()));
+  return load_gguf_vocab(shared_gguf(path)->front());
 }
 
 }  // namespace woq
