@@ -21,6 +21,7 @@
 #include "io/quantized_checkpoint.h"
 #include "model/llama.h"
 #include "model/random_checkpoint.h"
+#include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
 #include "quantize/quantize_request.h"
@@ -338,10 +339,25 @@ TEST(Architecture, WhatWoqCannotDoWithPhi3IsRefusedByName) {
     EXPECT_NE(e.find("Phi3ForCausalLM stores q/k/v and gate/up fused"), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(r.output));
   }
+  // The library calls behind them refuse too (Python's save_pretrained calls quantize_checkpoint).
+  QuantizeOptions rtn;
+  rtn.spec = {LowBit::kSymInt4, 128, Int4Range::kFull};
+  std::string e = error_of([&] { quantize_checkpoint(dir, tmp.file("rtn"), rtn, pool); });
+  EXPECT_NE(e.find("writes no GPTQ or GGUF file of it"), std::string::npos) << e;
+  e = error_of([&] { export_gguf(dir, tmp.file("out.gguf"), GgufExportOptions{}, pool); });
+  EXPECT_NE(e.find("writes no GPTQ or GGUF file of it"), std::string::npos) << e;
+  // Phi-3-128k's rope scaling is refused by its type, whatever fields it has.
+  const std::string longrope = tmp.file("longrope");
+  fs::copy(dir, longrope);
+  edit_config(longrope, [](json& c) {
+    c["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {2.0, 2.0}}};
+  });
+  e = error_of([&] { load(longrope); });
+  EXPECT_NE(e.find("has type 'longrope'"), std::string::npos) << e;
   const std::string partial = tmp.file("partial");
   fs::copy(dir, partial);
   edit_config(partial, [](json& c) { c["partial_rotary_factor"] = 0.75; });
-  std::string e = error_of([&] { load(partial); });
+  e = error_of([&] { load(partial); });
   EXPECT_NE(e.find("partial_rotary_factor"), std::string::npos) << e;
 
   const std::string gptq = tmp.file("gptq");

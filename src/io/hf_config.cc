@@ -63,6 +63,9 @@ RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
   if (!f.json().at(key).is_object()) f.field_error(key, fmt::format("must be an object or null, got {}", describe_json(f.json().at(key))));
   const JsonFields s(f.json().at(key), f.path() + " " + key);
   const std::string type = s.has("rope_type") ? s.string("rope_type", "") : s.string("type", "");
+  // The type first: longrope / su (Phi-3-128k), yarn and dynamic have no single factor to miss.
+  if (type != "linear" && type != "llama3" && type != "default" && !type.empty())
+    f.field_error(key, fmt::format("has type '{}'; supported: linear, llama3 (and none)", printable(type)));
   const bool scaled = !(type == "default" || type.empty());
   rs.factor = scaled ? s.number("factor") : s.number("factor", 1.0);
   if (!(rs.factor >= 1.0 && rs.factor <= 1024.0)) f.field_error(key, "needs a factor in [1, 1024]");
@@ -77,10 +80,8 @@ RopeScaling rope_scaling(const JsonFields& f, const std::string& key) {
         rs.original_max_position_embeddings <= 0 || rs.original_max_position_embeddings > kMaxPositions)
       f.field_error(key, fmt::format("needs 0 < low_freq_factor < high_freq_factor <= 1024 and "
                                      "original_max_position_embeddings in [1, {}]", kMaxPositions));
-  } else if (type == "default" || type.empty()) {
-    rs.type = RopeScaling::Type::kNone;
   } else {
-    f.field_error(key, fmt::format("has type '{}'; supported: linear, llama3 (and none)", printable(type)));
+    rs.type = RopeScaling::Type::kNone;
   }
   return rs;
 }

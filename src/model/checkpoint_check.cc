@@ -49,8 +49,11 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
     const std::string part = rest.substr(dot + 1);
     for (const FusedSpec& f : kFusedProjections)
       if (part.starts_with(std::string(f.module) + "."))
-        refuse(fmt::format("is a fused projection; {} is read with separate q/k/v_proj and gate/up_proj (fused ones: "
-                           "Phi3ForCausalLM)", c.architecture));
+        refuse(find_architecture(c.architecture)->fused_projections
+                   ? fmt::format("is not used by {} (its fused projections are read from their .weight alone)",
+                                 c.architecture)
+                   : fmt::format("is a fused projection; {} is read with separate q/k/v_proj and gate/up_proj "
+                                 "(fused ones: Phi3ForCausalLM)", c.architecture));
     if (part == kAttnNorm.hf || part == kMlpNorm.hf || part == kRotaryInvFreq) continue;
     const std::size_t last = part.rfind('.');
     const std::string module = part.substr(0, last), leaf = last == std::string::npos ? "" : part.substr(last + 1);
@@ -58,6 +61,8 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
       if (kLinearParts.contains(leaf)) continue;
       if (leaf == "bias") {
         if (c.has_bias(linear->bias)) continue;
+        if (linear->bias == LinearBias::kNone)
+          refuse(fmt::format("is a bias of {}, which no architecture woq reads has (mlp_bias)", linear->module));
         refuse(fmt::format("is a bias that {} as config.json describes it does not have (attention_bias {})",
                            c.architecture, c.attention_bias ? "true" : "false"));
       }

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint_check.h"
 #include "model/llama.h"
+#include "quantize/quantize_checkpoint.h"
 #include "tokenizer/gguf_vocab_writer.h"
 
 namespace woq {
@@ -95,6 +96,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   if (fs::is_directory(out)) fail("{}: is a directory", out);
 
   const ModelConfig c = read_model_config(in);
+  require_writable_architecture(in, c);
   const ArchitectureSpec* spec = find_architecture(c.architecture);
   const TensorStore store = TensorStore::open(in);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(in);

@@ -282,6 +282,12 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
   };
 }
 
+void require_writable_architecture(const std::string& input, const ModelConfig& c) {
+  if (find_architecture(c.architecture)->fused_projections)
+    fail("{}: {} stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); woq runs it, but writes no GPTQ or GGUF "
+         "file of it (they would need the fused layout)", input, c.architecture);
+}
+
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                    const QuantizeOptions& options, ThreadPool& pool, const BlockQuantizer& quantize) {
   const auto start = std::chrono::steady_clock::now();
@@ -316,6 +322,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   remove_stale_temp_dirs(out, in_real, options.progress);
 
   const ModelConfig config = read_model_config(in_dir);
+  require_writable_architecture(in_dir, config);
   if (const auto q = read_quantization_config(in_dir))
     fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
   const TensorStore store = TensorStore::open(in_dir);

@@ -85,6 +85,10 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
 void remove_stale_quantize_temps(const std::string& out, const std::string& input,
                                  const std::function<void(const std::string&)>& log);
 
+/// Throws woq::Error naming `input` when woq writes no quantized file (GPTQ or GGUF) of `c`'s architecture:
+/// one stored with fused projections (Phi-3), whose files would need the fused layout.
+void require_writable_architecture(const std::string& input, const ModelConfig& c);
+
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                    const QuantizeOptions& options, ThreadPool& pool,
                                    const BlockQuantizer& quantize = nullptr);

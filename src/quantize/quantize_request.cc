@@ -173,9 +173,7 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
   const std::string method = r.method.value_or("rtn");
   const std::string low_bit = r.low_bit.value_or("sym_int4");
   remove_stale_quantize_temps(r.output, r.input, cb.log);  // also when this run is refused or stopped before writing
-  if (const ModelConfig c = read_model_config(r.input); find_architecture(c.architecture)->fused_projections)
-    fail("{}: {} stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); woq runs it, but writes no GPTQ or GGUF "
-         "file of it (they would need the fused layout)", r.input, c.architecture);
+  require_writable_architecture(r.input, read_model_config(r.input));  // before any calibration
   if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
   // A GGUF's Q4_0 / Q8_0 blocks are groups of 32: GPTQ keeps them exactly at that group size only.
   std::int64_t group_size = r.group_size.value_or(128);
