@@ -12,7 +12,7 @@
 
 #include "fuzz_common.h"
 #include "generate/chat_template.h"
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 
 namespace {
 

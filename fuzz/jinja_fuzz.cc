@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fuzz_common.h"
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 
 namespace {
 

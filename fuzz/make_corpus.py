@@ -713,7 +713,7 @@ def make_dicts():
     for g in JSON_KEYS:
         write_dict(g + ".dict", ["JSON syntax and the fields of the %s reader(s). %s" % (g, gen)], json_dict([g]))
     write_dict("jinja.dict", ["Jinja2 syntax, tags, filters, tests, methods and chat-template variables of",
-                              "src/generate/jinja.cc; NUL separates the template from the JSON context. " + gen],
+                              "src/jinja; NUL separates the template from the JSON context. " + gen],
                ["\0"] + JINJA + json_dict(["openai"])[:40])
 
 

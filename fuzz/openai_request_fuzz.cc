@@ -7,7 +7,7 @@
 
 #include "fuzz_common.h"
 #include "generate/chat_template.h"
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 #include "server/openai_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

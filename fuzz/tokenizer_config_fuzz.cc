@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "fuzz_common.h"
 #include "generate/chat_template.h"
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_check.h"
 

@@ -1,7 +1,7 @@
 // The chat-template interpreter: byte-identical to python3-jinja2 (rendering
 // as transformers does) on real templates and many message lists, plus
 // hand-checked whitespace rules and errors.
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // A model's chat template (tokenizer_config.json "chat_template"), rendered
-// as transformers' apply_chat_template does (see jinja.h).
+// as transformers' apply_chat_template does (see jinja/jinja.h).
 #pragma once
 
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generate/jinja.h"
+#include "jinja/jinja.h"
 
 namespace woq {
 

@@ -11,14 +11,15 @@
 //   {% break %}/{% continue %}, {% generation %}, {# comments #}, {%- -%}
 //   whitespace control; literals, lists, dicts, tuples, attribute/item access,
 //   slices, calls, arithmetic, comparisons, and/or/not, in, is-tests,
-//   conditional expressions, ~ concatenation; the filters and str/dict
-//   methods listed in jinja.cc; namespace(), range(), raise_exception().
+//   conditional expressions, ~ concatenation; the filters and tests of
+//   filters.cc, the str/dict methods of calls.cc; namespace(), range(),
+//   raise_exception().
 // Not supported (clear error): macros, call blocks, includes, extends,
 // filter blocks, custom filters.
 //
 // Sandboxed: the template comes from a downloaded file and the messages from
 // clients, so a render is bounded, and past a bound it throws TemplateError
-// naming the construct and the line (limits in jinja.cc):
+// naming the construct and the line (limits in budget.h):
 //   - integers are 64-bit: overflow of + - * ** and unary -, division or
 //     modulo by zero, INT64_MIN // -1 and out-of-range literals are errors
 //     (Python would switch to big integers);
@@ -55,7 +56,9 @@ class RaisedException : public TemplateError {
   using TemplateError::TemplateError;
 };
 
+namespace impl {
 struct Node;
+}
 
 /// A parsed template. Parsing happens once; render() may be called from
 /// several threads at once.
@@ -75,7 +78,7 @@ class Template {
   std::string render(const nlohmann::ordered_json& context) const;
 
  private:
-  std::shared_ptr<const Node> root_;
+  std::shared_ptr<const impl::Node> root_;
 };
 
 }  // namespace woq::jinja
