@@ -82,36 +82,24 @@ std::uint32_t gguf_file_type(LowBit type) {
   return 0;
 }
 
-GgufExportReport export_gguf(const std::string& in, const std::string& out, const GgufExportOptions& options,
-                             ThreadPool& pool) {
+namespace {
+
+void check_output_path(const std::string& in, const std::string& out, bool force) {
   namespace fs = std::filesystem;
-  const auto start = std::chrono::steady_clock::now();
-  const GgmlType target = ggml_type_of(options.type);
   if (!is_gguf_path(out)) fail("{}: a GGUF output file name must end in .gguf", out);
   if (gguf_split_paths_pattern(out))
     fail("{}: woq writes one file, and a name ending in -NNNNN-of-NNNNN.gguf reads as a part of a split set", out);
   std::error_code ec;
-  if (fs::exists(fs::symlink_status(out)) && !options.force) fail("{}: already exists (pass --force to replace it)", out);
+  if (fs::exists(fs::symlink_status(out)) && !force) fail("{}: already exists (pass --force to replace it)", out);
   if (fs::exists(out) && fs::equivalent(in, out, ec)) fail("{}: the output is the input", out);
   if (fs::is_directory(out)) fail("{}: is a directory", out);
+}
 
-  const ModelConfig c = read_model_config(in);
-  require_writable_architecture(in, c);
-  const ArchitectureSpec* spec = find_architecture(c.architecture);
-  const TensorStore store = TensorStore::open(in);
-  const std::optional<QuantizationConfig> quantized = read_quantization_config(in);
-  validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
-  GgufExportReport report;
-  if (quantized)
-    report.notes.push_back(fmt::format("the {} linear layers were dequantized and rounded again to {}; the result "
-                                       "differs from the checkpoint by that second rounding", quantized->describe(),
-                                       ggml_type_traits(target).name));
-  if (c.sliding_window > 0)
-    report.notes.push_back(fmt::format("sliding_window {} is not stored: llama.cpp's {} architecture attends to the "
-                                       "whole context", c.sliding_window, spec->gguf_architecture));
-
-  GgufWriter w;
-  const std::string arch(spec->gguf_architecture);
+// llama.cpp's general.* and <arch>.* keys for config c.
+void write_metadata(GgufWriter& w, const std::string& in, const ModelConfig& c, const ArchitectureSpec& spec,
+                    LowBit type) {
+  namespace fs = std::filesystem;
+  const std::string arch(spec.gguf_architecture);
   auto key = [&](std::string_view k) { return fmt::format("{}.{}", arch, k); };
   auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   w.set_string("general.architecture", arch);
@@ -120,7 +108,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   if (is_gguf_path(in))
     model_name = GgufFile(gguf_split_paths(in).front()).get_string("general.name").value_or(model_name);
   w.set_string("general.name", model_name);
-  w.set_u32("general.file_type", gguf_file_type(options.type));
+  w.set_u32("general.file_type", gguf_file_type(type));
   w.set_u32("general.quantization_version", 2);
   w.set_u32(key("vocab_size"), u32(c.vocab_size));
   w.set_u32(key("context_length"), u32(c.max_position_embeddings));
@@ -138,103 +126,159 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     w.set_string(key("rope.scaling.type"), "linear");
     w.set_f32(key("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
   }
-  for (std::string& note : write_gguf_vocab(in, c, w)) report.notes.push_back(std::move(note));
+}
 
-  // Tensors: rows read in Hugging Face order, written in GGUF order.
-  // A GPTQ / compressed-tensors linear has no `.weight`: it stands in with the
-  // config's shape, and its rows come from the dequantized checkpoint.
-  const std::vector<std::string> stored_names = quantized ? store.names() : std::vector<std::string>{};
-  auto add = [&](const std::string& hf, GgmlType type, bool linear, std::pair<std::int64_t, std::int64_t> shape = {}) {
-    TensorView stand_in;
-    if (quantized && linear && store.find(hf) == nullptr) {
-      stand_in.name = hf;
-      stand_in.file = store.source();
-      stand_in.shape = {shape.first, shape.second};
-      const std::string stored = hf.substr(0, hf.rfind('.') + 1);  // "model.layers.L.self_attn.q_proj."
-      for (const std::string& name : stored_names)
-        if (name.starts_with(stored) && !name.ends_with(".bias")) report.bytes_before += store.get(name).bytes.size();
-    }
-    const TensorView& t = stand_in.shape.empty() ? store.get(hf) : stand_in;
+// One tensor to write: its source rows (a stored tensor, or a GPTQ linear's
+// stand-in with the config's shape), its type, and the GGUF row order.
+struct TensorPlan {
+  TensorView t;  // copied: a stand-in lives only as long as add(), the writer runs later
+  GgmlType type;
+  std::int64_t k = 0, rows = 0;
+  std::vector<std::int64_t> hf_row;  // GGUF row g holds HF row hf_row[g]; empty: the same order
+  std::string prefix;                // "model.layers.L.self_attn.q_proj"
+  bool linear = false;
+};
+
+// Adds the tensors of a model to a GgufWriter: rows read in Hugging Face
+// order, written in GGUF order. A GPTQ / compressed-tensors linear has no
+// `.weight`: it stands in with the config's shape, and its rows come from the
+// dequantized checkpoint.
+class GgufTensorExporter {
+ public:
+  GgufTensorExporter(const ModelConfig& c, const ArchitectureSpec& spec, const TensorStore& store,
+                     const std::optional<QuantizationConfig>& quantized, const GgufExportOptions& options,
+                     ThreadPool& pool, GgufExportReport& report, GgufWriter& w)
+      : c_(c), spec_(spec), store_(store), quantized_(quantized), options_(options), pool_(pool), report_(report),
+        w_(w), stored_names_(quantized ? store.names() : std::vector<std::string>{}) {}
+
+  // Adds HF tensor `hf` as `type`; a linear's `shape` (rows, K) stands in for a quantized one.
+  void add(const std::string& hf, GgmlType type, bool linear, std::pair<std::int64_t, std::int64_t> shape = {}) {
+    TensorPlan p;
+    p.t = quantized_ && linear && store_.find(hf) == nullptr ? stand_in(hf, shape) : store_.get(hf);
     const std::string name = *gguf_tensor_name(hf);
-    const std::int64_t k = t.shape.back();
-    const std::int64_t rows = t.numel() / k;
-    report.bytes_before += t.bytes.size();
+    p.k = p.t.shape.back();
+    p.rows = p.t.numel() / p.k;
+    p.linear = linear;
+    report_.bytes_before += p.t.bytes.size();
+    p.type = checked_type(name, p.k, type);
+    report_.bytes_after += static_cast<std::uint64_t>(p.rows * ggml_row_bytes(ggml_type_traits(p.type), p.k));
+    if (linear && p.type == ggml_type_of(options_.type)) ++report_.matrices;
+    if (p.t.ggml != nullptr) note_ggml_source(*p.t.ggml, p.type);
+    p.hf_row = gguf_row_order(hf, p.t);
+    p.prefix = hf.substr(0, hf.rfind('.'));
+    std::vector<std::int64_t> ne(p.t.shape.rbegin(), p.t.shape.rend());
+    w_.add_tensor(name, ne, p.type, [this, p = std::move(p)](std::span<std::uint8_t> dst) { encode(p, dst); });
+  }
+
+ private:
+  TensorView stand_in(const std::string& hf, std::pair<std::int64_t, std::int64_t> shape) {
+    TensorView t;
+    t.name = hf;
+    t.file = store_.source();
+    t.shape = {shape.first, shape.second};
+    const std::string stored = hf.substr(0, hf.rfind('.') + 1);  // "model.layers.L.self_attn.q_proj."
+    for (const std::string& name : stored_names_)
+      if (name.starts_with(stored) && !name.ends_with(".bias")) report_.bytes_before += store_.get(name).bytes.size();
+    return t;
+  }
+
+  // `type`, or F16 where Q4_0/Q8_0 blocks cannot hold K (as llama.cpp falls back).
+  GgmlType checked_type(const std::string& name, std::int64_t k, GgmlType type) {
     if ((type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) && k % ggml::kQK != 0) {
-      report.notes.push_back(fmt::format("{}: K = {} is not a multiple of 32, which {} blocks need; written as F16",
-                                         name, k, ggml_type_traits(type).name));
-      type = GgmlType::kF16;
+      report_.notes.push_back(fmt::format("{}: K = {} is not a multiple of 32, which {} blocks need; written as F16",
+                                          name, k, ggml_type_traits(type).name));
+      return GgmlType::kF16;
     }
-    const GgmlTypeTraits& traits = ggml_type_traits(type);
-    report.bytes_after += static_cast<std::uint64_t>(rows * ggml_row_bytes(traits, k));
-    if (linear && type == target) ++report.matrices;
-    if (t.ggml != nullptr) {
-      const std::string note =
-          t.ggml->type == type
-              ? fmt::format("{} tensors of the input are copied as stored (no rounding)", t.ggml->name)
-              : fmt::format("{} tensors of the input are dequantized and rounded again to {} (a second rounding)",
-                            t.ggml->name, ggml_type_traits(type).name);
-      if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end()) report.notes.push_back(note);
-    }
-    std::vector<std::int64_t> ne(t.shape.rbegin(), t.shape.rend());
-    // GGUF row g holds HF row hf_row[g] (llama's q/k interleave their rotary halves).
+    return type;
+  }
+
+  void note_ggml_source(const GgmlTypeTraits& source, GgmlType type) {
+    const std::string note =
+        source.type == type
+            ? fmt::format("{} tensors of the input are copied as stored (no rounding)", source.name)
+            : fmt::format("{} tensors of the input are dequantized and rounded again to {} (a second rounding)",
+                          source.name, ggml_type_traits(type).name);
+    if (std::find(report_.notes.begin(), report_.notes.end(), note) == report_.notes.end())
+      report_.notes.push_back(note);
+  }
+
+  // llama's q/k interleave their rotary halves in GGUF (convert_hf_to_gguf.py's permute).
+  std::vector<std::int64_t> gguf_row_order(const std::string& hf, const TensorView& t) const {
     std::vector<std::int64_t> hf_row;
     const bool q = is_linear_tensor(hf, LinearRole::kQ);
     const bool kp = is_linear_tensor(hf, LinearRole::kK);
-    if (spec->gguf_permute_qk && (q || kp)) {
+    if (spec_.gguf_permute_qk && (q || kp)) {
       const std::vector<std::int64_t> order =
-          gguf_qk_row_order(t.shape.front(), q ? c.num_attention_heads : c.num_key_value_heads);
+          gguf_qk_row_order(t.shape.front(), q ? c_.num_attention_heads : c_.num_key_value_heads);
       hf_row.resize(order.size());
       for (std::size_t r = 0; r < order.size(); ++r) hf_row[static_cast<std::size_t>(order[r])] = static_cast<std::int64_t>(r);
     }
-    const std::int64_t row_len = hf_row.empty() ? k : 1;  // a permuted bias moves element by element
-    const std::string prefix = hf.substr(0, hf.rfind('.'));
-    // t is copied: a stand-in lives only as long as this call, the writer runs later.
-    w.add_tensor(name, ne, type, [&, t, type, k, rows, hf_row, row_len, prefix, linear](std::span<std::uint8_t> dst) {
-      // The same ggml type from a GGUF: its stored bytes are already in GGUF order.
-      if (t.ggml != nullptr && t.ggml->type == type) {
-        std::memcpy(dst.data(), t.bytes.data(), dst.size());
-        release_pages(t.bytes);
-        return;
-      }
-      std::optional<QuantMatrix> gptq;
-      if (quantized && linear) {
-        std::vector<std::string> warnings;
-        gptq = load_quantized_linear(store, *quantized, prefix, rows, k, warnings, &pool);
-        if (!gptq && t.bytes.empty()) store.get(t.name);  // neither quantized nor float: names the missing tensor
-      }
-      const std::int64_t row_bytes = ggml_row_bytes(ggml_type_traits(type), k);
-      pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
-        std::vector<float> x(static_cast<std::size_t>(k));
-        for (std::int64_t g = r0; g < r1; ++g) {
-          if (hf_row.empty()) {
-            if (gptq) {
-              dequantize_row(*gptq, g, x.data());
-            } else {
-              tensor_to_f32(t, x.data(), g * k, k);
-            }
-          } else if (row_len == 1 && rows == 1) {  // a 1-D q/k bias
-            std::vector<float> all(static_cast<std::size_t>(k));
-            tensor_to_f32(t, all.data());
-            for (std::int64_t i = 0; i < k; ++i) x[static_cast<std::size_t>(i)] = all[static_cast<std::size_t>(hf_row[static_cast<std::size_t>(i)])];
-          } else if (gptq) {
-            dequantize_row(*gptq, hf_row[static_cast<std::size_t>(g)], x.data());
-          } else {
-            tensor_to_f32(t, x.data(), hf_row[static_cast<std::size_t>(g)] * k, k);
-          }
-          for (std::int64_t i = 0; i < k; ++i)
-            if (!std::isfinite(x[static_cast<std::size_t>(i)]))
-              fail("{}: tensor '{}' holds {} at row {}, column {}", t.file, t.name, x[static_cast<std::size_t>(i)],
-                   hf_row.empty() ? g : hf_row[static_cast<std::size_t>(g)], i);
-          try {
-            encode_row(x.data(), k, type, options.rounding, dst.data() + g * row_bytes);
-          } catch (const Error& e) {
-            fail("{}: tensor '{}' row {}: {}", t.file, t.name, g, e.what());
-          }
+    return hf_row;
+  }
+
+  // GGUF row g of p (for a permuted 1-D bias: all its elements in GGUF order) into x, as float.
+  void read_row(const TensorPlan& p, const std::optional<QuantMatrix>& gptq, std::int64_t g, float* x) const {
+    const auto at = [](const std::vector<std::int64_t>& v, std::int64_t i) { return v[static_cast<std::size_t>(i)]; };
+    if (p.hf_row.empty()) {
+      if (gptq) return dequantize_row(*gptq, g, x);
+      return tensor_to_f32(p.t, x, g * p.k, p.k);
+    }
+    if (p.rows == 1) {  // a 1-D q/k bias moves element by element
+      std::vector<float> all(static_cast<std::size_t>(p.k));
+      tensor_to_f32(p.t, all.data());
+      for (std::int64_t i = 0; i < p.k; ++i) x[i] = all[static_cast<std::size_t>(at(p.hf_row, i))];
+      return;
+    }
+    if (gptq) return dequantize_row(*gptq, at(p.hf_row, g), x);
+    tensor_to_f32(p.t, x, at(p.hf_row, g) * p.k, p.k);
+  }
+
+  // The writer's callback: p's rows encoded into dst (ggml_row_bytes per row).
+  void encode(const TensorPlan& p, std::span<std::uint8_t> dst) const {
+    // The same ggml type from a GGUF: its stored bytes are already in GGUF order.
+    if (p.t.ggml != nullptr && p.t.ggml->type == p.type) {
+      std::memcpy(dst.data(), p.t.bytes.data(), dst.size());
+      release_pages(p.t.bytes);
+      return;
+    }
+    std::optional<QuantMatrix> gptq;
+    if (quantized_ && p.linear) {
+      std::vector<std::string> warnings;
+      gptq = load_quantized_linear(store_, *quantized_, p.prefix, p.rows, p.k, warnings, &pool_);
+      if (!gptq && p.t.bytes.empty()) store_.get(p.t.name);  // neither quantized nor float: names the missing tensor
+    }
+    const std::int64_t row_bytes = ggml_row_bytes(ggml_type_traits(p.type), p.k);
+    pool_.parallel_for(p.rows, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> x(static_cast<std::size_t>(p.k));
+      for (std::int64_t g = r0; g < r1; ++g) {
+        read_row(p, gptq, g, x.data());
+        for (std::int64_t i = 0; i < p.k; ++i)
+          if (!std::isfinite(x[static_cast<std::size_t>(i)]))
+            fail("{}: tensor '{}' holds {} at row {}, column {}", p.t.file, p.t.name, x[static_cast<std::size_t>(i)],
+                 p.hf_row.empty() ? g : p.hf_row[static_cast<std::size_t>(g)], i);
+        try {
+          encode_row(x.data(), p.k, p.type, options_.rounding, dst.data() + g * row_bytes);
+        } catch (const Error& e) {
+          fail("{}: tensor '{}' row {}: {}", p.t.file, p.t.name, g, e.what());
         }
-      });
-      release_pages(t.bytes);
+      }
     });
-  };
+    release_pages(p.t.bytes);
+  }
+
+  const ModelConfig& c_;
+  const ArchitectureSpec& spec_;
+  const TensorStore& store_;
+  const std::optional<QuantizationConfig>& quantized_;
+  const GgufExportOptions& options_;
+  ThreadPool& pool_;
+  GgufExportReport& report_;
+  GgufWriter& w_;
+  const std::vector<std::string> stored_names_;
+};
+
+// Every tensor of the model in llama.cpp's order: token_embd, the blocks, output_norm, output.
+void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const ModelConfig& c, GgmlType target) {
   const bool int_target = target == GgmlType::kQ4_0 || target == GgmlType::kQ8_0;
   // Embeddings and output: a GGUF input's own type, else F16 beside integer layers.
   auto big_type = [&](const TensorView& t) {
@@ -242,23 +286,53 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
     return int_target ? GgmlType::kF16 : target;
   };
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
-  add(std::string(kEmbedTokens.hf), big_type(embed), false);
+  e.add(std::string(kEmbedTokens.hf), big_type(embed), false);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add(layer_tensor(l, kAttnNorm.hf), GgmlType::kF32, false);
+    e.add(layer_tensor(l, kAttnNorm.hf), GgmlType::kF32, false);
     for (const LinearSpec& linear : kBlockLinears) {
-      add(linear_tensor(l, linear.role), target, true, block_linear_shape(c, linear.role));
+      e.add(linear_tensor(l, linear.role), target, true, block_linear_shape(c, linear.role));
       const std::string bias = linear_tensor(l, linear.role, "bias");
-      if (store.find(bias) != nullptr) add(bias, GgmlType::kF32, false);
+      if (store.find(bias) != nullptr) e.add(bias, GgmlType::kF32, false);
     }
     if (c.qk_norm) {
-      add(layer_tensor(l, kQNorm.hf), GgmlType::kF32, false);
-      add(layer_tensor(l, kKNorm.hf), GgmlType::kF32, false);
+      e.add(layer_tensor(l, kQNorm.hf), GgmlType::kF32, false);
+      e.add(layer_tensor(l, kKNorm.hf), GgmlType::kF32, false);
     }
-    add(layer_tensor(l, kMlpNorm.hf), GgmlType::kF32, false);
+    e.add(layer_tensor(l, kMlpNorm.hf), GgmlType::kF32, false);
   }
-  add(std::string(kFinalNorm.hf), GgmlType::kF32, false);
+  e.add(std::string(kFinalNorm.hf), GgmlType::kF32, false);
   if (const TensorView* head = store.find(std::string(kLmHead.hf)); head != nullptr && !c.tie_word_embeddings)
-    add(std::string(kLmHead.hf), big_type(*head), false);
+    e.add(std::string(kLmHead.hf), big_type(*head), false);
+}
+
+}  // namespace
+
+GgufExportReport export_gguf(const std::string& in, const std::string& out, const GgufExportOptions& options,
+                             ThreadPool& pool) {
+  const auto start = std::chrono::steady_clock::now();
+  const GgmlType target = ggml_type_of(options.type);
+  check_output_path(in, out, options.force);
+
+  const ModelConfig c = read_model_config(in);
+  require_writable_architecture(in, c);
+  const ArchitectureSpec* spec = find_architecture(c.architecture);
+  const TensorStore store = TensorStore::open(in);
+  const std::optional<QuantizationConfig> quantized = read_quantization_config(in);
+  validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
+  GgufExportReport report;
+  if (quantized)
+    report.notes.push_back(fmt::format("the {} linear layers were dequantized and rounded again to {}; the result "
+                                       "differs from the checkpoint by that second rounding", quantized->describe(),
+                                       ggml_type_traits(target).name));
+  if (c.sliding_window > 0)
+    report.notes.push_back(fmt::format("sliding_window {} is not stored: llama.cpp's {} architecture attends to the "
+                                       "whole context", c.sliding_window, spec->gguf_architecture));
+
+  GgufWriter w;
+  write_metadata(w, in, c, *spec, options.type);
+  for (std::string& note : write_gguf_vocab(in, c, w)) report.notes.push_back(std::move(note));
+  GgufTensorExporter exporter(c, *spec, store, quantized, options, pool, report, w);
+  add_model_tensors(exporter, store, c, target);
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kFactors) {
     const std::vector<float> factors = rope_freq_factors(c);
     w.add_tensor("rope_freqs.weight", {static_cast<std::int64_t>(factors.size())}, GgmlType::kF32,

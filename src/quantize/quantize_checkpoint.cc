@@ -288,13 +288,12 @@ void require_writable_architecture(const std::string& input, const ModelConfig& 
          "file of it (they would need the fused layout)", input, c.architecture);
 }
 
-QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
-                                   const QuantizeOptions& options, ThreadPool& pool, const BlockQuantizer& quantize) {
-  const auto start = std::chrono::steady_clock::now();
-  if (!is_quantized(options.spec.type))
-    fail("woq quantize writes integer formats (sym_int4, asym_int4, sym_int8), not {}",
-         low_bit_name(options.spec.type));
-  validate(options.spec);
+namespace {
+
+// Checks where out_dir may go (neither it nor the input inside the other,
+// its parent a directory) and removes stale temporaries; returns its
+// absolute path.
+fs::path prepare_output_dir(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& options) {
   const fs::path in = fs::path(in_dir);
   if (out_dir.empty()) fail("the output directory name is empty");
   const fs::path out = fs::absolute(fs::path(out_dir)).lexically_normal();
@@ -312,52 +311,52 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   if (within(in_real, out_real))
     fail("{}: the output directory is or contains the input directory {}", out_dir, in_dir);
   if (within(out_real, in_real)) fail("{}: the output directory is inside the input directory {}", out_dir, in_dir);
-  const bool from_gguf = is_gguf_path(in_dir);
-  if (from_gguf)  // every part of a split set, not only the first
+  if (is_gguf_path(in_dir))  // every part of a split set, not only the first
     for (const std::string& part : gguf_split_paths(in_dir))
       if (within(fs::weakly_canonical(part, ec), out_real))
         fail("{}: the output would replace {}, a part of the input", out_dir, part);
   if (!fs::exists(out.parent_path())) fail("{}: parent directory does not exist", out_dir);
   if (!fs::is_directory(out.parent_path())) fail("{}: parent {} is not a directory", out_dir, out.parent_path().string());
   remove_stale_temp_dirs(out, in_real, options.progress);
+  return out;
+}
 
-  const ModelConfig config = read_model_config(in_dir);
-  require_writable_architecture(in_dir, config);
-  if (const auto q = read_quantization_config(in_dir))
-    fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
-  const TensorStore store = TensorStore::open(in_dir);
-  validate_checkpoint(store, config, false);  // what loading the output would refuse, before writing it
-  // A GGUF has no config.json: it is written from the GGUF's metadata, in the embeddings' float type.
-  nlohmann::ordered_json config_json;
-  if (from_gguf) {
-    const DType embed = store.get(std::string(kEmbedTokens.hf)).dtype;
-    try {
-      config_json = hf_config_json(config, embed == DType::kF32 ? "float32" : embed == DType::kBF16 ? "bfloat16" : "float16");
-    } catch (const Error& e) {
-      fail("{}: no GPTQ checkpoint can be written from it: {}", in_dir, e.what());
-    }
-  } else {
-    config_json = nlohmann::ordered_json::parse(read_json_file((in / "config.json").string()).dump());
+// The input's config.json; a GGUF has none: it is written from the GGUF's
+// metadata, in the embeddings' float type.
+nlohmann::ordered_json input_config_json(const std::string& in_dir, const TensorStore& store,
+                                         const ModelConfig& config) {
+  if (!is_gguf_path(in_dir))
+    return nlohmann::ordered_json::parse(read_json_file((fs::path(in_dir) / "config.json").string()).dump());
+  const DType embed = store.get(std::string(kEmbedTokens.hf)).dtype;
+  try {
+    return hf_config_json(config, embed == DType::kF32 ? "float32" : embed == DType::kBF16 ? "bfloat16" : "float16");
+  } catch (const Error& e) {
+    fail("{}: no GPTQ checkpoint can be written from it: {}", in_dir, e.what());
   }
-  const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
-  const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
+}
 
-  const int bits = options.spec.type == LowBit::kSymInt8 ? 8 : 4;
-  // A group longer than every K is per channel: the config says -1.
-  const std::int64_t max_k = std::max({config.hidden_size, config.intermediate_size, config.q_dim()});
-  const std::int64_t group_size = options.spec.group_size >= max_k ? -1 : options.spec.group_size;
+// quantization_config of the output; a group longer than every K is per channel: the config says -1.
+QuantizationConfig output_quantization_config(const QuantizeOptions& options, const ModelConfig& config) {
   QuantizationConfig qc;
-  qc.bits = bits;
-  qc.group_size = group_size;
+  qc.bits = options.spec.type == LowBit::kSymInt8 ? 8 : 4;
+  const std::int64_t max_k = std::max({config.hidden_size, config.intermediate_size, config.q_dim()});
+  qc.group_size = options.spec.group_size >= max_k ? -1 : options.spec.group_size;
   qc.sym = options.spec.type != LowBit::kAsymInt4;
   qc.desc_act = options.desc_act;
   qc.zeros = options.zeros;
-  QuantizeReport report;
-  report.notes = compatibility_notes(config, group_size, bits);
+  return qc;
+}
 
-  // Output order: embeddings, then block by block, then everything else.
+// The output's tensors in order (embeddings, then block by block, then
+// everything else) and where each comes from.
+struct TensorPlan {
   std::vector<TensorSpec> specs;
   std::vector<Source> sources;
+};
+
+TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, const QuantizationConfig& qc,
+                        const QuantizeOptions& options, QuantizeReport& report) {
+  TensorPlan plan;
   std::vector<std::string> names = store.names();
   std::set<std::string> converted_types;  // ggml types of copied tensors, dequantized to F32
   std::set<std::string> linear_types;     // ggml types of the linear layers, quantized again
@@ -366,8 +365,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     // safetensors holds float types in HF row order: a GGUF's other types and permuted rows become F32 (exact).
     const bool to_f32 = t.dtype == DType::kGgml || t.row_order != nullptr;
     if (t.dtype == DType::kGgml) converted_types.insert(std::string(t.type_name()));
-    specs.push_back({name, to_f32 ? DType::kF32 : t.dtype, t.shape});
-    sources.push_back({&t, to_f32});
+    plan.specs.push_back({name, to_f32 ? DType::kF32 : t.dtype, t.shape});
+    plan.sources.push_back({&t, to_f32});
     report.bytes_before += t.bytes.size();
   };
   std::vector<bool> used(names.size(), false);
@@ -392,16 +391,16 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       report.bytes_before += t.bytes.size();
       if (t.dtype == DType::kGgml) linear_types.insert(std::string(t.type_name()));
       const auto [n, k] = block_linear_shape(config, spec.role);
-      const std::int64_t g = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
-      const auto parts = gptq_specs(name, n, k, bits, g);
+      const std::int64_t g = qc.group_size == -1 ? 1 : (k + qc.group_size - 1) / qc.group_size;
+      const auto parts = gptq_specs(name, n, k, qc.bits, g);
       for (int p = 0; p < 4; ++p) {
-        specs.push_back(parts[static_cast<std::size_t>(p)]);
-        sources.push_back({nullptr, false, l, j, p});
+        plan.specs.push_back(parts[static_cast<std::size_t>(p)]);
+        plan.sources.push_back({nullptr, false, l, j, p});
       }
     }
   }
   take("");
-  for (const auto& s : specs) report.bytes_after += s.bytes();
+  for (const auto& s : plan.specs) report.bytes_after += s.bytes();
   if (!converted_types.empty())
     report.notes.push_back(fmt::format("the GGUF's {} tensors outside the linear layers are written as F32 "
                                        "(dequantized exactly; safetensors has no ggml block types)",
@@ -410,14 +409,19 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     report.notes.push_back(fmt::format("the GGUF's {} linear layers are dequantized and quantized again as {} "
                                        "(a Q4_0 block becomes the same integers and scale in sym_int4 g32 full range)",
                                        fmt::join(linear_types, ", "), describe(options.spec)));
+  return plan;
+}
 
-  // Blocks are quantized when their first tensor is written, one at a time.
-  std::int64_t current = -1;
-  std::vector<GptqTensors> packed;
-  auto block_start = std::chrono::steady_clock::now();
-  const auto first_block = block_start;
-  const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) {
-    const Source& s = sources[i];
+// The writer's TensorFiller: copies tensors, and quantizes each block (one
+// at a time) when its first tensor is written, reporting progress.
+class BlockFiller {
+ public:
+  BlockFiller(const TensorPlan& plan, const ModelConfig& config, const QuantizeOptions& options,
+              const BlockQuantizer& quantize_block, QuantizeReport& report)
+      : plan_(plan), config_(config), options_(options), quantize_block_(quantize_block), report_(report) {}
+
+  void operator()(std::size_t i, std::span<std::uint8_t> dst) {
+    const Source& s = plan_.sources[i];
     if (s.copy != nullptr && s.to_f32) {
       tensor_to_f32(*s.copy, reinterpret_cast<float*>(dst.data()), 0, -1);
       release_pages(s.copy->bytes);
@@ -428,43 +432,104 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       release_pages(s.copy->bytes);
       return;
     }
-    if (s.layer != current) {
-      packed.clear();
-      const auto quantize_start = std::chrono::steady_clock::now();
-      std::vector<QuantMatrix> block = quantize_block(s.layer);
-      const auto pack_start = std::chrono::steady_clock::now();
-      if (block.size() != kBlockLinears.size())
-        fail("internal: quantizer returned {} matrices for layer {}", block.size(), s.layer);
-      for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
-        try {
-          packed.push_back(pack_gptq(to_int_matrix(block[static_cast<std::size_t>(j)]), options.zeros));
-        } catch (const Error& e) {
-          fail("{}: {}", layer_tensor(s.layer, kBlockLinears[static_cast<std::size_t>(j)].module), e.what());
-        }
-        report.matrices++;
-      }
-      current = s.layer;
-      const auto now = std::chrono::steady_clock::now();
-      const double elapsed = std::chrono::duration<double>(now - first_block).count();
-      const std::int64_t left = config.num_hidden_layers - s.layer - 1;
-      const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
-      // Writing: the previous block's tensors, from its end to this one's start, and packing this one.
-      if (options.progress)
-        options.progress(fmt::format("layer {}/{} quantized in {:.2f} s, writing {:.2f} s (ETA {:.0f} s, RSS {:.2f} GiB)",
-                                     s.layer + 1, config.num_hidden_layers, seconds(now - block_start),
-                                     seconds(quantize_start - block_start) + seconds(now - pack_start),
-                                     elapsed / static_cast<double>(s.layer + 1) * static_cast<double>(left),
-                                     static_cast<double>(current_rss_bytes()) / (1u << 30)));
-      if (options.layer_progress) options.layer_progress(s.layer + 1, config.num_hidden_layers);
-      block_start = now;
-    }
-    const GptqTensors& t = packed[static_cast<std::size_t>(s.linear)];
+    if (s.layer != current_) quantize(s.layer);
+    const GptqTensors& t = packed_[static_cast<std::size_t>(s.linear)];
     const void* src = s.part == 0 ? static_cast<const void*>(t.qweight.data())
                       : s.part == 1 ? static_cast<const void*>(t.qzeros.data())
                       : s.part == 2 ? static_cast<const void*>(t.scales.data())
                                     : static_cast<const void*>(t.g_idx.data());
     std::memcpy(dst.data(), src, dst.size());
-  };
+  }
+
+ private:
+  void quantize(std::int64_t layer) {
+    packed_.clear();
+    const auto quantize_start = std::chrono::steady_clock::now();
+    std::vector<QuantMatrix> block = quantize_block_(layer);
+    const auto pack_start = std::chrono::steady_clock::now();
+    if (block.size() != kBlockLinears.size())
+      fail("internal: quantizer returned {} matrices for layer {}", block.size(), layer);
+    for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
+      try {
+        packed_.push_back(pack_gptq(to_int_matrix(block[static_cast<std::size_t>(j)]), options_.zeros));
+      } catch (const Error& e) {
+        fail("{}: {}", layer_tensor(layer, kBlockLinears[static_cast<std::size_t>(j)].module), e.what());
+      }
+      report_.matrices++;
+    }
+    current_ = layer;
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - first_block_).count();
+    const std::int64_t left = config_.num_hidden_layers - layer - 1;
+    const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    // Writing: the previous block's tensors, from its end to this one's start, and packing this one.
+    if (options_.progress)
+      options_.progress(fmt::format("layer {}/{} quantized in {:.2f} s, writing {:.2f} s (ETA {:.0f} s, RSS {:.2f} GiB)",
+                                    layer + 1, config_.num_hidden_layers, seconds(now - block_start_),
+                                    seconds(quantize_start - block_start_) + seconds(now - pack_start),
+                                    elapsed / static_cast<double>(layer + 1) * static_cast<double>(left),
+                                    static_cast<double>(current_rss_bytes()) / (1u << 30)));
+    if (options_.layer_progress) options_.layer_progress(layer + 1, config_.num_hidden_layers);
+    block_start_ = now;
+  }
+
+  const TensorPlan& plan_;
+  const ModelConfig& config_;
+  const QuantizeOptions& options_;
+  const BlockQuantizer& quantize_block_;
+  QuantizeReport& report_;
+  std::int64_t current_ = -1;
+  std::vector<GptqTensors> packed_;
+  std::chrono::steady_clock::time_point block_start_ = std::chrono::steady_clock::now();
+  const std::chrono::steady_clock::time_point first_block_ = block_start_;
+};
+
+// config.json's quantization_config, with woq's notes in its meta.
+nlohmann::ordered_json output_quantization_json(const QuantizationConfig& qc, const QuantizeOptions& options,
+                                                const QuantizeReport& report) {
+  nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);
+  q["meta"] = {{"quantizer", {"woq 0.1.0"}},
+               {"woq_method", options.method},
+               {"woq_low_bit", low_bit_name(options.spec.type)},
+               {"woq_notes", report.notes}};
+  if (options.spec.type == LowBit::kSymInt4) {
+    q["meta"]["woq_int4_range"] = int4_range_name(options.spec.int4_range);
+    if (options.spec.int4_range == Int4Range::kFull)
+      q["meta"]["woq_scales"] =
+          "signed: the Q4_0 full-range rule maps each group's largest-magnitude value to -8, so a group whose "
+          "largest magnitude is positive has a negative scale; (q - zero) * scale is exact either way";
+  }
+  return q;
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
+                                   const QuantizeOptions& options, ThreadPool& pool, const BlockQuantizer& quantize) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!is_quantized(options.spec.type))
+    fail("woq quantize writes integer formats (sym_int4, asym_int4, sym_int8), not {}",
+         low_bit_name(options.spec.type));
+  validate(options.spec);
+  const fs::path out = prepare_output_dir(in_dir, out_dir, options);
+  const bool from_gguf = is_gguf_path(in_dir);
+
+  const ModelConfig config = read_model_config(in_dir);
+  require_writable_architecture(in_dir, config);
+  if (const auto q = read_quantization_config(in_dir))
+    fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
+  const TensorStore store = TensorStore::open(in_dir);
+  validate_checkpoint(store, config, false);  // what loading the output would refuse, before writing it
+  nlohmann::ordered_json config_json = input_config_json(in_dir, store, config);
+  const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
+  const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
+
+  const QuantizationConfig qc = output_quantization_config(options, config);
+  QuantizeReport report;
+  report.notes = compatibility_notes(config, qc.group_size, qc.bits);
+  const TensorPlan plan = plan_tensors(store, config, qc, options, report);
+  BlockFiller filler(plan, config, options, quantize_block, report);
+  const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) { filler(i, dst); };
 
   const WorkDir work(out);
   const fs::path& tmp = work.path();
@@ -475,23 +540,11 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       write_hf_tokenizer(GgufFile(gguf_split_paths(in_dir).front()), tmp.string());
       write_json_file((tmp / "generation_config.json").string(), hf_generation_config_json(config));
     }
-    write_checkpoint_tensors(tmp.string(), specs, fill, options.max_shard_bytes);
-    nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);
-    q["meta"] = {{"quantizer", {"woq 0.1.0"}},
-                 {"woq_method", options.method},
-                 {"woq_low_bit", low_bit_name(options.spec.type)},
-                 {"woq_notes", report.notes}};
-    if (options.spec.type == LowBit::kSymInt4) {
-      q["meta"]["woq_int4_range"] = int4_range_name(options.spec.int4_range);
-      if (options.spec.int4_range == Int4Range::kFull)
-        q["meta"]["woq_scales"] =
-            "signed: the Q4_0 full-range rule maps each group's largest-magnitude value to -8, so a group whose "
-            "largest magnitude is positive has a negative scale; (q - zero) * scale is exact either way";
-    }
-    config_json["quantization_config"] = q;
+    write_checkpoint_tensors(tmp.string(), plan.specs, fill, options.max_shard_bytes);
+    config_json["quantization_config"] = output_quantization_json(qc, options, report);
     write_json_file((tmp / "config.json").string(), config_json);
     if (!from_gguf) {
-      for (const auto& entry : fs::directory_iterator(in))
+      for (const auto& entry : fs::directory_iterator(fs::path(in_dir)))
         if (entry.is_regular_file() && !is_weight_file(entry.path()))
           fs::copy_file(entry.path(), tmp / entry.path().filename());
     }
