@@ -2,6 +2,10 @@
 
 #include <strings.h>
 
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 
@@ -70,6 +74,55 @@ ScopedBlasThreads::~ScopedBlasThreads() {
   if (!active_) return;
   const std::lock_guard lock(scopes_mutex);
   if (--scopes == 0) openblas_set_num_threads(count_before);
+}
+
+namespace {
+
+// Panels and bands are fixed by the shape alone, so the sums (OpenBLAS picks
+// its kernels, and their order of summation, by shape) never depend on the
+// number of threads: GPTQ writes the same bytes at any --threads.
+constexpr std::int64_t kPanel = 128;  // columns of y per sgemm call
+constexpr std::int64_t kBands = 24;   // row bands of the triangle (1, 2, 3, 4, 6 or 8 threads share them evenly)
+
+}  // namespace
+
+void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std::int64_t k, const float* x,
+                       const float* w, float* y) {
+  if (rows <= 0 || n <= 0) return;
+  const ScopedBlasThreads one_blas_thread(1);
+  const std::int64_t panels = (n + kPanel - 1) / kPanel;
+  pool.parallel_for(panels, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t n0 = p * kPanel, n1 = std::min(n, n0 + kPanel);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n1 - n0),
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + n0 * k, static_cast<int>(k), 0.0f, y + n0,
+                  static_cast<int>(n));
+    }
+  });
+}
+
+void parallel_ssyrk_upper(ThreadPool& pool, std::int64_t rows, std::int64_t k, const float* x, float* c) {
+  if (rows <= 0 || k <= 0) return;
+  const ScopedBlasThreads one_blas_thread(1);
+  // Band t holds rows [edge(t), edge(t + 1)): row i costs k - i, so the bands are of equal area.
+  const std::int64_t bands = std::min<std::int64_t>(kBands, std::max<std::int64_t>(1, k / 16));
+  const auto edge = [&](std::int64_t t) -> std::int64_t {
+    if (t >= bands) return k;
+    const double f = 1.0 - std::sqrt(1.0 - static_cast<double>(t) / static_cast<double>(bands));
+    return std::min(k, static_cast<std::int64_t>(std::lround(f * static_cast<double>(k) / 16.0)) * 16);
+  };
+  const int ld = static_cast<int>(k);
+  pool.parallel_for(bands, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t i0 = edge(t), i1 = edge(t + 1);
+      if (i1 <= i0) continue;
+      cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(i1 - i0), static_cast<int>(rows), 1.0f,
+                  x + i0, ld, 1.0f, c + i0 * k + i0, ld);
+      if (i1 < k)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(i1 - i0), static_cast<int>(k - i1),
+                    static_cast<int>(rows), 1.0f, x + i0, ld, x + i1, ld, 1.0f, c + i0 * k + i1, ld);
+    }
+  });
 }
 
 }  // namespace woq

@@ -3,7 +3,10 @@
 // what it runs on this CPU.
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "core/thread_pool.h"
 
 namespace woq {
 
@@ -35,5 +38,22 @@ class ScopedBlasThreads {
  private:
   bool active_ = false;
 };
+
+/// y[rows x n] = x[rows x k] * w[n x k]^T, all row-major f32 (the linear
+/// layers' y = x W^T), by cblas_sgemm on panels of 128 columns of y, spread
+/// over pool's threads, each with one OpenBLAS thread. OpenBLAS's own threads
+/// wait in a sched_yield loop, which on a machine whose other cores are busy
+/// costs more than the work; woq's pool sleeps instead. The panels depend on
+/// the shape only, so y is the same bits at any pool size (not necessarily
+/// those of one sgemm call). Dimensions must fit in int.
+void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std::int64_t k, const float* x,
+                       const float* w, float* y);
+
+/// c[k x k] += x^T x for x [rows x k], row-major f32, upper triangle only
+/// (the lower one is left as it is): bands of c's rows of equal work, each a
+/// cblas_ssyrk on its diagonal block and a cblas_sgemm beside it, spread over
+/// pool's threads with one OpenBLAS thread each. The bands depend on k only:
+/// the same bits at any pool size.
+void parallel_ssyrk_upper(ThreadPool& pool, std::int64_t rows, std::int64_t k, const float* x, float* c);
 
 }  // namespace woq

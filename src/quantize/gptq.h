@@ -29,8 +29,9 @@ class Hessian {
  public:
   /// For inputs of K features. Throws woq::Error if K < 1.
   explicit Hessian(std::int64_t k);
-  /// Adds rows x[0, rows) of K features each (row-major).
-  void add(const float* x, std::int64_t rows);
+  /// Adds rows x[0, rows) of K features each (row-major), over pool's
+  /// threads when given (parallel_ssyrk_upper; the same sums either way).
+  void add(const float* x, std::int64_t rows, ThreadPool* pool = nullptr);
   std::int64_t k() const { return k_; }
   std::int64_t rows() const { return rows_; }
   /// The full symmetric [K, K] matrix in f64, row-major. Throws woq::Error if no rows were added.

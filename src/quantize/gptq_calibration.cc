@@ -1,7 +1,5 @@
 #include "quantize/gptq_calibration.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -16,6 +14,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/mmap_file.h"
+#include "kernels/blas.h"
 
 namespace woq {
 
@@ -153,9 +152,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     // y = x W^T by sgemm.
     const LlamaModel::LinearCompute compute = [&](LinearRole role, const float* x, std::int64_t rows, float* y) {
       const auto [n, k] = block_linear_shape(c, role);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
-                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), w[idx(role)].data(),
-                  static_cast<int>(k), 0.0f, y, static_cast<int>(n));
+      parallel_sgemm_nt(pool, rows, n, k, x, w[idx(role)].data(), y);
     };
     const auto use_quantized = [&](LinearRole role, const QuantMatrix& q) {  // w[role] = the values q stands for
       const std::int64_t k = block_linear_shape(c, role).second;
@@ -186,7 +183,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         const auto it = hessians.find(role);
         if (it == hessians.end()) return;
         const auto h0 = Clock::now();
-        it->second.add(in, rows);
+        it->second.add(in, rows, &pool);
         hessian_seconds += seconds_since(h0);
       };
       // The copy's output is dropped: down_proj's product is not needed, only its input.
