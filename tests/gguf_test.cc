@@ -1054,6 +1054,43 @@ TEST_F(GgufTest, TensorInfoErrors) {
   }
 }
 
+// llama.cpp's vocabulary loader ignores a special token id outside the vocabulary with a warning
+// ("bad special token"), and its converter writes 0xFFFFFFFF for a padding id of -1: such files load.
+TEST_F(GgufTest, TokenIdsOutsideTheVocabularyAreIgnoredWithAWarningExceptNone) {
+  TinyModel m;
+  m.make();
+  auto config = [&](auto&& change) {
+    GgufBuilder g;
+    g.str("general.architecture", "llama");
+    for (const auto& [k, v] : std::vector<std::pair<std::string, std::uint32_t>>{
+             {"context_length", 64}, {"embedding_length", 8}, {"feed_forward_length", 12}, {"block_count", 1},
+             {"attention.head_count", 2}, {"attention.head_count_kv", 1}})
+      g.u32("llama." + k, v);
+    g.strs("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e", "f"});
+    change(g);
+    return read_model_config(write(g));
+  };
+  const ModelConfig none = config([](GgufBuilder& g) {
+    g.u32("tokenizer.ggml.bos_token_id", 1).u32("tokenizer.ggml.eos_token_id", 2);
+    g.u32("tokenizer.ggml.padding_token_id", 0xFFFFFFFF).i32("tokenizer.ggml.separator_token_id", -1);
+  });
+  EXPECT_TRUE(none.warnings.empty()) << none.warnings.front();
+  EXPECT_EQ(none.bos_token_id, 1);
+  EXPECT_EQ(none.eos_token_ids, (std::vector<std::int64_t>{2}));
+
+  const ModelConfig bad = config([](GgufBuilder& g) {
+    g.u32("tokenizer.ggml.eos_token_id", 6).u32("tokenizer.ggml.eot_token_id", 100).u32("tokenizer.ggml.eom_token_id", 4);
+    g.u32("tokenizer.ggml.padding_token_id", 6).u32("tokenizer.ggml.bos_token_id", 0xFFFFFFFF);
+  });
+  EXPECT_EQ(bad.bos_token_id, -1);
+  EXPECT_EQ(bad.eos_token_ids, (std::vector<std::int64_t>{4}));  // eom alone is in the vocabulary
+  ASSERT_EQ(bad.warnings.size(), 3u);  // eos, eot, padding; not bos's "none"
+  EXPECT_NE(bad.warnings[0].find("'tokenizer.ggml.eos_token_id' = 6 is outside the vocabulary of 6 tokens"),
+            std::string::npos) << bad.warnings[0];
+  EXPECT_NE(bad.warnings[1].find("'tokenizer.ggml.eot_token_id' = 100"), std::string::npos) << bad.warnings[1];
+  EXPECT_NE(bad.warnings[2].find("'tokenizer.ggml.padding_token_id' = 6"), std::string::npos) << bad.warnings[2];
+}
+
 TEST_F(GgufTest, ModelConfigErrors) {
   TinyModel m;
   m.make();
@@ -1140,13 +1177,7 @@ TEST_F(GgufTest, ModelConfigErrors) {
                   "a vocabulary of 0 tokens");
   EXPECT_MENTIONS(config([&](GgufBuilder& g) { base(g, "tokens"); g.nums<std::int32_t>("tokenizer.ggml.tokens", kI32, {1}); }),
                   "'tokenizer.ggml.tokens'", "array of strings");
-  // Token ids.
-  EXPECT_MENTIONS(config([&](GgufBuilder& g) { base(g, ""); g.u32("tokenizer.ggml.eos_token_id", 6); }),
-                  "'tokenizer.ggml.eos_token_id' = 6", "outside the vocabulary");
-  EXPECT_MENTIONS(config([&](GgufBuilder& g) { base(g, ""); g.i32("tokenizer.ggml.bos_token_id", -1); }),
-                  "'tokenizer.ggml.bos_token_id' = -1");
-  EXPECT_MENTIONS(config([&](GgufBuilder& g) { base(g, ""); g.u32("tokenizer.ggml.eot_token_id", 100); }),
-                  "'tokenizer.ggml.eot_token_id'");
+  // Token ids: only a mistyped one is an error (an id outside the vocabulary is ignored, TokenIdsOutsideTheVocabulary).
   EXPECT_MENTIONS(config([&](GgufBuilder& g) { base(g, ""); g.str("tokenizer.ggml.bos_token_id", "1"); }),
                   "'tokenizer.ggml.bos_token_id'");
   // rope_freqs of the wrong size, type or values.

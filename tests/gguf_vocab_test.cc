@@ -343,6 +343,33 @@ TEST(GgufVocab, SmallVocabularies) {
   EXPECT_EQ(Tokenizer::load(dir.file("m-00002-of-00002.gguf")).encode(" a"), (Ids{256}));
 }
 
+// As llama.cpp's vocabulary loader: a special token id outside the vocabulary is ignored (the
+// default stays: SentencePiece's BOS 1 / EOS 2 / UNK 0, none for gpt2), 0xFFFFFFFF being "none".
+TEST(GgufVocab, SpecialIdsOutsideTheVocabularyAreIgnored) {
+  const test::TempDir dir;
+  const auto encode = [&](GgufWriter w, const std::function<void(GgufWriter&)>& edit) {
+    edit(w);
+    w.write(dir.file("t.gguf"));
+    const Tokenizer t = Tokenizer::load(dir.file("t.gguf"));
+    return std::make_pair(t.encode("ab a"), t.bos_id());
+  };
+  using W = GgufWriter&;
+  const auto llama = encode(tiny_llama(), [](W) {});
+  EXPECT_EQ(encode(tiny_llama(), [](W w) { w.set_u32("tokenizer.ggml.bos_token_id", 264); }), llama);
+  EXPECT_EQ(encode(tiny_llama(), [](W w) {
+              w.set_u32("tokenizer.ggml.unknown_token_id", 99999);
+              w.set_u32("tokenizer.ggml.padding_token_id", 0xFFFFFFFF);
+              w.set_u32("tokenizer.ggml.eos_token_id", 0xFFFFFFFF);
+            }),
+            llama);
+  const auto gpt2 = encode(tiny_gpt2(), [](W) {});
+  EXPECT_EQ(encode(tiny_gpt2(), [](W w) {
+              w.set_u32("tokenizer.ggml.eos_token_id", 1000);
+              w.set_u32("tokenizer.ggml.padding_token_id", 258);
+            }),
+            gpt2);
+}
+
 TEST(GgufVocab, MalformedVocabulariesNameTheKey) {
   const test::TempDir dir;
   const std::string path = dir.file("bad.gguf");
@@ -371,14 +398,10 @@ TEST(GgufVocab, MalformedVocabulariesNameTheKey) {
                {"tokenizer.ggml.scores", "2 entries", "264"});
   expect_error(tiny_llama(), [](W w) { w.set_i32s("tokenizer.ggml.token_type", {1, 1, 1}); },
                {"tokenizer.ggml.token_type", "3 entries", "264"});
-  expect_error(tiny_llama(), [](W w) { w.set_u32("tokenizer.ggml.bos_token_id", 264); },
-               {"tokenizer.ggml.bos_token_id", "264", "outside"});
-  expect_error(tiny_gpt2(), [](W w) { w.set_u32("tokenizer.ggml.eos_token_id", 1000); },
-               {"tokenizer.ggml.eos_token_id", "1000"});
-  expect_error(tiny_llama(), [](W w) { w.set_u32("tokenizer.ggml.unknown_token_id", 99999); },
-               {"tokenizer.ggml.unknown_token_id"});
-  expect_error(tiny_gpt2(), [](W w) { w.set_u32("tokenizer.ggml.padding_token_id", 258); },
-               {"tokenizer.ggml.padding_token_id"});
+  expect_error(tiny_gpt2(), [](W w) {
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    w.set_u32("tokenizer.ggml.bos_token_id", 0xFFFFFFFF);
+  }, {"BOS is to be added", "'tokenizer.ggml.bos_token_id' is missing or outside the vocabulary"});
   expect_error(tiny_gpt2(), [](W w) { w.set_string("tokenizer.ggml.add_bos_token", "yes"); },
                {"tokenizer.ggml.add_bos_token", "bool"});
   expect_error(tiny_gpt2(), [](W w) { w.set_bool("tokenizer.ggml.add_bos_token", true); },

@@ -470,4 +470,23 @@ std::shared_ptr<const std::vector<GgufFile>> shared_gguf(const std::string& path
   return files;
 }
 
+std::optional<std::int64_t> gguf_token_id(const GgufFile& file, std::string_view key, std::int64_t vocab_size) {
+  const auto id = file.get_int(fmt::format("tokenizer.ggml.{}", key));
+  if (!id || *id < 0 || *id >= vocab_size) return std::nullopt;
+  return id;
+}
+
+std::vector<std::string> gguf_token_id_warnings(const GgufFile& file, std::int64_t vocab_size) {
+  constexpr std::string_view kPrefix = "tokenizer.ggml.", kSuffix = "_token_id";
+  std::vector<std::string> warnings;
+  for (const auto& [key, value] : file.metadata()) {
+    if (!key.starts_with(kPrefix) || !key.ends_with(kSuffix) || key.size() <= kPrefix.size() + kSuffix.size()) continue;
+    const std::optional<std::int64_t> id = file.get_int(key);
+    if (id && (*id < 0 || *id >= vocab_size) && *id != 0xFFFFFFFF && *id != -1)
+      warnings.push_back(fmt::format("{}: metadata '{}' = {} is outside the vocabulary of {} tokens: ignored, as "
+                                     "llama.cpp ignores it", file.path(), key, *id, vocab_size));
+  }
+  return warnings;
+}
+
 }  // namespace woq

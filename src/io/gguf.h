@@ -108,6 +108,19 @@ class GgufFile {
   std::map<std::string, std::size_t, std::less<>> tensor_index_;
 };
 
+/// The special token id tokenizer.ggml.`key` (e.g. "bos_token_id") as
+/// llama.cpp's vocabulary loader reads it: nullopt when the key is absent or
+/// its value is outside [0, vocab_size). llama.cpp's converter writes
+/// 0xFFFFFFFF for "none" (a padding id of -1), and llama.cpp ignores an
+/// out-of-range id with a warning; a caller that needs the token (BOS to be
+/// added) says so itself. Throws woq::Error naming the file and key when the
+/// value is not an integer.
+std::optional<std::int64_t> gguf_token_id(const GgufFile& file, std::string_view key, std::int64_t vocab_size);
+
+/// One line per tokenizer.ggml.*_token_id of `file` that gguf_token_id
+/// ignores for being outside the vocabulary, except 0xFFFFFFFF ("none").
+std::vector<std::string> gguf_token_id_warnings(const GgufFile& file, std::int64_t vocab_size);
+
 /// True when `path` names a GGUF file (ends in ".gguf").
 bool is_gguf_path(std::string_view path);
 

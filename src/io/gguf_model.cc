@@ -247,20 +247,15 @@ ModelConfig gguf_model_config(const std::vector<GgufFile>& parts) {
   }
   c.qk_norm = spec->qk_norm;
 
-  auto token = [&](const std::string& key) -> std::int64_t {
-    const auto id = g.get_int(key);
-    if (!id) return -1;
-    if (*id < 0 || *id >= c.vocab_size)
-      fail("{}: metadata '{}' = {} is outside the vocabulary [0, {})", g.path(), key, *id, c.vocab_size);
-    return *id;
-  };
-  c.bos_token_id = token("tokenizer.ggml.bos_token_id");
+  auto token = [&](std::string_view key) { return gguf_token_id(g, key, c.vocab_size).value_or(-1); };
+  c.bos_token_id = token("bos_token_id");
   // llama.cpp stops on EOS and on EOT / EOM where the file names them (Llama 3's <|eot_id|>, <|eom_id|>).
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"eos_token_id", "eot_token_id", "eom_token_id"}) {
     const std::int64_t id = token(key);
     if (id >= 0 && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
       c.eos_token_ids.push_back(id);
   }
+  c.warnings = gguf_token_id_warnings(g, c.vocab_size);
   return c;
 }
 

@@ -49,6 +49,8 @@ struct ModelConfig {
   bool qk_norm = false;              ///< RMSNorm of each q/k head before RoPE (Qwen3)
   std::int64_t bos_token_id = -1;    ///< -1 = none
   std::vector<std::int64_t> eos_token_ids;  ///< generation stops on any of these
+  /// What reading the config tolerated (a GGUF's special token id outside the vocabulary).
+  std::vector<std::string> warnings;
 
   std::int64_t q_dim() const { return num_attention_heads * head_dim; }
   /// Longest sequence woq runs: max_position_embeddings (a sliding window

@@ -190,6 +190,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;
+  rep.warnings = c.warnings;
 
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
   // The float linears of a quantized GGUF file run as stored unless a format was asked for.

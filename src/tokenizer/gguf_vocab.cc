@@ -35,13 +35,10 @@ struct GgufVocab {
 
 std::string key_name(std::string_view key) { return fmt::format("tokenizer.ggml.{}", key); }
 
-// The id stored under tokenizer.ggml.KEY, checked against the vocabulary.
+// The id stored under tokenizer.ggml.KEY; none when absent or outside the vocabulary (gguf_token_id).
 std::optional<std::int32_t> token_id_key(const GgufFile& f, std::string_view key, std::size_t n) {
-  const std::string k = key_name(key);
-  const auto v = f.get_int(k);
+  const auto v = gguf_token_id(f, key, static_cast<std::int64_t>(n));
   if (!v) return std::nullopt;
-  if (*v < 0 || static_cast<std::uint64_t>(*v) >= n)
-    fail("{}: metadata '{}' = {} is outside the vocabulary of {} tokens", f.path(), k, *v, n);
   return static_cast<std::int32_t>(*v);
 }
 
@@ -82,7 +79,6 @@ GgufVocab read_vocab(const GgufFile& f) {
   v.bos = token_id_key(f, "bos_token_id", n);
   v.eos = token_id_key(f, "eos_token_id", n);
   v.unk = token_id_key(f, "unknown_token_id", n);
-  token_id_key(f, "padding_token_id", n);  // checked only: woq does not pad
   v.add_bos = f.get_bool(key_name("add_bos_token"));
   v.add_eos = f.get_bool(key_name("add_eos_token"));
   return v;
@@ -94,11 +90,15 @@ SpecialTokens sequence_specials(const GgufFile& f, std::int32_t bos, std::int32_
   s.bos = bos;
   s.eos = eos;
   if (add_bos) {
-    if (bos < 0) fail("{}: BOS is to be added but metadata '{}' is missing", f.path(), key_name("bos_token_id"));
+    if (bos < 0)
+      fail("{}: BOS is to be added but metadata '{}' is missing or outside the vocabulary", f.path(),
+           key_name("bos_token_id"));
     s.prefix.push_back(bos);
   }
   if (add_eos) {
-    if (eos < 0) fail("{}: EOS is to be added but metadata '{}' is missing", f.path(), key_name("eos_token_id"));
+    if (eos < 0)
+      fail("{}: EOS is to be added but metadata '{}' is missing or outside the vocabulary", f.path(),
+           key_name("eos_token_id"));
     s.suffix.push_back(eos);
   }
   return s;

@@ -33,7 +33,7 @@ namespace woq {
 /// metadata). Throws woq::Error naming the file and the key for: a missing or mistyped
 /// tokenizer.ggml key, tokens / scores / token_type / merges arrays of different lengths or
 /// with bad entries (a token given twice, a token type outside 1..6, a merge that is not two
-/// tokens), a special token id outside the vocabulary, an unknown tokenizer.ggml.model or
+/// tokens), BOS or EOS to be added but missing or outside the vocabulary, an unknown tokenizer.ggml.model or
 /// tokenizer.ggml.pre (the message lists the supported ones).
 std::unique_ptr<TokenizerBackend> load_gguf_vocab(const std::string& path);
 /// The same for a GGUF file already open.
