@@ -28,13 +28,13 @@ ChatTemplateFile from_gguf(const std::string& model) {
   t.from = g.path() + " tokenizer.chat_template";
   t.source = std::string(g.get_string("tokenizer.chat_template").value_or(""));
   const std::vector<std::string_view>* tokens = g.get_strings("tokenizer.ggml.tokens");
-  auto text = [&](const char* key) {
-    const std::optional<std::int64_t> id = g.get_int(key);
-    if (!id || tokens == nullptr || *id < 0 || *id >= static_cast<std::int64_t>(tokens->size())) return std::string();
-    return std::string((*tokens)[static_cast<std::size_t>(*id)]);
+  auto text = [&](std::string_view key) {
+    if (tokens == nullptr) return std::string();
+    const std::optional<std::int64_t> id = gguf_token_id(g, key, static_cast<std::int64_t>(tokens->size()));
+    return id ? std::string((*tokens)[static_cast<std::size_t>(*id)]) : std::string();
   };
-  t.bos_token = text("tokenizer.ggml.bos_token_id");
-  t.eos_token = text("tokenizer.ggml.eos_token_id");
+  t.bos_token = text("bos_token_id");
+  t.eos_token = text("eos_token_id");
   return t;
 }
 
