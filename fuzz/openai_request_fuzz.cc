@@ -1,7 +1,9 @@
 // The OpenAI request parser on arbitrary bodies: parse_request(body, chat,
 // model) for both /v1/chat/completions and /v1/completions; a chat request
 // it accepts is then rendered with the default (ChatML) template as the
-// server would render it. ApiError (400/404) is the expected outcome.
+// server would render it. The same body goes to /tokenize and /detokenize
+// (stories260K's SentencePiece tokenizer, fuzz/data). ApiError (400/404) is
+// the expected outcome.
 #include <cstdint>
 #include <string>
 
@@ -9,6 +11,37 @@
 #include "generate/chat_template.h"
 #include "jinja/jinja.h"
 #include "server/openai_api.h"
+#include "server/tokenize_api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+const woq::Tokenizer& tokenizer() {
+  static const woq::Tokenizer t = [] {
+    static woq_fuzz::ScratchDir dir;
+    dir.write("tokenizer.model", woq_fuzz::slurp(woq_fuzz::repo_file("fuzz/data/stories260K/tokenizer.model")));
+    return woq::Tokenizer::load(dir.path());
+  }();
+  return t;
+}
+
+// /tokenize and /detokenize: an answer of the documented shape, or an ApiError.
+void tokenizer_endpoints(const std::string& body, const woq::ChatTemplate& chat) {
+  try {
+    const auto t = woq::server::tokenize(body, tokenizer(), chat, 512, 1 << 16, "woq");
+    WOQ_FUZZ_CHECK(t["count"] == t["tokens"].size() && t["max_model_len"] == 512, "tokenize answer");
+  } catch (const woq::server::ApiError& e) {
+    WOQ_FUZZ_CHECK(e.status == 400 || e.status == 404 || e.status == 500, "tokenize status " + std::to_string(e.status));
+  }
+  try {
+    const auto d = woq::server::detokenize(body, tokenizer(), "woq");
+    WOQ_FUZZ_CHECK(d["prompt"].is_string(), "detokenize answer");
+  } catch (const woq::server::ApiError& e) {
+    WOQ_FUZZ_CHECK(e.status == 400 || e.status == 404, "detokenize status " + std::to_string(e.status));
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
@@ -40,5 +73,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       woq_fuzz::json_exception(e);
     }
   }
+  tokenizer_endpoints(body, chatml);
   return 0;
 }

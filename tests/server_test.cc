@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "generate/generate.h"
 #include "server/openai_api.h"
+#include "server/tokenize_api.h"
 
 namespace woq::server {
 namespace {
@@ -350,6 +351,80 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);  // OpenAI's default
   EXPECT_EQ(parse_request(R"({"prompt": "x"})", false, "m").max_tokens, 16);  // completions' default
   EXPECT_EQ(parse_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, "m").max_tokens, -1);
+}
+
+// The tokenizer endpoints, as lm-eval's remote tokenizer calls them: /tokenizer_info's
+// eos_token tokenized without special tokens gives the EOS id; /tokenize's ids are the
+// tokenizer's (with or without special tokens) and, for messages, what a chat completion
+// prefills; /detokenize inverts /tokenize; every refusal names its field.
+TEST(TokenizeApi, AnswersAsLmEvalsRemoteTokenizerReadsThem) {
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  const ChatTemplate chat = ChatTemplate::load(WOQ_MODEL_DIR);
+  const std::string m = "m";
+  const auto info = tokenizer_info(tok, chat, 512);
+  ASSERT_TRUE(info["eos_token"].is_string());
+  const auto ids_of = [&](const std::string& body) {
+    return tokenize(body, tok, chat, 512, 1 << 20, m)["tokens"].get<std::vector<std::int32_t>>();
+  };
+  const nlohmann::json eos_text = info["eos_token"];
+  EXPECT_EQ(ids_of(nlohmann::json{{"prompt", eos_text}, {"add_special_tokens", false}}.dump()),
+            std::vector<std::int32_t>{tok.eos_id()});
+  EXPECT_EQ(info["bos_token"], tok.token_text(tok.bos_id()));
+  EXPECT_EQ(info["chat_template"], chat.source());
+  EXPECT_EQ(info["model_max_length"], 512);
+
+  const std::string text = "Once upon a time, Lily saw a big dog.";
+  const auto with = tokenize(nlohmann::json{{"prompt", text}, {"model", "m"}}.dump(), tok, chat, 512, 1 << 20, m);
+  EXPECT_EQ(with["tokens"].get<std::vector<std::int32_t>>(), tok.encode(text, true));
+  EXPECT_EQ(with["count"], tok.encode(text, true).size());
+  EXPECT_EQ(with["max_model_len"], 512);
+  EXPECT_TRUE(with["token_strs"].is_null());
+  const auto without = ids_of(nlohmann::json{{"prompt", text}, {"add_special_tokens", false}}.dump());
+  EXPECT_EQ(without, tok.encode(text, false));
+  EXPECT_NE(without, tok.encode(text, true));  // stories260K adds BOS: the flag matters here
+
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi there"}])");
+  EXPECT_EQ(ids_of(nlohmann::json{{"messages", messages}}.dump()), tok.encode_with_special(chat.render(messages, true)));
+  EXPECT_EQ(ids_of(nlohmann::json{{"messages", messages}, {"add_generation_prompt", false}}.dump()),
+            tok.encode_with_special(chat.render(messages, false)));
+
+  EXPECT_EQ(detokenize(nlohmann::json{{"tokens", without}}.dump(), tok, m)["prompt"], text);
+
+  const auto error_of = [&](const std::string& body, bool detok = false) {
+    try {
+      if (detok) {
+        detokenize(body, tok, m);
+      } else {
+        tokenize(body, tok, chat, 512, 64, m);
+      }
+    } catch (const ApiError& e) {
+      return std::to_string(e.status) + " " + e.param + ": " + e.what();
+    }
+    return std::string("ok");
+  };
+  EXPECT_EQ(error_of(R"({"prompt": "x"})"), "ok");
+  EXPECT_EQ(error_of(R"({})").substr(0, 10), "400 prompt");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "messages": [{"role": "user", "content": "x"}]})").substr(0, 10), "400 prompt");
+  EXPECT_EQ(error_of(R"({"prompt": ["x"]})"), "400 prompt: 'prompt' must be a string");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "model": "other"})").substr(0, 9), "404 model");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "return_token_strs": true})"),
+            "400 return_token_strs: 'return_token_strs' is not supported by woq serve");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "return_token_strs": false})"), "ok");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "add_special_tokens": true})").substr(0, 22),
+            "400 add_special_tokens");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})").substr(0, 26),
+            "400 continue_final_message");
+  EXPECT_EQ(error_of(R"({"messages": []})"), "400 messages: 'messages' must be a non-empty list");
+  EXPECT_EQ(error_of(nlohmann::json{{"prompt", std::string(65, 'a')}}.dump()),
+            "400 prompt: 'prompt' has 65 bytes, more than the 64 bytes this server accepts (--max-prompt-bytes)");
+  EXPECT_EQ(error_of(nlohmann::json{{"messages", {{{"role", "user"}, {"content", std::string(40, 'a')}}}}}.dump()).substr(0, 12),
+            "400 messages");  // 40 bytes of text, more than 64 once the template renders them
+  EXPECT_EQ(error_of(R"({"tokens": [1, 2, 512]})", true), "400 tokens[2]: 'tokens[2]' is 512, outside the vocabulary [0, 512)");
+  EXPECT_EQ(error_of(R"({"tokens": [-1]})", true), "400 tokens[0]: 'tokens[0]' is -1, outside the vocabulary [0, 512)");
+  EXPECT_EQ(error_of(R"({"tokens": [18446744073709551615]})", true).substr(0, 13), "400 tokens[0]");
+  EXPECT_EQ(error_of(R"({"tokens": [1.5]})", true), "400 tokens[0]: 'tokens[0]' must be an integer token id, not number");
+  EXPECT_EQ(error_of(R"({"tokens": "1"})", true), "400 tokens: 'tokens' must be a list of token ids");
+  EXPECT_EQ(error_of(R"({"tokens": []})", true), "ok");
 }
 
 }  // namespace

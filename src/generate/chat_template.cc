@@ -14,6 +14,7 @@ const char* ChatTemplate::default_source() {
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token, bool is_default)
     : template_(std::make_shared<jinja::Template>(source)),
+      source_(source),
       bos_(std::move(bos_token)),
       eos_(std::move(eos_token)),
       is_default_(is_default) {}

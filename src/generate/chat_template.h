@@ -33,12 +33,14 @@ class ChatTemplate {
                      const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
 
   bool is_default() const { return is_default_; }
+  /// The template's Jinja text (default_source() when is_default()).
+  const std::string& source() const { return source_; }
   /// The ChatML template used when a model has none.
   static const char* default_source();
 
  private:
   std::shared_ptr<const jinja::Template> template_;
-  std::string bos_, eos_;
+  std::string source_, bos_, eos_;
   bool is_default_ = false;
 };
 

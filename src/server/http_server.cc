@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "server/openai_api.h"
+#include "server/tokenize_api.h"
 
 namespace woq::server {
 
@@ -291,7 +292,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const std::string path = percent_decode(target.substr(0, target.find('?')));
     try {
-      if (path.rfind("/v1/", 0) == 0 && !s_.options.api_key.empty()) {
+      const bool tokenizer_path = path == "/tokenize" || path == "/detokenize" || path == "/tokenizer_info";
+      if ((path.rfind("/v1/", 0) == 0 || tokenizer_path) && !s_.options.api_key.empty()) {
         const std::string auth(req[http::field::authorization]);
         const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
         if (!bearer || !same_secret(auth.substr(7), s_.options.api_key))
@@ -315,8 +317,20 @@ class Session : public std::enable_shared_from_this<Session> {
         return respond(200, dump(model));
       }
       if (post && (path == "/v1/completions" || path == "/v1/chat/completions")) return prepare(std::move(req.body()), path == "/v1/chat/completions");
+      if (get && path == "/tokenizer_info") {
+        s_.metrics.request(true);
+        return respond(200, dump(tokenizer_info(s_.tokenizer, s_.chat, s_.engine.ctx_size())));
+      }
+      if (post && path == "/tokenize")
+        return answer_on_worker(std::move(req.body()), [](const HttpServer::Impl& s, const std::string& body) {
+          return tokenize(body, s.tokenizer, s.chat, s.engine.ctx_size(), s.options.max_prompt_bytes, s.options.served_model_name);
+        });
+      if (post && path == "/detokenize")
+        return answer_on_worker(std::move(req.body()), [](const HttpServer::Impl& s, const std::string& body) {
+          return detokenize(body, s.tokenizer, s.options.served_model_name);
+        });
       const bool known = path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 ||
-                         path == "/v1/completions" || path == "/v1/chat/completions";
+                         path == "/v1/completions" || path == "/v1/chat/completions" || tokenizer_path;
       if (known) {
         s_.metrics.request(false);
         return respond_error(ApiError(405, fmt::format("Method {} is not allowed on {}", printable(method_), path), "invalid_request_error"));
@@ -330,6 +344,30 @@ class Session : public std::enable_shared_from_this<Session> {
       s_.metrics.request(false);
       respond_error(ApiError(500, e.what(), "server_error"));
     }
+  }
+
+  // Computes the JSON answer to `body` on a worker thread (tokenizing is linear but
+  // may take a while for a long text), then responds on this connection's strand.
+  template <typename Answer>
+  void answer_on_worker(std::string body, Answer answer) {
+    net::post(*s_.workers, [self = shared_from_this(), body = std::move(body), answer]() mutable {
+      std::string out;
+      std::optional<ApiError> error;
+      try {
+        out = dump(answer(self->s_, body));
+      } catch (const ApiError& e) {
+        error = e;
+      } catch (const std::exception& e) {
+        error = ApiError(500, e.what(), "server_error");
+      }
+      body = std::string();
+      auto ex = self->executor();
+      net::post(ex, [self = std::move(self), out = std::move(out), error]() mutable {
+        self->s_.metrics.request(!error);
+        if (error) return self->respond_error(*error);
+        self->respond(200, std::move(out));
+      });
+    });
   }
 
   // POST /v1/completions and /v1/chat/completions: parsing, the chat template and

@@ -13,19 +13,10 @@
 
 #include "generate/sampler.h"
 #include "server/engine.h"
+#include "server/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
 namespace woq::server {
-
-/// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
-struct ApiError : std::runtime_error {
-  ApiError(int status, std::string message, std::string type, std::string param = {}, std::string code = {});
-  int status;          ///< HTTP status
-  std::string type;    ///< invalid_request_error, not_found_error, server_error
-  std::string param;   ///< the request field at fault, or empty
-  std::string code;    ///< e.g. model_not_found, context_length_exceeded, invalid_api_key
-  nlohmann::ordered_json body() const;
-};
 
 /// A validated request.
 struct ApiRequest {
@@ -49,17 +40,9 @@ struct ApiRequest {
   bool include_usage = false;            ///< stream_options.include_usage
 };
 
-/// Budgets of parse_request: nesting depth of the body's JSON, JSON values in it (its parsed
-/// size is then at most ~100 bytes per value plus the body's strings), keys of one object (an
-/// ordered object inserts by a linear search: 200 000 keys took 39 s) and chat messages.
-inline constexpr int kMaxJsonDepth = 64;
-inline constexpr std::size_t kMaxJsonValues = std::size_t{1} << 18;
-inline constexpr std::size_t kMaxJsonKeys = 4096;
-inline constexpr std::size_t kMaxMessages = 4096;
-
 /// Parses a request body. `served_model` is the name /v1/models lists; a
 /// different "model" is a 404. Throws ApiError (400) naming the field for
-/// malformed JSON, wrong types, values out of range, n != 1 and bodies over the budgets above.
+/// malformed JSON, wrong types, values out of range, n != 1 and bodies over the budgets of request_fields.h.
 ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model);
 
 /// What a finished (or streaming) generation produced, for the response.

@@ -112,6 +112,37 @@ describe('woq serve (fp32, --parallel 8)', () => {
     assert.equal(r.choices[0].logprobs.content[0].top_logprobs.length, 3);
   });
 
+  // lm-eval's remote tokenizer (local-completions): GET /tokenizer_info, then POST /tokenize with
+  // add_special_tokens false, POST /detokenize. The counts agree with what the completions report.
+  test('tokenizer endpoints: tokenizer_info, tokenize, detokenize', async () => {
+    const post = async (path, body) => {
+      const r = await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      return { status: r.status, json: await r.json() };
+    };
+    const info = await (await fetch(`${server.url}/tokenizer_info`)).json();
+    assert.equal(typeof info.eos_token, 'string');
+    assert.equal(info.model_max_length, 512);
+    assert.equal(typeof info.chat_template, 'string');
+    const eos = await post('/tokenize', { prompt: info.eos_token, add_special_tokens: false });
+    assert.equal(eos.status, 200);
+    assert.equal(eos.json.count, 1);
+    const plain = await post('/tokenize', { prompt: PROMPT, add_special_tokens: false });
+    const special = await post('/tokenize', { prompt: PROMPT, model });
+    const completion = await client.completions.create({ model, prompt: PROMPT, max_tokens: 1, temperature: 0 });
+    assert.equal(special.json.count, completion.usage.prompt_tokens);
+    assert.equal(special.json.count, plain.json.count + 1);  // BOS
+    assert.deepEqual(special.json.tokens.slice(1), plain.json.tokens);
+    assert.deepEqual(await post('/detokenize', { tokens: plain.json.tokens }), { status: 200, json: { prompt: PROMPT } });
+    const messages = [{ role: 'system', content: 'Tell stories.' }, { role: 'user', content: 'Once upon a time' }];
+    const chatIds = await post('/tokenize', { messages });
+    const chat = await client.chat.completions.create({ model, messages, max_completion_tokens: 1, temperature: 0 });
+    assert.equal(chatIds.json.count, chat.usage.prompt_tokens);
+    const bad = await post('/detokenize', { tokens: [1, 99999] });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'tokens[1]');
+    assert.equal((await fetch(`${server.url}/tokenize`)).status, 405);
+  });
+
   test('streaming: chunks add up to the non-streamed answer, usage last', async () => {
     const whole = await client.completions.create({ model, prompt: PROMPT, max_tokens: 40, temperature: 0 });
     const stream = await client.completions.create({
