@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "eval/tasks.h"
 #include "generate/generate.h"
 #include "server/openai_api.h"
 #include "server/tokenize_api.h"
@@ -103,6 +104,63 @@ TEST_F(ServerTest, CompletionTextContinuesThePromptLikeGenerate) {
     const Result got = submit(engine, tok_, prompt, 6, 0.0f, 0).get();
     EXPECT_EQ(got.text, want.text) << prompt;
     EXPECT_EQ(got.text.substr(0, 1), " ") << prompt;
+  }
+}
+
+// echo with logprobs (lm-eval's loglikelihood request): the prompt's log-probabilities come from the
+// same prefill and equal what woq eval computes (eval's loglikelihood) for a context and continuation, bit
+// for bit; with max_tokens 0 nothing is generated, with 1 the first token is the one a plain request gets;
+// chunks of the prefill (a small kMaxPromptLogitFloats would cut a long prompt) give the same numbers.
+TEST_F(ServerTest, PromptLogprobsEqualEvalsLoglikelihood) {
+  Engine engine(*model_, tok_, metrics_, {2, 0});
+  Engine three_at_a_time(*model_, tok_, metrics_, {1, 0, 0, 256, 3 * model_->config().vocab_size});
+  const auto score = [&](Engine& e, const std::vector<std::int32_t>& prompt, std::int64_t max_tokens, int top) {
+    auto promise = std::make_shared<std::promise<FinishEvent>>();
+    auto text = std::make_shared<std::string>();
+    auto r = std::make_shared<EngineRequest>();
+    r->prompt = prompt;
+    r->max_tokens = max_tokens;
+    r->sampling = {0.0f, 0, 1.0f, 1};
+    r->logprobs = true;
+    r->top_logprobs = top;
+    r->prompt_logprobs = true;
+    r->on_token = [text](const TokenEvent& ev) { *text += ev.text; };
+    r->on_finish = [promise, text](const FinishEvent& f) {
+      FinishEvent g = f;
+      g.text = *text + f.text;  // the whole completion
+      promise->set_value(g);
+    };
+    e.submit(r);
+    return promise->get_future().get();
+  };
+  for (const auto& [context, continuation] : std::vector<std::pair<std::string, std::string>>{
+           {"Once upon a time, there was a little girl named Lily. She", " liked to play outside."},
+           {"Tom had a red ball.", " He threw it to his dog"}}) {
+    const std::vector<std::int32_t> ctx_ids = tok_.encode(context), all = tok_.encode(context + continuation);
+    ASSERT_GT(all.size(), ctx_ids.size());
+    const FinishEvent f = score(engine, all, 0, 2);
+    EXPECT_EQ(f.reason, "length");
+    EXPECT_EQ(f.completion_tokens, 0);
+    ASSERT_EQ(f.prompt.size(), all.size() - 1);
+    double sum = 0;
+    for (std::size_t i = ctx_ids.size(); i < all.size(); ++i) {
+      EXPECT_EQ(f.prompt[i - 1].token.id, all[i]);
+      ASSERT_EQ(f.prompt[i - 1].top.size(), 2u);
+      EXPECT_GE(f.prompt[i - 1].top[0].logprob, f.prompt[i - 1].token.logprob);
+      sum += f.prompt[i - 1].token.logprob;
+    }
+    EXPECT_EQ(sum, woq::loglikelihood(*model_, tok_, context, continuation)) << context;
+    const FinishEvent one = score(engine, all, 1, 1);
+    EXPECT_EQ(one.completion_tokens, 1);
+    ASSERT_EQ(one.prompt.size(), f.prompt.size());
+    for (std::size_t i = 0; i < f.prompt.size(); ++i) EXPECT_EQ(one.prompt[i].token.logprob, f.prompt[i].token.logprob);
+    const FinishEvent chunked = score(three_at_a_time, all, 0, 2);  // prefilled 3 tokens at a time
+    ASSERT_EQ(chunked.prompt.size(), f.prompt.size());
+    for (std::size_t i = 0; i < f.prompt.size(); ++i) EXPECT_EQ(chunked.prompt[i].token.logprob, f.prompt[i].token.logprob);
+    GenerateOptions o;
+    o.max_new_tokens = 1;
+    o.sampling.temperature = 0;
+    EXPECT_EQ(one.text, generate(*model_, tok_, context + continuation, o, [](std::string_view) {}).text);
   }
 }
 
@@ -301,7 +359,19 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
   EXPECT_EQ(error_of(R"({"prompt": "x", "temperature": 3})", false), "400 temperature: 'temperature' is 3; it must be in [0, 2]");
   EXPECT_EQ(error_of(R"({"prompt": "x", "max_tokens": -1})", false).substr(0, 14), "400 max_tokens");
   EXPECT_EQ(error_of(R"({"prompt": "x", "n": 2})", false), "400 n: only n = 1 is supported");
-  EXPECT_EQ(error_of(R"({"prompt": [1, 2]})", false).substr(0, 10), "400 prompt");
+  // prompt: a string, token ids, or a batch of one of either (lm-eval's local-completions sends [[ids]]).
+  EXPECT_EQ(parse_request(R"({"prompt": [1, 2]})", false, "m").prompt_ids, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompt_ids, (std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompt_ids_param, "prompt[0]");
+  EXPECT_EQ(parse_request(R"({"prompt": ["a b"]})", false, "m").prompt, "a b");
+  EXPECT_EQ(error_of(R"({"prompt": [[1], [2]]})", false).substr(0, 47), "400 prompt: 'prompt' holds a batch of 2 prompts");
+  EXPECT_EQ(error_of(R"({"prompt": ["a", "b"]})", false).substr(0, 47), "400 prompt: 'prompt' holds a batch of 2 prompts");
+  EXPECT_EQ(error_of(R"({"prompt": [1, -2]})", false), "400 prompt[1]: 'prompt[1]' is -2, not a token id");
+  EXPECT_EQ(error_of(R"({"prompt": [[1, 2.5]]})", false), "400 prompt[0][1]: 'prompt[0][1]' must be an integer token id, not number");
+  EXPECT_EQ(error_of(R"({"prompt": [[]]})", false), "400 prompt[0]: 'prompt[0]' is an empty list of token ids");
+  EXPECT_EQ(error_of(R"({"prompt": [1, 4294967296]})", false).substr(0, 13), "400 prompt[1]");
+  EXPECT_EQ(error_of(R"({"prompt": []})", false).substr(0, 10), "400 prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [{}]})", false).substr(0, 10), "400 prompt");
   EXPECT_EQ(error_of(R"({"prompt": "x", "stop": [1]})", false).substr(0, 8), "400 stop");
   EXPECT_EQ(error_of(R"([1])", false), "400 : the request body must be a JSON object");
   EXPECT_EQ(error_of(R"({"messages": []})", true), "400 messages: 'messages' must be a non-empty list");
@@ -310,7 +380,11 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
             "400 messages[0].content");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", true).substr(0, 16),
             "400 top_logprobs");
-  EXPECT_EQ(error_of(R"({"prompt": "x", "echo": true})", false), "400 echo: 'echo' is not supported by woq serve");
+  EXPECT_TRUE(parse_request(R"({"prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})", false, "m").echo);
+  EXPECT_EQ(error_of(R"({"prompt": "x", "echo": true, "stream": true})", false),
+            "400 echo: 'echo' with 'stream' is not supported by woq serve");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", true),
+            "400 echo: 'echo' is not supported by woq serve");
   EXPECT_EQ(error_of(R"({"prompt": "x", "echo": false, "logit_bias": {}, "best_of": 1})", false), "ok");
   EXPECT_EQ(error_of(R"({"prompt": "x", "logit_bias": {"5": 10}})", false).substr(0, 14), "400 logit_bias");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true).substr(0, 9),

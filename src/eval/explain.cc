@@ -14,7 +14,7 @@ namespace woq {
 
 namespace {
 
-std::vector<double> softmax(const float* logits, std::int64_t n) {
+std::vector<double> probabilities(const float* logits, std::int64_t n) {
   const double log_z = log_sum_exp(logits, n);
   std::vector<double> p(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = std::exp(logits[i] - log_z);
@@ -83,7 +83,7 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
   const auto first = static_cast<std::int64_t>(e.prompt_ids.size()) - 1;  // predicts generated token 0
   for (std::int64_t g = 0; g < static_cast<std::int64_t>(e.original_ids.size()); ++g) {
     const std::int64_t pos = first + g;
-    const auto po = softmax(lo.data() + pos * vocab, vocab), pq = softmax(lq.data() + pos * vocab, vocab);
+    const auto po = probabilities(lo.data() + pos * vocab, vocab), pq = probabilities(lq.data() + pos * vocab, vocab);
     double kl = 0;
     for (std::size_t i = 0; i < po.size(); ++i)
       if (po[i] > 0) kl += po[i] * (std::log(po[i]) - std::log(std::max(pq[i], 1e-300)));

@@ -80,17 +80,6 @@ double run_plan(LlamaModel& model, const ScoringPlan& plan, std::int64_t batch, 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double log_sum_exp(const float* x, std::int64_t n) {
-  const double max = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
-  return max + std::log(sum);
-}
-
-double token_nll(const float* logits, std::int64_t vocab, std::int32_t target) {
-  return log_sum_exp(logits, vocab) - logits[target];
-}
-
 Perplexity perplexity(const std::vector<double>& nll) {
   if (nll.empty()) fail("perplexity of zero tokens");
   Perplexity p;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"  // log_sum_exp, token_nll
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,12 +56,6 @@ using ScoredLogits = std::function<void(std::int64_t seq, std::int64_t pos, std:
 /// the wall time in seconds. Throws what LlamaModel::forward throws.
 double run_plan(LlamaModel& model, const ScoringPlan& plan, std::int64_t batch, const ScoredLogits& sink,
                 const std::function<void(std::int64_t, std::int64_t)>& progress = nullptr);
-
-/// log(sum_i exp(x[i])) over x[0, n), in double, shifted by the maximum.
-double log_sum_exp(const float* x, std::int64_t n);
-
-/// -log softmax(logits)[target] in double.
-double token_nll(const float* logits, std::int64_t vocab, std::int32_t target);
 
 /// Perplexity of negative log-likelihoods: exp(mean), with the standard
 /// error exp(mean) * stddev / sqrt(n - 1) as llama-perplexity prints it.

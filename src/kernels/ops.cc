@@ -44,4 +44,15 @@ void swiglu(float* gate, const float* up, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+double log_sum_exp(const float* x, std::int64_t n) {
+  const double max = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  return max + std::log(sum);
+}
+
+double token_nll(const float* logits, std::int64_t vocab, std::int32_t target) {
+  return log_sum_exp(logits, vocab) - logits[target];
+}
+
 }  // namespace woq

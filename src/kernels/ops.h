@@ -20,6 +20,13 @@ void rope(float* x, std::int64_t heads, std::int64_t head_dim, std::int64_t pos,
 /// In-place softmax over x[0, n), numerically stable (max subtracted).
 void softmax(float* x, std::int64_t n);
 
+/// log(sum_i exp(x[i])) over x[0, n), in double, shifted by the maximum: the
+/// normalizer of every log-probability woq reports (eval, the server's logprobs).
+double log_sum_exp(const float* x, std::int64_t n);
+
+/// -log softmax(logits)[target] in double: log_sum_exp(logits) - logits[target].
+double token_nll(const float* logits, std::int64_t vocab, std::int32_t target);
+
 /// SwiGLU gate (Shazeer 2020): gate[i] = silu(gate[i]) * up[i], silu(v) = v / (1 + e^-v).
 void swiglu(float* gate, const float* up, std::int64_t n);
 

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "generate/generate.h"
 #include "generate/decode_step.h"
+#include "kernels/ops.h"
 
 namespace woq::server {
 
@@ -17,12 +18,9 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// log-softmax of the chosen token and, when asked, the `top` most likely tokens.
+// log-softmax of the chosen token (as woq eval computes it: token_nll) and, when asked, the `top` most likely tokens.
 void logprobs_of(const float* logits, std::int64_t vocab, std::int32_t chosen, int top, TokenEvent& ev) {
-  const float max = *std::max_element(logits, logits + vocab);
-  double sum = 0;
-  for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v] - max));
-  const double log_z = static_cast<double>(max) + std::log(sum);
+  const double log_z = log_sum_exp(logits, vocab);
   ev.token = {chosen, static_cast<double>(logits[chosen]) - log_z};
   if (top <= 0) return;
   std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
@@ -59,12 +57,14 @@ struct Engine::Slot {
   std::int32_t next = -1;  ///< the token the next decode step feeds
   Clock::time_point submitted = Clock::now(), last_token;
   double first_token_seconds = 0;
+  std::vector<TokenEvent> prompt;  ///< prompt_logprobs: FinishEvent::prompt
 };
 
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
   if (options_.max_queued < 0) fail("--max-queue must be >= 0, got {}", options_.max_queued);
+  if (options_.prompt_logit_floats < 1) fail("prompt_logit_floats must be >= 1, got {}", options_.prompt_logit_floats);
   const bool defaulted = options_.ctx_size == 0;
   if (defaulted) options_.ctx_size = model.context_limit();
   if (options_.ctx_size < 1 || options_.ctx_size > model.context_limit())
@@ -126,6 +126,7 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   ev.completion_tokens = slot.generated;
   ev.first_token_seconds = slot.first_token_seconds;
   ev.seconds = since(slot.submitted);
+  if (ev.reason != "cancelled" && ev.reason != "error") ev.prompt = std::move(slot.prompt);
   if (ev.reason == "cancelled") metrics_.cancelled();
   metrics_.tokens(ev.prompt_tokens, ev.completion_tokens);
   slot.cache.reset();
@@ -174,12 +175,37 @@ bool Engine::start(Slot& slot) {
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
   std::vector<float> logits;
-  model_.forward(r.prompt, *slot.cache, false, logits);
+  if (r.prompt_logprobs) {
+    score_prompt(slot, logits);
+  } else {
+    model_.forward(r.prompt, *slot.cache, false, logits);
+  }
   if (r.max_tokens <= 0) {
     finish(slot, "length");
     return false;
   }
   return advance(slot, logits.data());
+}
+
+void Engine::score_prompt(Slot& slot, std::vector<float>& last) {
+  const EngineRequest& r = *slot.req;
+  const auto n = static_cast<std::int64_t>(r.prompt.size());
+  const std::int64_t vocab = model_.config().vocab_size;
+  const std::int64_t chunk = std::max<std::int64_t>(1, options_.prompt_logit_floats / vocab);
+  const std::span<const std::int32_t> prompt(r.prompt);
+  std::vector<float> logits;
+  slot.prompt.reserve(static_cast<std::size_t>(n - 1));
+  for (std::int64_t begin = 0; begin < n; begin += chunk) {
+    const std::int64_t end = std::min(n, begin + chunk);
+    model_.forward(prompt.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)), *slot.cache,
+                   true, logits);
+    for (std::int64_t i = begin; i < end && i + 1 < n; ++i) {
+      TokenEvent ev;
+      logprobs_of(logits.data() + (i - begin) * vocab, vocab, r.prompt[static_cast<std::size_t>(i + 1)], r.top_logprobs, ev);
+      slot.prompt.push_back(std::move(ev));
+    }
+    if (end == n) last.assign(logits.end() - vocab, logits.end());
+  }
 }
 
 void Engine::loop() {

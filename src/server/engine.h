@@ -53,6 +53,10 @@ struct FinishEvent {
   std::int64_t completion_tokens = 0;
   double first_token_seconds = 0;  ///< from submit to the first generated token
   double seconds = 0;              ///< from submit to the end
+  /// With EngineRequest::prompt_logprobs: entry i is prompt token i + 1 with its
+  /// log-probability after tokens 0..i (and its `top` alternatives); the first
+  /// prompt token has none. Empty otherwise, and for "cancelled" / "error".
+  std::vector<TokenEvent> prompt;
 };
 
 /// A generation request. Callbacks run on the engine's thread and must not block.
@@ -65,10 +69,17 @@ struct EngineRequest {
   Penalties penalties;  ///< llama.cpp's repeat penalty over a window of prompt and generated tokens (off by default)
   int top_logprobs = 0;              ///< alternatives reported per token (0 = none)
   bool logprobs = false;             ///< report the chosen token's log-probability
+  /// Score the prompt too (OpenAI's echo with logprobs, lm-eval's loglikelihood):
+  /// FinishEvent::prompt, from the same prefill (its logits kept for every
+  /// position, in chunks of at most EngineOptions::prompt_logit_floats floats).
+  bool prompt_logprobs = false;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const FinishEvent&)> on_finish;  ///< called exactly once
   std::atomic<bool> cancelled{false};                 ///< set by the client's thread to stop early
 };
+
+/// Logits held at once while scoring a prompt (256 MiB): a 128k vocabulary prefills 512 tokens per chunk.
+inline constexpr std::int64_t kMaxPromptLogitFloats = std::int64_t{64} << 20;
 
 struct EngineOptions {
   std::int64_t parallel = 4;  ///< sequences decoded together
@@ -78,6 +89,8 @@ struct EngineOptions {
   /// Memory the KV caches may take at most, in bytes; 0 = 90 % of available_memory_bytes().
   std::int64_t memory_bytes = 0;
   std::int64_t max_queued = 256;  ///< requests waiting for a slot; submit() refuses more (EngineBusy)
+  /// Logits a scored prompt (prompt_logprobs) holds at once: it prefills in chunks of this / vocab tokens.
+  std::int64_t prompt_logit_floats = kMaxPromptLogitFloats;
 };
 
 /// submit() when max_queued requests already wait: try again later (an HTTP 503).
@@ -103,6 +116,8 @@ class Engine {
   /// not UTF-8 (nothing is called back then).
   void submit(std::shared_ptr<EngineRequest> request);
   std::int64_t ctx_size() const { return options_.ctx_size; }
+  /// Token ids a prompt may hold: [0, vocab_size()) (the model's vocabulary).
+  std::int64_t vocab_size() const { return model_.config().vocab_size; }
   std::int64_t parallel() const { return options_.parallel; }
 
  private:
@@ -110,6 +125,9 @@ class Engine {
   void loop();
   /// Prefills the slot's prompt and samples its first token; false when the sequence already ended.
   bool start(Slot& slot);
+  /// start()'s prefill with every position's logits: the prompt's log-probabilities into the
+  /// slot, the last position's logits into `last` [vocab].
+  void score_prompt(Slot& slot, std::vector<float>& last);
   /// Samples from `logits` and emits; returns false when the sequence ended.
   bool advance(Slot& slot, const float* logits);
   void finish(Slot& slot, const char* reason, std::string error = {});

@@ -441,8 +441,18 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     const std::string& prompt = chat ? text : r.prompt;
-    refuse_long(prompt.size(), chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt");
-    const std::vector<std::int32_t> ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
+    std::vector<std::int32_t> ids;
+    if (r.prompt_ids) {
+      ids = *r.prompt_ids;
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] >= s_.engine.vocab_size())
+          throw ApiError(400, fmt::format("'{}[{}]' is {}, outside the vocabulary [0, {})", r.prompt_ids_param, i, ids[i],
+                                          s_.engine.vocab_size()),
+                         "invalid_request_error", fmt::format("{}[{}]", r.prompt_ids_param, i));
+    } else {
+      refuse_long(prompt.size(), chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt");
+      ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
+    }
     const auto n = static_cast<std::int64_t>(ids.size());
     if (n >= ctx) throw too_long(fmt::format("{} tokens (at least one token must be left to generate)", n));
     if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
@@ -456,6 +466,11 @@ class Session : public std::enable_shared_from_this<Session> {
     out.penalties = r.penalties;
     out.logprobs = r.logprobs;
     out.top_logprobs = r.top_logprobs;
+    out.prompt_logprobs = r.echo && r.logprobs;
+    if (r.echo) {
+      gen.g.prompt_ids = ids;
+      gen.g.prompt_text = r.prompt_ids ? s_.tokenizer.decode(ids) : r.prompt;
+    }
     gen.id = next_id(chat ? "chatcmpl" : "cmpl");
     gen.created = static_cast<std::int64_t>(std::time(nullptr));
   }
@@ -537,6 +552,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (shutdown) return respond_error(ApiError(503, "The server is shutting down", "server_error"));
       if (f.reason == "error") return respond_error(ApiError(500, f.error, "server_error"));
       gen.g.text += f.text;
+      gen.g.prompt_logprobs = f.prompt;
       gen.g.finish_reason = f.reason;
       gen.g.prompt_tokens = f.prompt_tokens;
       gen.g.completion_tokens = f.completion_tokens;

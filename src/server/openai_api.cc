@@ -45,9 +45,9 @@ Json chat_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) 
   return {{"content", content}};
 }
 
-// Completions' (legacy) logprobs: parallel lists.
-Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok, bool with_top, std::int64_t offset) {
-  Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+// Completions' (legacy) logprobs: parallel lists; `out` holds the echoed prompt's entries, if any.
+Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer& tok, bool with_top, std::int64_t offset,
+                         Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}}) {
   for (const TokenEvent& ev : tokens) {
     const std::string t = tok.token_text(ev.token.id);
     out["tokens"].push_back(t);
@@ -61,6 +61,70 @@ Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer&
   return out;
 }
 
+// echo's prompt entries of completions' logprobs: the first token has no log-probability (null), as OpenAI's.
+Json echoed_prompt_logprobs(const Generated& g, const Tokenizer& tok, bool with_top) {
+  Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < g.prompt_ids.size(); ++i) {
+    const std::string t = tok.token_text(g.prompt_ids[i]);
+    out["tokens"].push_back(t);
+    const TokenEvent* ev = i > 0 && i - 1 < g.prompt_logprobs.size() ? &g.prompt_logprobs[i - 1] : nullptr;
+    out["token_logprobs"].push_back(ev != nullptr ? Json(ev->token.logprob) : Json(nullptr));
+    Json top = Json::object();
+    if (ev != nullptr)
+      for (const auto& alt : ev->top) top[tok.token_text(alt.id)] = alt.logprob;
+    out["top_logprobs"].push_back(ev != nullptr && with_top ? top : Json(nullptr));
+    out["text_offset"].push_back(std::min<std::int64_t>(offset, static_cast<std::int64_t>(g.prompt_text.size())));
+    offset += static_cast<std::int64_t>(t.size());
+  }
+  return out;
+}
+
+// Token ids of `list` (a JSON array), named `param`[i] in errors.
+std::vector<std::int32_t> token_ids(const Json& list, const std::string& param) {
+  if (list.empty()) bad(param, fmt::format("'{}' is an empty list of token ids", param));
+  std::vector<std::int32_t> ids;
+  ids.reserve(list.size());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Json& t = list[i];
+    const std::string at = fmt::format("{}[{}]", param, i);
+    if (!t.is_number_integer()) bad(at, fmt::format("'{}' must be an integer token id, not {}", at, t.type_name()));
+    if (t.is_number_unsigned() ? t.get<std::uint64_t>() > INT32_MAX : (t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX))
+      bad(at, fmt::format("'{}' is {}, not a token id", at, t.dump()));
+    ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+  }
+  return ids;
+}
+
+// completions' "prompt": a string, a list of token ids, or a batch of one of either (["text"], [[ids]]).
+void parse_prompt(const Json& j, ApiRequest& r) {
+  const Json* prompt = field(j, "prompt");
+  if (prompt == nullptr) bad("prompt", "'prompt' is required");
+  if (prompt->is_string()) {
+    r.prompt = prompt->get<std::string>();
+    return;
+  }
+  const char* shapes = "'prompt' must be a string, a list of token ids, or a list of one of either";
+  if (!prompt->is_array() || prompt->empty()) bad("prompt", shapes);
+  const Json& first = (*prompt)[0];
+  if (first.is_number()) {
+    r.prompt_ids = token_ids(*prompt, "prompt");
+    r.prompt_ids_param = "prompt";
+    return;
+  }
+  if (prompt->size() > 1 && (first.is_string() || first.is_array()))
+    bad("prompt", fmt::format("'prompt' holds a batch of {} prompts; woq serve takes one prompt per request (with "
+                              "lm-eval's local-completions: batch_size=1)", prompt->size()));
+  if (first.is_string()) {
+    r.prompt = first.get<std::string>();
+  } else if (first.is_array()) {
+    r.prompt_ids = token_ids(first, "prompt[0]");
+    r.prompt_ids_param = "prompt[0]";
+  } else {
+    bad("prompt", shapes);
+  }
+}
+
 }  // namespace
 
 ApiRequest parse_request(const std::string& body, bool chat, const std::string& served_model) {
@@ -72,15 +136,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
     r.messages = parse_messages(j);
     r.template_kwargs = parse_template_kwargs(j);
   } else {
-    const Json* prompt = field(j, "prompt");
-    if (prompt == nullptr) bad("prompt", "'prompt' is required");
-    if (prompt->is_string()) {
-      r.prompt = prompt->get<std::string>();
-    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-      r.prompt = (*prompt)[0].get<std::string>();
-    } else {
-      bad("prompt", "'prompt' must be a string (or a list of one string; token ids and batches are not supported)");
-    }
+    parse_prompt(j, r);
+    r.echo = boolean(j, "echo").value_or(false);
   }
   const auto max_tokens = integer(j, "max_tokens", 0, 1 << 30);
   const auto max_completion = integer(j, "max_completion_tokens", 0, 1 << 30);
@@ -140,7 +197,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
     if (field(j, key) != nullptr && differs) bad(key, fmt::format("'{}' is not supported by woq serve", key));
   };
   const auto is = [&](const char* key, const Json& v) { return field(j, key) != nullptr && *field(j, key) == v; };
-  unsupported("echo", !is("echo", false));
+  if (r.echo && r.stream) bad("echo", "'echo' with 'stream' is not supported by woq serve");
+  if (chat) unsupported("echo", !is("echo", false));
   unsupported("suffix", !is("suffix", ""));
   unsupported("best_of", !is("best_of", 1));
   unsupported("logit_bias", !is("logit_bias", Json::object()));
@@ -160,9 +218,16 @@ nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id,
               {"logprobs", r.logprobs ? chat_logprobs(g.tokens, tokenizer) : Json(nullptr)},
               {"finish_reason", g.finish_reason}};
   } else {
+    Json logprobs = nullptr;
+    if (r.logprobs && r.echo) {
+      logprobs = completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, static_cast<std::int64_t>(g.prompt_text.size()),
+                                     echoed_prompt_logprobs(g, tokenizer, r.top_logprobs > 0));
+    } else if (r.logprobs) {
+      logprobs = completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, 0);
+    }
     choice = {{"index", 0},
-              {"text", g.text},
-              {"logprobs", r.logprobs ? completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, 0) : Json(nullptr)},
+              {"text", r.echo ? g.prompt_text + g.text : g.text},
+              {"logprobs", logprobs},
               {"finish_reason", g.finish_reason}};
   }
   return {{"id", id},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,7 +23,14 @@ namespace woq::server {
 struct ApiRequest {
   bool chat = false;
   std::string model;                     ///< as sent (checked against the served name)
-  std::string prompt;                    ///< completions: the prompt
+  std::string prompt;                    ///< completions: the prompt, when given as text
+  /// completions: the prompt as token ids (a list of ids, or a batch of one such
+  /// list); checked against the vocabulary by the server, naming prompt_ids_param.
+  std::optional<std::vector<std::int32_t>> prompt_ids;
+  std::string prompt_ids_param;          ///< "prompt" or "prompt[0]"
+  /// completions: answer with the prompt before the completion, and with
+  /// logprobs, the prompt tokens' log-probabilities (the first null).
+  bool echo = false;
   nlohmann::ordered_json messages;       ///< chat: [{"role", "content": string}], content parts joined
   /// chat: extra variables for the chat template (vLLM's chat_template_kwargs,
   /// e.g. {"enable_thinking": false} for Qwen3); an object, possibly empty.
@@ -47,6 +55,10 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
 
 /// What a finished (or streaming) generation produced, for the response.
 struct Generated {
+  /// echo: the prompt's text (as sent, or its ids decoded), ids and scores (FinishEvent::prompt).
+  std::string prompt_text;
+  std::vector<std::int32_t> prompt_ids;
+  std::vector<TokenEvent> prompt_logprobs;
   std::string text;
   std::vector<TokenEvent> tokens;  ///< kept when logprobs were asked for
   std::string finish_reason;       ///< "stop" or "length"

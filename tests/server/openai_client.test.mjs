@@ -143,6 +143,39 @@ describe('woq serve (fp32, --parallel 8)', () => {
     assert.equal((await fetch(`${server.url}/tokenize`)).status, 405);
   });
 
+  // lm-eval's loglikelihood request (local-completions, tokenized): {"prompt": [[ids]], "max_tokens": 1,
+  // "logprobs": 1, "echo": true, "temperature": 0, "seed": 1234}; it sums token_logprobs[ctxlen:-1].
+  test('echo with logprobs: lm-eval\'s loglikelihood request and the openai client', async () => {
+    const post = async (path, body) => {
+      const r = await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      return { status: r.status, json: await r.json() };
+    };
+    const ids = (await post('/tokenize', { prompt: `${PROMPT} there was` })).json.tokens;
+    const ctxlen = (await post('/tokenize', { prompt: PROMPT })).json.count;
+    const r = await post('/v1/completions', { model, prompt: [ids], max_tokens: 1, logprobs: 1, echo: true, temperature: 0, seed: 1234 });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const lp = r.json.choices[0].logprobs;
+    assert.equal(lp.token_logprobs.length, ids.length + 1);  // the prompt and the generated token
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    const cont = lp.token_logprobs.slice(ctxlen, -1);
+    assert.equal(cont.length, ids.length - ctxlen);
+    assert.ok(cont.every((x) => x < 0));
+    // max_tokens 0 scores the prompt only, with the same numbers; a string prompt gives the same tokens.
+    const zero = await post('/v1/completions', { model, prompt: `${PROMPT} there was`, max_tokens: 0, logprobs: 1, echo: true });
+    assert.deepEqual(zero.json.choices[0].logprobs.token_logprobs, lp.token_logprobs.slice(0, -1));
+    assert.equal(zero.json.choices[0].text, `${PROMPT} there was`);
+    assert.equal(zero.json.usage.completion_tokens, 0);
+    // The official client parses it.
+    const c = await client.completions.create({ model, prompt: PROMPT, max_tokens: 3, temperature: 0, echo: true, logprobs: 1 });
+    assert.ok(c.choices[0].text.startsWith(PROMPT));
+    assert.equal(c.choices[0].text, PROMPT + reference.text.slice(PROMPT.length).slice(0, c.choices[0].text.length - PROMPT.length));
+    assert.equal(c.choices[0].logprobs.tokens.length, ctxlen + 3);
+    const bad = await post('/v1/completions', { model, prompt: [[1, 99999]], max_tokens: 1 });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'prompt[0][1]');
+  });
+
   test('streaming: chunks add up to the non-streamed answer, usage last', async () => {
     const whole = await client.completions.create({ model, prompt: PROMPT, max_tokens: 40, temperature: 0 });
     const stream = await client.completions.create({
