@@ -346,20 +346,26 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // Runs f; what it throws as an API error (another exception: a 500), or nullopt.
+  template <typename F>
+  static std::optional<ApiError> error_of(F f) {
+    try {
+      f();
+    } catch (const ApiError& e) {
+      return e;
+    } catch (const std::exception& e) {
+      return ApiError(500, e.what(), "server_error");
+    }
+    return std::nullopt;
+  }
+
   // Computes the JSON answer to `body` on a worker thread (tokenizing is linear but
   // may take a while for a long text), then responds on this connection's strand.
   template <typename Answer>
   void answer_on_worker(std::string body, Answer answer) {
     net::post(*s_.workers, [self = shared_from_this(), body = std::move(body), answer]() mutable {
       std::string out;
-      std::optional<ApiError> error;
-      try {
-        out = dump(answer(self->s_, body));
-      } catch (const ApiError& e) {
-        error = e;
-      } catch (const std::exception& e) {
-        error = ApiError(500, e.what(), "server_error");
-      }
+      const std::optional<ApiError> error = error_of([&] { out = dump(answer(self->s_, body)); });
       body = std::string();
       auto ex = self->executor();
       net::post(ex, [self = std::move(self), out = std::move(out), error]() mutable {
@@ -377,14 +383,7 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(*s_.workers, [self = shared_from_this(), body = std::move(body), chat]() mutable {
       auto gen = std::make_shared<Generation>();
       auto er = std::make_shared<EngineRequest>();
-      std::optional<ApiError> error;
-      try {
-        self->prepare_request(body, chat, *gen, *er);
-      } catch (const ApiError& e) {
-        error = e;
-      } catch (const std::exception& e) {
-        error = ApiError(500, e.what(), "server_error");
-      }
+      const std::optional<ApiError> error = error_of([&] { self->prepare_request(body, chat, *gen, *er); });
       body = std::string();
       auto ex = self->executor();
       net::post(ex, [self = std::move(self), gen, er, error] {
