@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
 #include "formats/group_rule.h"
@@ -42,18 +43,25 @@ void for_upper_tiles(std::int64_t k, F f) {
 // so a^-1 = (R^-1)^T R^-1 and U = R^-1 = J M^-1 J: one Cholesky and one
 // triangular inverse (2k^3/3 flops) instead of Cholesky, inverse, Cholesky.
 // LAPACK is column-major, so its lower triangle is our upper one.
-void inverse_cholesky_upper(std::vector<double>& a, std::int64_t k) {
+constexpr std::int64_t kParallelCholeskyK = 4096;
+
+void inverse_cholesky_upper(std::vector<double>& a, std::int64_t k, int threads) {
   std::vector<double> rev(a.size());
   for (std::int64_t i = 0; i < k; ++i)
     for (std::int64_t j = 0; j < k; ++j) rev[at(i, j, k)] = a[at(k - 1 - i, k - 1 - j, k)];
   const int n = static_cast<int>(k);
   int info = 0;
-  // On one OpenBLAS thread: its threads wait in a sched_yield loop, which a
-  // machine whose other cores are busy pays for many times over (this step
-  // takes about 15 % longer on an idle 2-core machine, and GPTQ as a whole
-  // 5 %; with the other core busy GPTQ takes 1.4 times its idle wall time
-  // instead of 2.3 times). The same factor either way.
-  const ScopedBlasThreads one_blas_thread(1);
+  // GPTQ's one O(K^3) step (K = 14336 for Llama-3-8B's down_proj: ~40 s a layer on one thread) runs on
+  // woq's thread count (-t) from K = kParallelCholeskyK up; below, on one thread: OpenBLAS's threads wait
+  // in a sched_yield loop for a while after each call, which costs more than they save on a small matrix
+  // and, on a machine whose other cores are busy, many times over (the `small` preset, 2 cores, the other
+  // busy: 22.5 s on OpenBLAS's threads, 15.2 s on one). The factor is the same bits at any count.
+  std::optional<ScopedBlasThreads> blas_threads;
+  if (k < kParallelCholeskyK) {
+    blas_threads.emplace(1);
+  } else if (threads > 0) {
+    blas_threads.emplace(threads);
+  }
   dpotrf_("L", &n, rev.data(), &n, &info);
   if (info > 0)
     fail("GPTQ: the damped Hessian is not positive definite (leading minor {} of {}); raise --damp-percent", info,
@@ -92,7 +100,7 @@ std::vector<double> Hessian::matrix() const {
   return h;
 }
 
-GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options) {
+GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options, int threads) {
   if (k < 1) fail("GPTQ: K must be positive, got {}", k);
   if (h.size() != static_cast<std::size_t>(k * k)) fail("GPTQ: Hessian has {} entries, expected {}", h.size(), k * k);
   if (!(options.damp_percent > 0 && options.damp_percent <= 1))
@@ -121,14 +129,14 @@ GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOption
   for (std::int64_t i = 0; i < k; ++i) mean_diag += h[at(i, i, k)];
   mean_diag /= static_cast<double>(k);
   for (std::int64_t i = 0; i < k; ++i) h[at(i, i, k)] += options.damp_percent * mean_diag;
-  inverse_cholesky_upper(h, k);
+  inverse_cholesky_upper(h, k, threads);
   p.u = std::move(h);
   return p;
 }
 
 QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, std::vector<double> h,
                           const GptqOptions& options, ThreadPool& pool) {
-  return gptq_quantize(w_in, n, k, prepare_gptq(std::move(h), k, options), options, pool);
+  return gptq_quantize(w_in, n, k, prepare_gptq(std::move(h), k, options, pool.size()), options, pool);
 }
 
 QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, const GptqHessian& prepared,

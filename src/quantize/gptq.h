@@ -53,9 +53,13 @@ struct GptqHessian {
 };
 
 /// Dead inputs, the desc_act order, damping and the inverse Cholesky factor
-/// (LAPACK dpotrf + dtrtri) of `h` ([K, K] f64). Throws woq::Error if
-/// H + lambda*I is not positive definite (raise damp_percent) or on bad sizes.
-GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options);
+/// (LAPACK dpotrf + dtrtri) of `h` ([K, K] f64), the LAPACK calls on
+/// `threads` OpenBLAS threads (woq's thread count; 0: OpenBLAS's own) for
+/// K >= 4096 and on one below (OpenBLAS's waiting threads cost more than
+/// they save there). Throws
+/// woq::Error if H + lambda*I is not positive definite (raise damp_percent)
+/// or on bad sizes.
+GptqHessian prepare_gptq(std::vector<double> h, std::int64_t k, const GptqOptions& options, int threads = 0);
 
 /// GPTQ of W [N, K] with a prepared Hessian (options must be those it was prepared with).
 QuantMatrix gptq_quantize(const float* w, std::int64_t n, std::int64_t k, const GptqHessian& prepared,

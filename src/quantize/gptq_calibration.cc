@@ -206,7 +206,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
           prepared_for = input_owner(role);
           prepared = GptqHessian{};
           Hessian& h = hessians.at(*prepared_for);
-          prepared = prepare_gptq(h.matrix(), h.k(), options);
+          prepared = prepare_gptq(h.matrix(), h.k(), options, pool.size());
           h = Hessian(1);  // frees its sums
         }
         const auto [n, k] = block_linear_shape(c, role);
