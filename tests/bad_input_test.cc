@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -195,6 +196,23 @@ TEST_F(BadInputTest, NonFiniteNormWeight) {
       }
   });
   EXPECT_MENTIONS(load_error(), "model.norm.weight", "at index 3");
+}
+
+// GPTQ refuses a NaN weight as RTN does (it wrote a checkpoint before: found by the attack review).
+TEST_F(BadInputTest, GptqRefusesNonFiniteWeights) {
+  edit_tensors([](auto& t) {
+    for (auto& x : t)
+      if (x.name == "model.layers.1.self_attn.q_proj.weight") {  // stories260K: F32, K = 64
+        const float nan = std::nanf("");
+        std::memcpy(x.bytes.data() + 4 * (2 * 64 + 13), &nan, 4);
+      }
+  });
+  const test::TempDir out;
+  const int rc = std::system(fmt::format("{} quantize -m {} -o {} --method gptq --nsamples 2 --seqlen 16 -t 1 > {} 2>&1",
+                                         WOQ_BIN, dir_.path(), out.file("gptq"), out.file("log")).c_str());
+  EXPECT_NE(rc, 0);
+  EXPECT_MENTIONS(test::read_file(out.file("log")), "model.layers.1.self_attn.q_proj.weight", "holds nan at row 2, column 13");
+  EXPECT_FALSE(std::filesystem::exists(out.file("gptq")));
 }
 
 TEST_F(BadInputTest, CheckpointHasMoreLayersThanConfig) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -148,6 +149,12 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       if (done) continue;
       tensor_to_f32(t, w[idx(s.role)].data());
       release_pages(t.bytes);
+      // As RTN and the GGUF export refuse them: GPTQ would spread a NaN's error over the whole row.
+      const std::vector<float>& wi = w[idx(s.role)];
+      for (std::size_t i = 0; i < wi.size(); ++i)
+        if (!std::isfinite(wi[i]))
+          fail("{}: tensor '{}' holds {} at row {}, column {}", t.file, t.name, wi[i], static_cast<std::int64_t>(i) / cols,
+               static_cast<std::int64_t>(i) % cols);
     }
     // y = x W^T by sgemm.
     const LlamaModel::LinearCompute compute = [&](LinearRole role, const float* x, std::int64_t rows, float* y) {
