@@ -14,6 +14,7 @@
 #include "formats/ggml_types.h"
 #include "formats/group_rule.h"
 #include "formats/interleave.h"
+#include "formats/kquant.h"
 #include "formats/scale.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
@@ -39,6 +40,11 @@ std::int64_t packed_row_bytes(LowBit type, std::int64_t cols) {
     case LowBit::kSymInt4:
     case LowBit::kAsymInt4: return (cols + 1) / 2;
     case LowBit::kSymInt8: return cols;
+    case LowBit::kQ2_K:
+    case LowBit::kQ3_K:
+    case LowBit::kQ4_K:
+    case LowBit::kQ5_K:
+    case LowBit::kQ6_K: return cols / kquant::kSuperBlock * kquant::find(type)->block_bytes;
   }
   return 0;
 }
@@ -72,6 +78,11 @@ void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
     case LowBit::kSymInt8:
       sym_int8::quantize_row(x, k, w.group_size, reinterpret_cast<std::int8_t*>(dst), scales);
       break;
+    case LowBit::kQ2_K:
+    case LowBit::kQ3_K:
+    case LowBit::kQ4_K:
+    case LowBit::kQ5_K:
+    case LowBit::kQ6_K: fail("quantizing to {} is not implemented (K-quant weights are run as a GGUF file stores them)", low_bit_name(w.type));
   }
 }
 
@@ -137,12 +148,17 @@ GroupRule fit_group(LowBit type, Int4Range range, const float* x, std::int64_t n
 std::string_view low_bit_name(LowBit type) {
   for (const auto& [t, name] : kNames)
     if (t == type) return name;
+  if (const kquant::Format* f = kquant::find(type)) return f->name;
   return "?";
 }
 
 LowBit parse_low_bit(std::string_view name) {
   for (const auto& [t, n] : kNames)
     if (n == name) return t;
+  for (const kquant::Format& f : kquant::formats())
+    if (f.name == name)
+      fail("low-bit type '{}': quantizing to K-quants is not implemented yet; a GGUF file's {} tensors run as stored",
+           name, f.name);
   fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8)",
        name);
 }
@@ -150,6 +166,8 @@ LowBit parse_low_bit(std::string_view name) {
 bool is_quantized(LowBit type) {
   return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4 || type == LowBit::kSymInt8;
 }
+
+bool is_kquant(LowBit type) { return kquant::find(type) != nullptr; }
 
 std::string_view activations_name(Activations a) {
   switch (a) {
@@ -242,6 +260,13 @@ QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpe
   w.int4_range = spec.int4_range;
   w.rows = rows;
   w.cols = cols;
+  if (is_kquant(spec.type)) {
+    if (cols % kquant::kSuperBlock != 0)
+      fail("{} needs K a multiple of {} (its super-blocks), got K = {}", low_bit_name(spec.type), kquant::kSuperBlock,
+           cols);
+    w.group_size = kquant::kSuperBlock;
+    w.groups_per_row = cols / kquant::kSuperBlock;
+  }
   w.row_bytes = packed_row_bytes(spec.type, cols);
   if (is_quantized(spec.type)) {
     const std::int64_t g = spec.group_size;
@@ -335,6 +360,11 @@ void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
       sym_int8::dequantize_row(reinterpret_cast<const std::int8_t*>(src), scales, k, w.group_size,
                                out);
       break;
+    case LowBit::kQ2_K:
+    case LowBit::kQ3_K:
+    case LowBit::kQ4_K:
+    case LowBit::kQ5_K:
+    case LowBit::kQ6_K: ggml_type_traits(kquant::find(w.type)->ggml).to_float(src, out, k); break;
   }
 }
 

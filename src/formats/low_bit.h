@@ -22,6 +22,14 @@ enum class LowBit {
   kSymInt4,   ///< 4-bit symmetric, ggml Q4_0 rule (see sym_int4.h).
   kAsymInt4,  ///< 4-bit with a zero point per group, GPTQ/AWQ rule (see asym_int4.h).
   kSymInt8,   ///< 8-bit symmetric, per group or per output channel (see sym_int8.h).
+  /// ggml's K-quants, kept as a GGUF file stores them: super-blocks of 256
+  /// weights that carry their own scales (formats/kquant.h); their integer
+  /// kernels take Q8_K activations (kernels/kquant_dot.h).
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
 
 /// Which integer range sym_int4 uses: ggml Q4_0's full [-8, 7] (scale =
@@ -64,12 +72,17 @@ Activations parse_activations(std::string_view name);
 /// Each format's default, picked by measurement (README, "Activations").
 Activations default_activations(LowBit type);
 
-/// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8.
+/// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k.
 std::string_view low_bit_name(LowBit type);
-/// Inverse of low_bit_name. Throws woq::Error listing the valid names.
+/// Inverse of low_bit_name for the formats woq can quantize to (not the
+/// K-quants yet: their names get an error saying so). Throws woq::Error
+/// listing the valid names.
 LowBit parse_low_bit(std::string_view name);
-/// True for the integer formats.
+/// True for woq's group-wise integer formats (sym_int4, asym_int4, sym_int8:
+/// one fp16 scale per group); false for the K-quants (is_kquant).
 bool is_quantized(LowBit type);
+/// True for ggml's K-quant formats (kQ2_K ... kQ6_K).
+bool is_kquant(LowBit type);
 /// True for the 4-bit formats (sym_int4, asym_int4).
 bool is_int4(LowBit type);
 /// "full" or "clip".
@@ -107,7 +120,9 @@ struct QuantSpec {
 };
 
 /// A weight matrix W of shape [rows = N output features, cols = K input
-/// features], stored row by row in one of the LowBit formats. Row n starts at
+/// features], stored row by row in one of the LowBit formats. K-quant rows
+/// are K / 256 ggml super-blocks (row_bytes = K / 256 · bytes per block;
+/// group_size 256, scales and zeros empty, never interleaved). Row n starts at
 /// data[n * row_bytes]; its groups are [g*group_size, min((g+1)*group_size, K)),
 /// so the last group of a row may be shorter. Rows never share a byte.
 /// Integer matrices may instead be stored row-interleaved for the kernels

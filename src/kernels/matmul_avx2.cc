@@ -151,6 +151,11 @@ float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scr
     case LowBit::kSymInt8:
       if (fused) return dot_dequantized<LowBit::kSymInt8>(w, row, x);
       break;
+    case LowBit::kQ2_K:
+    case LowBit::kQ3_K:
+    case LowBit::kQ4_K:
+    case LowBit::kQ5_K:
+    case LowBit::kQ6_K: break;  // f32 activations: widened by ggml's dequantizer
   }
   widen_row(w, row, scratch);
   return dot_f32(scratch, x, w.cols);
@@ -446,6 +451,11 @@ void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
         widen_int8_group(reinterpret_cast<const std::int8_t*>(p) + i * g, fp16_to_fp32(scales[i]),
                          codec::group_len(i, k, g), out + i * g);
       return;
+    case LowBit::kQ2_K:
+    case LowBit::kQ3_K:
+    case LowBit::kQ4_K:
+    case LowBit::kQ5_K:
+    case LowBit::kQ6_K: return dequantize_stored_row(w, row, out);
     case LowBit::kFp16:
     case LowBit::kBf16: break;
   }

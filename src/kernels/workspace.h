@@ -32,6 +32,8 @@ class Workspace {
  public:
   Q8Activations q8;
   Bf16Activations bf16;
+  /// K-quant matrices' activations: Q8_K blocks (formats/kquant.h), m rows of K / 256 blocks.
+  std::vector<std::uint8_t> q8k;
   std::vector<float> gathered;
 
   /// Makes sure there is an arena for each of `threads` threads (call before a parallel pass).

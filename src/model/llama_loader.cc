@@ -5,8 +5,10 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <set>
+#include <span>
 
 #include <fmt/ranges.h>
 
@@ -15,6 +17,7 @@
 #include "core/half.h"
 #include "core/mmap_file.h"
 #include "formats/interleave.h"
+#include "formats/kquant.h"
 #include "io/fused_projections.h"
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
@@ -58,14 +61,40 @@ bool has_ggml_linears(const TensorStore& store, const ModelConfig& c) {
   return false;
 }
 
+// A GGUF K-quant tensor as stored: its super-blocks copied row by row, rows in Hugging Face order.
+// A NaN or infinite super-block scale is an error naming the tensor, row and super-block.
+QuantMatrix import_kquant(const TensorView& t, const kquant::Format& format, std::int64_t rows, std::int64_t cols,
+                          ThreadPool& pool) {
+  QuantMatrix w = allocate_matrix(rows, cols, {format.type, kquant::kSuperBlock});
+  pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t stored = t.row_order ? (*t.row_order)[static_cast<std::size_t>(r)] : r;
+      const std::span<const std::uint8_t> src = t.stored_row_bytes(stored);
+      if (static_cast<std::int64_t>(src.size()) != w.row_bytes)
+        fail("{}: tensor '{}' row {} holds {} bytes, expected {}", t.file, t.name, stored, src.size(), w.row_bytes);
+      if (const std::int64_t b = kquant::first_nonfinite_scale(format, src.data(), w.groups_per_row); b >= 0)
+        fail("{}: tensor '{}' row {} super-block {} has a NaN or infinite scale", t.file, t.name, stored, b);
+      std::memcpy(w.data.data() + r * w.row_bytes, src.data(), src.size());
+    }
+  });
+  return w;
+}
+
 // GGUF Q4_0 / Q8_0 blocks hold woq's sym_int4 (group 32, full range) and
 // sym_int8 (group 32) with another byte order: repacked losslessly, rows in
-// Hugging Face order. nullopt for every other type, and for Q8_0 blocks that
-// hold -128 (outside sym_int8's [-127, 127]; ggml's quantizer never writes it).
+// Hugging Face order; K-quants are kept as stored (import_kquant). nullopt for
+// every other type, and for Q8_0 blocks that hold -128 (outside sym_int8's
+// [-127, 127]; ggml's quantizer never writes it).
 std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
                                        ThreadPool& pool) {
-  if (t.dtype != DType::kGgml || (t.ggml->type != GgmlType::kQ4_0 && t.ggml->type != GgmlType::kQ8_0))
-    return std::nullopt;
+  if (t.dtype != DType::kGgml) return std::nullopt;
+  if (const kquant::Format* format = kquant::find(t.ggml->type)) {
+    expect_shape(t, {rows, cols}, from);
+    QuantMatrix w = import_kquant(t, *format, rows, cols, pool);
+    release_pages(t.bytes);
+    return w;
+  }
+  if (t.ggml->type != GgmlType::kQ4_0 && t.ggml->type != GgmlType::kQ8_0) return std::nullopt;
   expect_shape(t, {rows, cols}, from);
   const bool q4 = t.ggml->type == GgmlType::kQ4_0;
   QuantMatrix w = allocate_matrix(rows, cols, {q4 ? LowBit::kSymInt4 : LowBit::kSymInt8, ggml::kQK, Int4Range::kFull});
@@ -130,6 +159,18 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
 // for that path's kernels.
 void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
                      ThreadPool& pool) {
+  if (is_kquant(w.type)) {
+    // K-quants take Q8_K activations (int8, ggml's), or f32 ones on request.
+    const Activations a = options.activations.value_or(Activations::kInt8);
+    if (a != Activations::kInt8 && a != Activations::kF32)
+      fail("--activations {}: {} layers (GGUF K-quants) take int8 (Q8_K, as llama.cpp) or f32 activations",
+           activations_name(a), low_bit_name(w.type));
+    w.activations = a;
+    rep.rounded_activations |= a != Activations::kF32;
+    const std::string what = fmt::format("{} {}", low_bit_name(w.type), a == Activations::kF32 ? "f32" : "q8_K");
+    if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
+    return;
+  }
   if (!is_quantized(w.type)) return;
   w.activations = options.activations.value_or(default_activations(w.type));
   if (w.activations != Activations::kF32 && !can_interleave(w)) {
@@ -145,6 +186,16 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
   rep.rounded_activations |= w.activations != Activations::kF32;
   const std::string what = fmt::format("{} {}", low_bit_name(w.type), activations_name(w.activations));
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
+}
+
+// Counts one more matrix of `format` (first-seen order).
+void count_format(std::vector<std::pair<std::string, int>>& counts, const std::string& format) {
+  for (auto& [f, n] : counts)
+    if (f == format) {
+      ++n;
+      return;
+    }
+  counts.emplace_back(format, 1);
 }
 
 // What the block linears of `m` are, for the load line and tables: rep.low_bit (their woq formats) and
@@ -232,6 +283,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
   rep.other_bytes += m->final_norm_.size() * sizeof(float);
 
+  std::vector<std::pair<std::string, int>> gguf_formats;  // GGUF block linears used as stored, per format
   auto linear = [&](std::int64_t layer, const LinearSpec& role) {
     if (!options.block_linears) return QuantMatrix{};  // streamed by the caller (calibration)
     const std::string name = linear_tensor(layer, role.role);
@@ -260,9 +312,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       set_activations(*w, options, activations_used, rep, pool);
       rep.linear_imported_bytes += w->bytes();
       ++rep.linear_imported;
-      const std::string format = fmt::format("GGUF {} (as {} group 32)", t.ggml->name, low_bit_name(w->type));
-      if (rep.imported_format.find(format) == std::string::npos)
-        rep.imported_format += (rep.imported_format.empty() ? "" : ", ") + format;
+      const std::string format = is_kquant(w->type) ? fmt::format("GGUF {} as stored", t.ggml->name)
+                                 : fmt::format("GGUF {} (as {} group 32)", t.ggml->name, low_bit_name(w->type));
+      count_format(gguf_formats, format);
       return std::move(*w);
     }
     if (keep_float && t.dtype != DType::kGgml) {
@@ -315,6 +367,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (options.progress) options.progress(l + 1, c.num_hidden_layers);
   }
   if (quantized) rep.imported_format = quantized->describe();
+  for (const auto& [format, count] : gguf_formats)
+    rep.imported_format += fmt::format("{}{} x{}", rep.imported_format.empty() ? "" : ", ", format, count);
   label_report(*m, options, rep);
   for (const std::string& a : activations_used) rep.activations += (rep.activations.empty() ? "" : ", ") + a;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
