@@ -8,13 +8,16 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "core/half.h"
 #include "core/thread_pool.h"
+#include "formats/kquant.h"
 #include "formats/low_bit.h"
 #include "kernels/matmul.h"
 
@@ -25,6 +28,20 @@ const QuantMatrix& weights(LowBit type, std::int64_t group, Activations act, std
   static std::map<std::tuple<LowBit, std::int64_t, Activations, std::int64_t, std::int64_t>, std::unique_ptr<QuantMatrix>>
       cache;
   auto& slot = cache[{type, group, act, n, k}];
+  if (!slot && is_kquant(type)) {
+    // Random super-blocks (woq cannot quantize to K-quants yet) with N(0, 0.001) fp16 super-scales.
+    const kquant::Format& f = *kquant::find(type);
+    slot = std::make_unique<QuantMatrix>(allocate_matrix(n, k, {type, kquant::kSuperBlock}));
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal(0.0f, 0.001f);
+    for (auto& b : slot->data) b = static_cast<std::uint8_t>(rng());
+    for (std::size_t at = 0; at < slot->data.size(); at += static_cast<std::size_t>(f.block_bytes))
+      for (const std::int64_t offset : {f.d_offset, f.dmin_offset})
+        if (offset >= 0) {
+          const std::uint16_t h = fp32_to_fp16(normal(rng));
+          std::memcpy(slot->data.data() + at + static_cast<std::size_t>(offset), &h, 2);
+        }
+  }
   if (!slot) {
     std::mt19937 rng(42);
     std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -66,7 +83,7 @@ void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t grou
 // Registers gemv/<isa>/<format>[_f32act|_bf16act|_int16act] (m = 1, decode) and gemm/<isa>/<format>
 // (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
 // gate/up and down projections of Llama-2-7B and its lm_head (too big for any
-// cache), with 1 and 2 threads. sym_int4 g16 shows the row path that group
+// cache), with 1 and 2 threads; the K-quants on random super-blocks. sym_int4 g16 shows the row path that group
 // sizes not a multiple of 32 take (batch invariance).
 void register_all() {
   const std::tuple<LowBit, std::int64_t, Activations> formats[] = {
@@ -77,7 +94,10 @@ void register_all() {
       {LowBit::kSymInt8, 128, Activations::kBf16},
       {LowBit::kSymInt8, 32, Activations::kInt16}, {LowBit::kSymInt8, -1, Activations::kInt16},
       {LowBit::kFp16, 0, Activations::kInt8},     {LowBit::kBf16, 0, Activations::kInt8},
-      {LowBit::kSymInt4, 16, Activations::kInt8}};
+      {LowBit::kSymInt4, 16, Activations::kInt8},
+      {LowBit::kQ4_K, 0, Activations::kInt8},     {LowBit::kQ6_K, 0, Activations::kInt8},
+      {LowBit::kQ5_K, 0, Activations::kInt8},     {LowBit::kQ3_K, 0, Activations::kInt8},
+      {LowBit::kQ2_K, 0, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
   for (const Isa isa : all_isas())
     if (!cpu_supports(isa)) fmt::print(stderr, "not measured here: {} (needs {})\n", isa_name(isa), isa_requirements(isa));

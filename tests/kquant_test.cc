@@ -83,6 +83,13 @@ DotFixture load_dot(const std::string& name) {
 
 class KQuantDotTest : public ::testing::TestWithParam<LowBit> {};
 
+// kquant_dot of `isa` for one token.
+float dot_one(LowBit type, Isa isa, const std::uint8_t* w, const std::uint8_t* a, std::int64_t blocks) {
+  float out = 0.0f;
+  kquant_dot(type, isa)(w, a, 0, 1, blocks, &out);
+  return out;
+}
+
 // Rows quantized by ggml from weights with outliers and rows of random bytes (every scale, min and
 // quant bit pattern), against inputs with outliers, an all-zero super-block and tiny values.
 TEST_P(KQuantDotTest, EveryIsaEqualsGgmlsVecDot) {
@@ -94,9 +101,8 @@ TEST_P(KQuantDotTest, EveryIsaEqualsGgmlsVecDot) {
     kquant::quantize_q8_k(f.x[i].data(), f.n, a.data());
     ASSERT_EQ(a, f.a[i]) << "input " << i;
     for (const Isa isa : available_isas()) {
-      const KQuantDot dot = kquant_dot(format.type, isa);
       for (std::int64_t r = 0; r < f.rows; ++r) {
-        const float got = dot(f.w.data() + r * f.row_bytes, a.data(), f.n / kSuperBlock);
+        const float got = dot_one(format.type, isa, f.w.data() + r * f.row_bytes, a.data(), f.n / kSuperBlock);
         EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(f.dots[i][static_cast<std::size_t>(r)]))
             << format.name << " " << isa_name(isa) << " input " << i << " row " << r << ": woq " << got << " ggml "
             << f.dots[i][static_cast<std::size_t>(r)];
@@ -157,10 +163,24 @@ TEST_P(KQuantDotTest, EveryIsaEqualsTheReferenceOnLongRows) {
   kquant::quantize_q8_k(x.data(), k, a.data());
   const float ref = kquant_dot_reference(format.type, w.data(), a.data(), blocks);
   ASSERT_TRUE(std::isfinite(ref));
-  for (const Isa isa : available_isas())
-    EXPECT_EQ(std::bit_cast<std::uint32_t>(kquant_dot(format.type, isa)(w.data(), a.data(), blocks)),
+  for (const Isa isa : available_isas()) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(dot_one(format.type, isa, w.data(), a.data(), blocks)),
               std::bit_cast<std::uint32_t>(ref))
         << format.name << " " << isa_name(isa);
+    // Several tokens at once: each token's own bits.
+    std::vector<std::uint8_t> four(a.size() * kKQuantTokens);
+    std::vector<float> want(kKQuantTokens);
+    for (int j = 0; j < kKQuantTokens; ++j) {
+      for (float& v : x) v = normal(rng);
+      kquant::quantize_q8_k(x.data(), k, four.data() + j * a.size());
+      want[static_cast<std::size_t>(j)] = kquant_dot_reference(format.type, w.data(), four.data() + j * a.size(), blocks);
+    }
+    for (int tokens = 1; tokens <= kKQuantTokens; ++tokens) {
+      std::vector<float> out(kKQuantTokens, -1.0f);
+      kquant_dot(format.type, isa)(w.data(), four.data(), static_cast<std::int64_t>(a.size()), tokens, blocks, out.data());
+      for (int j = 0; j < tokens; ++j) EXPECT_EQ(out[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)]) << tokens << " tokens, token " << j;
+    }
+  }
 }
 
 // matmul of a K-quant matrix: every output is kquant_dot of its row and token, for decode (m = 1)
@@ -246,6 +266,7 @@ TEST(KQuant, UnpackRefusesOtherFormats) {
   const std::uint8_t block[256] = {};
   EXPECT_THROW(kquant::unpack(LowBit::kSymInt4, block, u), Error);
   EXPECT_THROW(kquant_dot(LowBit::kSymInt8), Error);
+  EXPECT_THROW(kquant_dot_reference(LowBit::kFp16, block, block, 1), Error);
   std::vector<std::uint8_t> a(kQ8KBytes);
   const float x[100] = {};
   EXPECT_THROW(kquant::quantize_q8_k(x, 100, a.data()), Error);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "formats/kquant.h"
@@ -63,13 +64,22 @@ float dot_reference(const std::uint8_t* w, const std::uint8_t* a, std::int64_t b
   return hsum8(acc);
 }
 
-KQuantDot reference_of(LowBit type) {
+// The reference for several tokens: one after another.
+template <LowBit T>
+void dot_tokens(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, int tokens, std::int64_t blocks,
+                float* out) {
+  for (int j = 0; j < tokens; ++j) out[j] = dot_reference<T>(w, a + j * stride, blocks);
+}
+
+using Reference = float (*)(const std::uint8_t*, const std::uint8_t*, std::int64_t);
+
+std::pair<Reference, KQuantDot> reference_of(LowBit type) {
   switch (type) {
-    case LowBit::kQ2_K: return dot_reference<LowBit::kQ2_K>;
-    case LowBit::kQ3_K: return dot_reference<LowBit::kQ3_K>;
-    case LowBit::kQ4_K: return dot_reference<LowBit::kQ4_K>;
-    case LowBit::kQ5_K: return dot_reference<LowBit::kQ5_K>;
-    case LowBit::kQ6_K: return dot_reference<LowBit::kQ6_K>;
+    case LowBit::kQ2_K: return {dot_reference<LowBit::kQ2_K>, dot_tokens<LowBit::kQ2_K>};
+    case LowBit::kQ3_K: return {dot_reference<LowBit::kQ3_K>, dot_tokens<LowBit::kQ3_K>};
+    case LowBit::kQ4_K: return {dot_reference<LowBit::kQ4_K>, dot_tokens<LowBit::kQ4_K>};
+    case LowBit::kQ5_K: return {dot_reference<LowBit::kQ5_K>, dot_tokens<LowBit::kQ5_K>};
+    case LowBit::kQ6_K: return {dot_reference<LowBit::kQ6_K>, dot_tokens<LowBit::kQ6_K>};
     default: fail("kquant_dot: {} is not a K-quant format", low_bit_name(type));
   }
 }
@@ -77,14 +87,14 @@ KQuantDot reference_of(LowBit type) {
 }  // namespace
 
 float kquant_dot_reference(LowBit type, const std::uint8_t* w, const std::uint8_t* a, std::int64_t blocks) {
-  return reference_of(type)(w, a, blocks);
+  return reference_of(type).first(w, a, blocks);
 }
 
 KQuantDot kquant_dot(LowBit type, Isa isa) {
-  const KQuantDot reference = reference_of(type);
+  const KQuantDot reference = reference_of(type).second;
   if (isa == Isa::kScalar) return reference;
-  const KQuantDot avx2 = detail::kquant_dot_avx2(type);
-  return avx2 != nullptr ? avx2 : reference;
+  const KQuantDot kernel = isa == Isa::kAvx2 ? detail::kquant_dot_avx2(type) : detail::kquant_dot_avx512(type);
+  return kernel != nullptr ? kernel : reference;
 }
 
 }  // namespace woq

@@ -19,10 +19,16 @@
 
 namespace woq {
 
-/// Σ over `blocks` super-blocks of one K-quant weight row `w` (format `type`)
-/// times Q8_K activations `a` (kquant::quantize_q8_k's blocks of the same
-/// length).
-using KQuantDot = float (*)(const std::uint8_t* w, const std::uint8_t* a, std::int64_t blocks);
+/// Most tokens one KQuantDot call takes.
+inline constexpr int kKQuantTokens = 4;
+
+/// out[j] = Σ over `blocks` super-blocks of one K-quant weight row `w` times
+/// the Q8_K activations of token j (kquant::quantize_q8_k's blocks of the
+/// same length, at a + j · stride bytes), for j < tokens (1 ... kKQuantTokens).
+/// Each out[j] has the same bits whatever `tokens` (the prefill kernels unpack
+/// a row's weights once for several tokens).
+using KQuantDot = void (*)(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, int tokens,
+                           std::int64_t blocks, float* out);
 
 /// The kernel of `type` (a K-quant; woq::Error otherwise) for `isa`: every
 /// ISA gives the scalar reference's bits.
@@ -32,8 +38,9 @@ KQuantDot kquant_dot(LowBit type, Isa isa = active_isa());
 float kquant_dot_reference(LowBit type, const std::uint8_t* w, const std::uint8_t* a, std::int64_t blocks);
 
 namespace detail {
-/// The AVX2 kernel of `type`, or nullptr (kquant_dot_avx2.cc).
+/// The AVX2 and AVX-512 (VL + VNNI) kernels of `type`, or nullptr (kquant_dot_avx2.cc, kquant_dot_avx512.cc).
 KQuantDot kquant_dot_avx2(LowBit type);
+KQuantDot kquant_dot_avx512(LowBit type);
 }  // namespace detail
 
 }  // namespace woq

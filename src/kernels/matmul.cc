@@ -290,10 +290,15 @@ void kquant_matmul(std::span<const MatmulOutput> outs, const float* x, std::int6
                   const QuantMatrix& w = *outs[i].w;
                   const KQuantDot dot = kquant_dot(w.type, isa);
                   float* y = outs[i].y;
+                  float out[kKQuantTokens];
                   for (std::int64_t g = r0; g < r1; g += kKQuantTileRows)
-                    for (std::int64_t t = 0; t < m; ++t)
-                      for (std::int64_t r = g; r < std::min(r1, g + kKQuantTileRows); ++r)
-                        y[t * w.rows + r] = dot(w.data.data() + r * w.row_bytes, a + t * token_bytes, blocks);
+                    for (std::int64_t t = 0; t < m; t += kKQuantTokens) {
+                      const int tokens = static_cast<int>(std::min<std::int64_t>(kKQuantTokens, m - t));
+                      for (std::int64_t r = g; r < std::min(r1, g + kKQuantTileRows); ++r) {
+                        dot(w.data.data() + r * w.row_bytes, a + t * token_bytes, token_bytes, tokens, blocks, out);
+                        for (int j = 0; j < tokens; ++j) y[(t + j) * w.rows + r] = out[j];
+                      }
+                    }
                 });
 }
 

@@ -1,0 +1,317 @@
+// The x86 K-quant kernels (kernels/kquant_dot.h), compiled once per ISA:
+// kquant_dot_avx2.cc (AVX2 + FMA + F16C) and kquant_dot_avx512.cc (the same
+// code with AVX-512 VL + VNNI: 32 vector registers and vpdpwssd). Per 32
+// weights: u8 × s8 pair products (vpmaddubsw), then scale × pair sum into
+// eight int32 lanes, each covering 4 consecutive weights of every 32: the
+// reference's lanes, so the float steps (fma per lane, then the float8 sum)
+// see the same integers and give the same bits. Internal to the kernels.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/kquant.h"
+#include "kernels/kquant_dot.h"
+
+namespace woq::detail::KQUANT_ISA {
+namespace {  // internal to the one file that includes this header (so that every helper is inlined)
+
+
+using kquant::kQ8KBytes;
+using kquant::kSuperBlock;
+
+float half_at(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // F16C: fp16_to_fp32's value for every finite (and infinite) fp16
+}
+
+float q8_d(const std::uint8_t* a) {
+  float d;
+  std::memcpy(&d, a, 4);
+  return d;
+}
+
+__m256i load(const std::uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+float hsum8(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// Sixteen int8 scales (one per 16 weights) -> the int16 scales of 32-weight run r: lanes 0..7 (the
+// run's first 16 weights) scale 2r, lanes 8..15 scale 2r + 1.
+__m256i run_scales(__m128i scales, int r) {
+  const char lo = static_cast<char>(2 * r), hi = static_cast<char>(2 * r + 1);
+  return _mm256_cvtepi8_epi16(
+      _mm_shuffle_epi8(scales, _mm_setr_epi8(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi)));
+}
+
+// sum + scale · p16 pairwise into eight int32 lanes: vpdpwssd where AVX512_VNNI is compiled in
+// (exact: it adds without saturating), else vpmaddwd then vpaddd.
+inline __m256i add_scaled16(__m256i sum, __m256i scale, __m256i p16) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(sum, scale, p16);
+#else
+  return _mm256_add_epi32(sum, _mm256_madd_epi16(scale, p16));
+#endif
+}
+
+// Σ scale · (q · a) in eight int32 lanes, for u8 quants q and s8 activations a (32 each).
+inline __m256i scaled(__m256i q, __m256i a, __m256i scale) {
+  return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, a));
+}
+
+// sum + the products of run pair (2 i, 2 i + 1): `part` holds run 2 i's products (kept from the even
+// run) and p16 run 2 i + 1's pair sums. Runs are added in pairs so that the dependency chain through
+// sum is half as long (the integer sums are exact in any order).
+inline __m256i add_run(__m256i& part, __m256i sum, int run, __m256i scale, __m256i p16) {
+  if (run % 2 == 0) {
+    part = _mm256_madd_epi16(scale, p16);
+    return sum;
+  }
+  return _mm256_add_epi32(sum, add_scaled16(part, scale, p16));
+}
+
+// The 6-bit (scale, min) pairs of q4_K / q5_K (12 bytes; ggml's get_scale_min_k4) as 16 int16: the
+// eight scales, then the eight mins. Bytes 0-3 hold scales 0-3 (low 6 bits) and the top bits of
+// scales 4-7; bytes 4-7 the same for the mins; bytes 8-11 the low nibbles of scales 4-7 (low) and
+// mins 4-7 (high).
+__m256i scales_k4(const std::uint8_t* packed) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const std::uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const std::uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+  const std::uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
+                                            static_cast<int>(sc_lo)));
+}
+
+// Lane i of eight int16 (in both 128-bit halves) broadcast to all sixteen.
+__m256i broadcast16(__m256i v, int i) {
+  const char lo = static_cast<char>(2 * i), hi = static_cast<char>(2 * i + 1);
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+                                                 lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
+}
+
+// Each kernel takes N tokens at once (activations a + j · stride): the weights are unpacked once per
+// 32 and met by every token's activations, with each token's own accumulators (so its bits do not
+// depend on N).
+
+template <int N>
+void dot_q2_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, std::int64_t blocks, float* out) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, w += 84, a += kQ8KBytes) {
+    const float wd = half_at(w + 80), wdmin = half_at(w + 82);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f)));
+    const __m128i scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    __m256i sumi[N], part[N];
+    for (int j = 0; j < N; ++j) {
+      const std::uint8_t* aj = a + j * stride;
+      const __m256i prod = _mm256_madd_epi16(mins, load(aj + 4 + kSuperBlock));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-q8_d(aj) * wdmin), _mm256_cvtepi32_ps(prod), acc[j]);
+      sumi[j] = _mm256_setzero_si256();
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bits = load(w + 16 + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const int r = 4 * h + k;
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i scale = run_scales(scales, r);
+        for (int j = 0; j < N; ++j)
+          sumi[j] = add_run(part[j], sumi[j], r, scale, _mm256_maddubs_epi16(q, load(a + j * stride + 4 + 32 * r)));
+      }
+    }
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q8_d(a + j * stride) * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
+}
+
+template <int N>
+void dot_q3_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, std::int64_t blocks, float* out) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, w += 110, a += kQ8KBytes) {
+    const float wd = half_at(w + 108);
+    // The 16 six-bit scales minus 32: low nibbles from bytes 0-7 (scales 0-7 low, 8-15 high nibble),
+    // top two bits from bytes 8-11 (scale s: bits 2 (s / 4) of byte 8 + s % 4).
+    std::uint32_t u[3];
+    std::memcpy(u, w + 96, 12);
+    const __m128i scales = _mm_sub_epi8(
+        _mm_setr_epi32(static_cast<int>((u[0] & 0x0f0f0f0fu) | ((u[2] & 0x03030303u) << 4)),
+                       static_cast<int>((u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4)),
+                       static_cast<int>(((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4)),
+                       static_cast<int>(((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4))),
+        _mm_set1_epi8(32));
+    const __m256i hmask = load(w);
+    __m256i sumi[N], part[N];
+    for (int j = 0; j < N; ++j) sumi[j] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bits = load(w + 32 + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const int r = 4 * h + k;
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << r));
+        // 4 where the high bit is clear: q = low - 4 · (bit clear).
+        const __m256i minus = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit), four);
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i scale = run_scales(scales, r);
+        for (int j = 0; j < N; ++j) {
+          const __m256i a8 = load(a + j * stride + 4 + 32 * r);
+          const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(low, a8), _mm256_maddubs_epi16(minus, a8));
+          sumi[j] = add_run(part[j], sumi[j], r, scale, p16);
+        }
+      }
+    }
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q8_d(a + j * stride) * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
+}
+
+template <bool kFive, int N>
+void dot_q45_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, std::int64_t blocks, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  const std::int64_t bytes = kFive ? 176 : 144;
+  __m256 acc[N];
+  __m128 acc_m[N];
+  float summs[N];
+  for (int j = 0; j < N; ++j) {
+    acc[j] = _mm256_setzero_ps();
+    acc_m[j] = _mm_setzero_ps();
+    summs[j] = 0.0f;
+  }
+  for (std::int64_t b = 0; b < blocks; ++b, w += bytes, a += kQ8KBytes) {
+    const float wd = half_at(w), wdmin = half_at(w + 2);
+    const __m256i scales_mins = scales_k4(w + 4);
+    const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
+    __m256i sumi[N];
+    for (int j = 0; j < N; ++j) {
+      const std::uint8_t* aj = a + j * stride;
+      const float dmin = -q8_d(aj) * wdmin;
+      const __m256i bsums = load(aj + 4 + kSuperBlock);
+      const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+      const __m128i prod = _mm_madd_epi16(mins, sums32);
+      if constexpr (kFive) {
+        const __m128i pairs = _mm_hadd_epi32(prod, prod);
+        const int total = _mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs));
+        summs[j] = std::fma(dmin, static_cast<float>(total), summs[j]);
+      } else {
+        acc_m[j] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[j]);
+      }
+      sumi[j] = _mm256_setzero_si256();
+    }
+    const std::uint8_t* qs = w + (kFive ? 48 : 16);
+    const __m256i qh = kFive ? load(w + 16) : _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i, qs += 32) {
+      const __m256i bits = load(qs);
+      __m256i lo = _mm256_and_si256(bits, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      if constexpr (kFive) {
+        const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * i)));
+        const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * i + 1)));
+        lo = _mm256_add_epi8(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
+        hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
+      }
+      const __m256i scale_lo = broadcast16(scales, 2 * i);
+      const __m256i scale_hi = broadcast16(scales, 2 * i + 1);
+      for (int j = 0; j < N; ++j) {
+        const std::uint8_t* q8 = a + j * stride + 4 + 64 * i;
+        sumi[j] = _mm256_add_epi32(
+            sumi[j], add_scaled16(scaled(lo, load(q8), scale_lo), scale_hi, _mm256_maddubs_epi16(hi, load(q8 + 32))));
+      }
+    }
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q8_d(a + j * stride) * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) {
+    if constexpr (kFive) {
+      out[j] = hsum8(acc[j]) + summs[j];
+    } else {
+      __m128 m = _mm_add_ps(acc_m[j], _mm_movehl_ps(acc_m[j], acc_m[j]));
+      m = _mm_add_ss(m, _mm_movehdup_ps(m));
+      out[j] = hsum8(acc[j]) + _mm_cvtss_f32(m);
+    }
+  }
+}
+
+template <int N>
+void dot_q6_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, std::int64_t blocks, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i m32 = _mm256_set1_epi8(32);
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < blocks; ++b, w += 210, a += kQ8KBytes) {
+    const float wd = half_at(w + 208);
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
+    __m256i sumi[N], part[N];
+    for (int j = 0; j < N; ++j) sumi[j] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql1 = load(w + 64 * h);
+      const __m256i ql2 = load(w + 64 * h + 32);
+      const __m256i qh = load(w + 128 + 32 * h);
+      for (int r = 0; r < 4; ++r) {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(r % 2 == 0 ? ql1 : ql2, 4 * (r / 2)), m4);
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), m2), 4);
+        const __m256i q = _mm256_or_si256(low, high);
+        const __m256i scale = run_scales(scales, 4 * h + r);
+        for (int j = 0; j < N; ++j) {
+          const __m256i a8 = load(a + j * stride + 4 + 128 * h + 32 * r);
+          const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, a8), _mm256_maddubs_epi16(m32, a8));
+          sumi[j] = add_run(part[j], sumi[j], r, scale, p16);
+        }
+      }
+    }
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q8_d(a + j * stride) * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
+}
+
+// One kernel for any token count up to kKQuantTokens.
+template <template <int> class K>
+void by_tokens(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, int tokens, std::int64_t blocks,
+               float* out) {
+  switch (tokens) {
+    case 1: return K<1>::run(w, a, stride, blocks, out);
+    case 2: return K<2>::run(w, a, stride, blocks, out);
+    case 3: return K<3>::run(w, a, stride, blocks, out);
+    default: return K<4>::run(w, a, stride, blocks, out);
+  }
+}
+
+template <int N> struct Q2 { static constexpr auto run = dot_q2_K<N>; };
+template <int N> struct Q3 { static constexpr auto run = dot_q3_K<N>; };
+template <int N> struct Q4 { static constexpr auto run = dot_q45_K<false, N>; };
+template <int N> struct Q5 { static constexpr auto run = dot_q45_K<true, N>; };
+template <int N> struct Q6 { static constexpr auto run = dot_q6_K<N>; };
+
+
+}  // namespace
+
+/// The kernel of `type` (a K-quant), or nullptr.
+inline KQuantDot kernel_of(LowBit type) {
+  switch (type) {
+    case LowBit::kQ2_K: return by_tokens<Q2>;
+    case LowBit::kQ3_K: return by_tokens<Q3>;
+    case LowBit::kQ4_K: return by_tokens<Q4>;
+    case LowBit::kQ5_K: return by_tokens<Q5>;
+    case LowBit::kQ6_K: return by_tokens<Q6>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace woq::detail::KQUANT_ISA
