@@ -8,11 +8,13 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -28,6 +30,7 @@
 #include "io/json_file.h"
 #include "io/quantized_checkpoint.h"
 #include "core/half.h"
+#include "formats/kquant.h"
 #include "model/llama.h"
 #include "model/load_request.h"
 #include "model/random_checkpoint.h"
@@ -414,6 +417,110 @@ TEST(GgufLoad, NonFiniteBlockScalesAndStrayTensorsAreRefused) {
   rewrite(q4, tmp.file("stray.gguf"), [](const std::string&, GgmlType&, std::vector<std::uint8_t>&) {},
           {"blk.0.attn_norm.weight", "blk.00.attn_norm.weight"});
   EXPECT_THROW(logits_of(tmp.file("stray.gguf"), kFp32), Error);
+}
+
+// The K-quant type each tensor of a 1-layer `small` model (K = 1024 and 2816: whole super-blocks)
+// becomes in the K-quant tests: every format, on permuted (q/k) and plain rows, embeddings and output.
+const std::map<std::string, GgmlType> kKQuantTypes = {
+    {"blk.0.attn_q.weight", GgmlType::kQ4_K},      {"blk.0.attn_k.weight", GgmlType::kQ5_K},
+    {"blk.0.attn_v.weight", GgmlType::kQ6_K},      {"blk.0.attn_output.weight", GgmlType::kQ3_K},
+    {"blk.0.ffn_gate.weight", GgmlType::kQ2_K},    {"blk.0.ffn_up.weight", GgmlType::kQ4_K},
+    {"blk.0.ffn_down.weight", GgmlType::kQ6_K},    {"token_embd.weight", GgmlType::kQ4_K},
+    {"output.weight", GgmlType::kQ6_K}};
+
+// Writes KQ (the F16 GGUF `f16` with kKQuantTypes' tensors as K-quant super-blocks of random bytes,
+// every quant, scale and min pattern, under finite fp16 super-scales N(0, 1e-4)) and TWIN (the same
+// tensors as F32: ggml's dequantization of those blocks).
+void write_kquant_pair(const std::string& f16, const std::string& kq, const std::string& twin) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1e-4f);
+  std::map<std::string, std::vector<std::uint8_t>> blocks;
+  rewrite(f16, kq, [&](const std::string& name, GgmlType& type, std::vector<std::uint8_t>& bytes) {
+    const auto it = kKQuantTypes.find(name);
+    if (it == kKQuantTypes.end()) return;
+    const kquant::Format& f = *kquant::find(it->second);
+    const std::size_t count = bytes.size() / 2 / kquant::kSuperBlock;
+    bytes.resize(count * static_cast<std::size_t>(f.block_bytes));
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+    for (std::size_t b = 0; b < count; ++b)
+      for (const std::int64_t offset : {f.d_offset, f.dmin_offset})
+        if (offset >= 0) {
+          const std::uint16_t h = fp32_to_fp16(normal(rng));
+          std::memcpy(bytes.data() + b * static_cast<std::size_t>(f.block_bytes) + static_cast<std::size_t>(offset), &h, 2);
+        }
+    type = it->second;
+    blocks[name] = bytes;
+  });
+  rewrite(f16, twin, [&](const std::string& name, GgmlType& type, std::vector<std::uint8_t>& bytes) {
+    const auto it = blocks.find(name);
+    if (it == blocks.end()) return;
+    std::vector<float> x(bytes.size() / 2);
+    ggml_type_traits(kKQuantTypes.at(name)).to_float(it->second.data(), x.data(), static_cast<std::int64_t>(x.size()));
+    bytes.resize(x.size() * 4);
+    std::memcpy(bytes.data(), x.data(), bytes.size());
+    type = GgmlType::kF32;
+  });
+}
+
+std::string write_small_f16_gguf(const test::TempDir& tmp) {
+  ThreadPool pool(2);
+  RandomCheckpointOptions o;
+  o.preset = "small";
+  o.layers = 1;
+  o.seed = 3;
+  o.weight_std = kWeightStd;
+  write_random_checkpoint(tmp.file("small"), o, pool);
+  return export_to(tmp.file("small"), tmp.file("f16.gguf"), LowBit::kFp16, Rounding::kWoq);
+}
+
+// GGUF K-quants run as stored: with f32 activations a K-quant file gives bit for bit the logits of its
+// twin holding ggml's dequantization of the same blocks (a wrong layout, row order or format changes
+// them grossly); with the default Q8_K activations (ggml's) nearly those logits.
+TEST(GgufLoad, KQuantFileRunsAsItsDequantizedTwin) {
+  test::TempDir tmp;
+  write_kquant_pair(write_small_f16_gguf(tmp), tmp.file("kq.gguf"), tmp.file("twin.gguf"));
+  const std::vector<float> twin = logits_of(tmp.file("twin.gguf"), kFp32);
+  EXPECT_TRUE(bit_identical(logits_of(tmp.file("kq.gguf"), kFp32, Activations::kF32), twin));
+  const std::vector<float> q8k = logits_of(tmp.file("kq.gguf"), kFp32);
+  ASSERT_EQ(q8k.size(), twin.size());
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < twin.size(); ++i) {
+    diff += (q8k[i] - twin[i]) * (q8k[i] - twin[i]);
+    norm += twin[i] * twin[i];
+  }
+  EXPECT_FALSE(bit_identical(q8k, twin));
+  EXPECT_LT(std::sqrt(diff / norm), 0.05) << "Q8_K activations moved the logits too far";  // 0.024 measured
+
+  ThreadPool pool(2);
+  LoadReport rep;
+  LlamaModel::load(tmp.file("kq.gguf"), LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool, &rep);
+  EXPECT_NE(rep.imported_format.find("GGUF q4_K as stored x2"), std::string::npos) << rep.imported_format;
+  EXPECT_NE(rep.imported_format.find("GGUF q6_K as stored x2"), std::string::npos) << rep.imported_format;
+  EXPECT_NE(rep.activations.find("q2_k q8_K"), std::string::npos) << rep.activations;
+  // Activations the K-quant kernels do not take are refused, not ignored.
+  EXPECT_THROW(LlamaModel::load(tmp.file("kq.gguf"), LoadOptions{kFp32, std::nullopt, Activations::kBf16, {}}, pool), Error);
+}
+
+TEST(GgufLoad, NonFiniteKQuantSuperScalesAreRefused) {
+  test::TempDir tmp;
+  write_kquant_pair(write_small_f16_gguf(tmp), tmp.file("kq.gguf"), tmp.file("twin.gguf"));
+  for (const auto& [tensor, offset] : {std::pair<std::string, std::int64_t>{"blk.0.ffn_down.weight", 208},  // q6_K d
+                                       {"blk.0.ffn_gate.weight", 82}}) {  // q2_K dmin
+    const kquant::Format& f = *kquant::find(kKQuantTypes.at(tensor));
+    const std::int64_t per_row = (tensor == "blk.0.ffn_down.weight" ? 2816 : 1024) / 256;
+    rewrite(tmp.file("kq.gguf"), tmp.file("nan.gguf"), [&](const std::string& name, GgmlType&, std::vector<std::uint8_t>& bytes) {
+      const std::uint16_t inf = 0x7c00;
+      if (name == tensor) std::memcpy(bytes.data() + (2 * per_row + 1) * f.block_bytes + offset, &inf, 2);  // row 2, super-block 1
+    });
+    try {
+      logits_of(tmp.file("nan.gguf"), kFp32);
+      ADD_FAILURE() << "a non-finite super-scale was accepted in " << tensor;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor '" + tensor + "' row 2 super-block 1 has a NaN or infinite scale"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(GgufExport, NonFiniteWeightsAndSplitNamesAreRefused) {
