@@ -25,19 +25,35 @@ struct Fixture {
   std::vector<std::uint8_t> q, r;
 };
 
+// A fixture file read front to back: its magic, a header of u32 (the first 0x4c4d4747), then data.
+// Throws std::runtime_error naming the file when it is short, mislabelled or longer than read.
+class FixtureReader {
+ public:
+  FixtureReader(const std::string& file, const char* magic, std::uint32_t* header, std::size_t words)
+      : file_(file), bytes_(test::read_file(kGgmlDir + file)) {
+    char got[8];
+    take(got, 8);
+    take(header, words * 4);
+    if (std::memcmp(got, magic, 8) != 0 || header[0] != 0x4c4d4747u) throw std::runtime_error("bad " + file);
+  }
+  void take(void* out, std::size_t len) {
+    if (at_ + len > bytes_.size()) throw std::runtime_error(file_ + " is truncated");
+    std::memcpy(out, bytes_.data() + at_, len);
+    at_ += len;
+  }
+  void finish() const {
+    if (at_ != bytes_.size()) throw std::runtime_error(file_ + " has trailing bytes");
+  }
+
+ private:
+  std::string file_, bytes_;
+  std::size_t at_ = 0;
+};
+
 inline Fixture load(const std::string& name) {
-  const std::string bytes = test::read_file(kGgmlDir + name + ".bin");
-  std::size_t at = 0;
-  const auto take = [&](void* out, std::size_t len) {
-    if (at + len > bytes.size()) throw std::runtime_error(name + ".bin is truncated");
-    std::memcpy(out, bytes.data() + at, len);
-    at += len;
-  };
-  char magic[8];
   std::uint32_t hdr[4];
-  take(magic, 8);
-  take(hdr, sizeof hdr);
-  if (std::memcmp(magic, "WOQFIX01", 8) != 0 || hdr[0] != 0x4c4d4747u) throw std::runtime_error("bad " + name);
+  FixtureReader in(name + ".bin", "WOQFIX01", hdr, 4);
+  const auto take = [&](void* out, std::size_t len) { in.take(out, len); };
   Fixture f;
   f.type = hdr[1];
   f.n = hdr[2];
@@ -57,7 +73,7 @@ inline Fixture load(const std::string& name) {
   floats(f.y, f.n);
   blocks(f.r, f.nr);
   floats(f.yr, f.nr);
-  if (at != bytes.size()) throw std::runtime_error(name + ".bin has trailing bytes");
+  in.finish();
   return f;
 }
 

@@ -51,18 +51,9 @@ struct DotFixture {
 };
 
 DotFixture load_dot(const std::string& name) {
-  const std::string bytes = test::read_file(test::kGgmlDir + name + "_dot.bin");
-  std::size_t at = 0;
-  const auto take = [&](void* out, std::size_t len) {
-    if (at + len > bytes.size()) throw std::runtime_error(name + "_dot.bin is truncated");
-    std::memcpy(out, bytes.data() + at, len);
-    at += len;
-  };
-  char magic[8];
   std::uint32_t hdr[6];
-  take(magic, 8);
-  take(hdr, sizeof hdr);
-  if (std::memcmp(magic, "WOQFIX02", 8) != 0 || hdr[0] != 0x4c4d4747u) throw std::runtime_error("bad " + name);
+  test::FixtureReader in(name + "_dot.bin", "WOQFIX02", hdr, 6);
+  const auto take = [&](void* out, std::size_t len) { in.take(out, len); };
   DotFixture f;
   f.n = hdr[2];
   f.rows = hdr[3];
@@ -77,7 +68,7 @@ DotFixture load_dot(const std::string& name) {
     f.dots.emplace_back(static_cast<std::size_t>(f.rows));
     take(f.dots.back().data(), f.dots.back().size() * 4);
   }
-  if (at != bytes.size()) throw std::runtime_error(name + "_dot.bin has trailing bytes");
+  in.finish();
   return f;
 }
 

@@ -194,17 +194,6 @@ void q3_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
   }
 }
 
-// The 8 six-bit (scale, min) pairs of q4_K / q5_K in 12 bytes (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // block_q4_K (144 bytes): fp16 d, fp16 dmin, scales[12], qs[128]. Each 64
 // elements use 32 bytes: the first 32 the low nibbles, the next 32 the high
 // nibbles. Value (d * sc) * q - (dmin * m).
@@ -217,9 +206,9 @@ void q4_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
     const std::uint8_t* q = x + 16;
     for (int is = 0; is < 8; is += 2, q += 32) {
       int sc = 0, m = 0;
-      scale_min_k4(is, scales, sc, m);
+      ggml::scale_min_k4(is, scales, sc, m);
       const float d1 = d * f(sc), m1 = dmin * f(m);
-      scale_min_k4(is + 1, scales, sc, m);
+      ggml::scale_min_k4(is + 1, scales, sc, m);
       const float d2 = d * f(sc), m2 = dmin * f(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * f(q[l] & 0x0f) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * f(q[l] >> 4) - m2;
@@ -241,9 +230,9 @@ void q5_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
     unsigned u1 = 1, u2 = 2;
     for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
       int sc = 0, m = 0;
-      scale_min_k4(is, scales, sc, m);
+      ggml::scale_min_k4(is, scales, sc, m);
       const float d1 = d * f(sc), m1 = dmin * f(m);
-      scale_min_k4(is + 1, scales, sc, m);
+      ggml::scale_min_k4(is + 1, scales, sc, m);
       const float d2 = d * f(sc), m2 = dmin * f(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * f((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * f((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
@@ -365,6 +354,17 @@ const GgmlTypeTraits& ggml_type_traits(GgmlType type) {
 std::span<const GgmlTypeTraits> ggml_types() { return kTypes; }
 
 namespace ggml {
+
+void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 
 void quantize_q4_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks) {
   check_multiple(k, kQK, "quantize_q4_0_ggml");

@@ -76,6 +76,10 @@ void quantize_q4_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks);
 /// quantize_q4_0_ggml.
 void quantize_q8_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks);
 
+/// The j-th (scale, min) pair (j < 8, six bits each) of q4_K / q5_K's 12
+/// packed scale bytes `q` (ggml's get_scale_min_k4).
+void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m);
+
 /// woq sym_int4 row (nibble j of byte j/2, low nibble first; fp16 scale per
 /// group of 32) -> Q4_0 blocks (block b: d, then qs[i] = element i in the low
 /// nibble, element i + 16 in the high nibble). k % 32 == 0. Lossless.

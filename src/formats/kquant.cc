@@ -56,17 +56,6 @@ void unpack_q3_K(const std::uint8_t* x, Unpacked& u) {
   u.dmin = 0.0f;
 }
 
-// The 8 six-bit (scale, min) pairs of q4_K / q5_K in 12 bytes (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // q4_K / q5_K: d, dmin, scales[12], (q5_K: qh[32]), qs[128]. Element 64 i + l (l < 32) is the low
 // nibble of qs[32 i + l], element 64 i + 32 + l its high nibble; q5_K's 5th bit is bit 2 i (low) or
 // 2 i + 1 (high) of qh[l].
@@ -75,7 +64,7 @@ void unpack_q45_K(const std::uint8_t* x, bool five, Unpacked& u) {
   u.dmin = half_at(x + 2);
   for (int j = 0; j < 8; ++j) {
     int sc = 0, m = 0;
-    scale_min_k4(j, x + 4, sc, m);
+    ggml::scale_min_k4(j, x + 4, sc, m);
     u.scale[2 * j] = u.scale[2 * j + 1] = static_cast<std::int16_t>(sc);
     u.min[2 * j] = u.min[2 * j + 1] = static_cast<std::int16_t>(m);
   }
