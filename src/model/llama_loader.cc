@@ -312,7 +312,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       set_activations(*w, options, activations_used, rep, pool);
       rep.linear_imported_bytes += w->bytes();
       ++rep.linear_imported;
-      const std::string format = is_kquant(w->type) ? fmt::format("GGUF {} as stored", t.ggml->name)
+      const std::string format = is_kquant(w->type) ? fmt::format("GGUF {}", t.ggml->name)
                                  : fmt::format("GGUF {} (as {} group 32)", t.ggml->name, low_bit_name(w->type));
       count_format(gguf_formats, format);
       return std::move(*w);
