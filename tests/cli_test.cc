@@ -37,6 +37,31 @@ RunResult run(const std::string& args, const std::string& env = "") {
 
 const std::string kModel = WOQ_MODEL_DIR;
 
+// Files llama.cpp's llama-quantize wrote (tests/data/gguf_kquant, every K-quant q2_K ... q6_K in its own
+// mixes and q/k row order) give llama-perplexity's value (recorded there) on the same chunks, to the
+// few 1e-4 the operations outside the matrix products leave (a wrong K-quant layout or kernel moves it
+// by far more), and the same value bit for bit on the scalar reference kernels.
+TEST(Cli, KQuantFilesGiveLlamaPerplexitysValue) {
+  for (const auto& [file, llama] : {std::pair<std::string, double>{"tiny-Q3_K_M.gguf", 7922.4635},
+                                    {"tiny-Q2_K.gguf", 6593.7966}}) {
+    std::string json[2];
+    for (int i = 0; i < 2; ++i) {
+      test::TempDir tmp;
+      const RunResult r = run("eval perplexity -m " WOQ_TEST_DATA "/gguf_kquant/" + file +
+                                  " --file " WOQ_TEST_DATA "/tinystories_heldout.txt --ctx 64 --chunks 16 -t 2 --json " +
+                                  tmp.file("p.json"),
+                              i == 0 ? "" : "WOQ_ISA=scalar");
+      ASSERT_EQ(r.code, 0) << r.err;
+      EXPECT_NE(r.err.find("used as stored in the GGUF q"), std::string::npos) << r.err;
+      json[i] = test::read_file(tmp.file("p.json"));
+    }
+    const auto got = nlohmann::json::parse(json[0]);
+    EXPECT_NEAR(got["ppl"].get<double>(), llama, 1e-3 * llama) << file;
+    EXPECT_EQ(got["ppl"].get<double>(), nlohmann::json::parse(json[1])["ppl"].get<double>()) << file;
+    EXPECT_EQ(got["tokens"].get<int>(), 496);
+  }
+}
+
 TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {
   std::ifstream in(WOQ_TEST_DATA "/stories260K_greedy_once_upon_a_time.json");
   const auto ref = nlohmann::json::parse(in);
