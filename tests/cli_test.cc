@@ -60,6 +60,10 @@ TEST(Cli, KQuantFilesGiveLlamaPerplexitysValue) {
     EXPECT_EQ(got["ppl"].get<double>(), nlohmann::json::parse(json[1])["ppl"].get<double>()) << file;
     EXPECT_EQ(got["tokens"].get<int>(), 496);
   }
+  // --low-bit converts only float layers: on a file whose every linear is used as stored it says so.
+  const RunResult r = run("generate -m " WOQ_TEST_DATA "/gguf_kquant/tiny-Q2_K.gguf -p Once -n 2 --low-bit sym_int8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --low-bit sym_int8 has no effect"), std::string::npos) << r.err;
 }
 
 TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -251,6 +252,28 @@ TEST(KQuant, MatricesNeedWholeSuperBlocks) {
 INSTANTIATE_TEST_SUITE_P(Formats, KQuantDotTest,
                          ::testing::Values(LowBit::kQ2_K, LowBit::kQ3_K, LowBit::kQ4_K, LowBit::kQ5_K, LowBit::kQ6_K),
                          [](const ::testing::TestParamInfo<LowBit>& p) { return std::string(low_bit_name(p.param)); });
+
+// A NaN or infinite input makes its block's d NaN, so every output it meets is NaN on every ISA (as
+// woq's int8 path gives; ggml's quantizer would drop a NaN silently).
+TEST(KQuant, NonFiniteActivationsGiveNaN) {
+  const std::int64_t k = 512;
+  std::vector<float> x(static_cast<std::size_t>(k), 0.5f);
+  std::mt19937 rng(3);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    x[300] = bad;
+    std::vector<std::uint8_t> a(2 * kQ8KBytes);
+    kquant::quantize_q8_k(x.data(), k, a.data());
+    float d0, d1;
+    std::memcpy(&d0, a.data(), 4);
+    std::memcpy(&d1, a.data() + kQ8KBytes, 4);
+    EXPECT_EQ(d0, 1.0f / (-127.0f / 0.5f)) << "the finite block keeps ggml's scale";
+    EXPECT_TRUE(std::isnan(d1));
+    for (const kquant::Format& f : kquant::formats()) {
+      const std::vector<std::uint8_t> w = random_blocks(f, 2, rng);
+      for (const Isa isa : available_isas()) EXPECT_TRUE(std::isnan(dot_one(f.type, isa, w.data(), a.data(), 2))) << f.name;
+    }
+  }
+}
 
 TEST(KQuant, UnpackRefusesOtherFormats) {
   kquant::Unpacked u;

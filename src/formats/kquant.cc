@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -123,15 +124,20 @@ void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks) {
   if (k < 0 || k % kSuperBlock != 0) fail("Q8_K activations: {} values is not a multiple of 256", k);
   for (std::int64_t b = 0; b < k / kSuperBlock; ++b, x += kSuperBlock, blocks += kQ8KBytes) {
     float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kSuperBlock; ++j)
+    bool finite = true;
+    for (int j = 0; j < kSuperBlock; ++j) {
+      finite = finite && std::isfinite(x[j]);
       if (std::fabs(x[j]) > amax) {
         amax = std::fabs(x[j]);
         max = x[j];
       }
+    }
     std::int8_t q[kSuperBlock] = {};
     std::int16_t sums[16] = {};
     float d = 0.0f;
-    if (amax != 0.0f) {
+    if (!finite) {
+      d = std::numeric_limits<float>::quiet_NaN();  // every product with the block is NaN
+    } else if (amax != 0.0f) {
       const float iscale = -127.0f / max;
       for (int j = 0; j < kSuperBlock; ++j) {
         // ggml's nearest_int: the float sum with 1.5·2^23 rounds half to even, and its low mantissa

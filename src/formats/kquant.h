@@ -42,8 +42,9 @@ std::int64_t first_nonfinite_scale(const Format& f, const std::uint8_t* blocks, 
 /// the value of largest magnitude (the first of equals), iscale = -127 / max,
 /// q = min(127, round-half-even(iscale · x)), d = 1 / iscale, bsums[i] = the
 /// sum of q over elements [16 i, 16 i + 16). An all-zero block gets d = 0 and
-/// zero quants and sums. k % 256 == 0 (woq::Error otherwise). NaN inputs give
-/// ggml's meaningless output; callers keep them out.
+/// zero quants and sums; a block holding a NaN or infinity gets d = NaN (so
+/// that every dot product with it is NaN, as woq's other paths give, where
+/// ggml's output is meaningless). k % 256 == 0 (woq::Error otherwise).
 void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks);
 
 /// One super-block's contents as integers: weight p is

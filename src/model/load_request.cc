@@ -39,6 +39,10 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
 std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& options) {
   std::vector<std::string> lines;
   for (const auto& w : r.warnings) lines.push_back("warning: " + w);
+  if (!options.linear_is_default && r.linear_imported > 0 && r.linear_matrices == 0 && r.linear_kept_float == 0)
+    lines.push_back(fmt::format("warning: --low-bit {} has no effect: every linear layer of this checkpoint is used as "
+                                "stored ({}); it converts only layers stored in float",
+                                low_bit_name(options.linear.type), r.imported_format));
   if (options.activations && r.activations.empty())
     lines.push_back(fmt::format("warning: --activations {} has no effect: no layer is in an integer format",
                                 activations_name(*options.activations)));
