@@ -184,6 +184,45 @@ TEST(GgmlQuantize, Q8_0IsGgmlsReference) {
   EXPECT_NE(first_difference(as_q8_0, f.q), -1) << "the ties (k + 0.5 with d = 1) should round differently";
 }
 
+// Every type woq writes: from_float gives the bytes ggml's from_float_ref
+// wrote for the fixture weights (outliers, all-equal, negative-max, zero,
+// tie and tiny blocks), and the types woq does not write have none.
+class GgmlFromFloat : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgmlFromFloat, MatchesGgmlByteForByte) {
+  const Fixture f = load(GetParam());
+  const GgmlTypeTraits& t = *find_ggml_type(f.type);
+  ASSERT_NE(t.from_float, nullptr) << t.name;
+  std::vector<std::uint8_t> q(f.q.size(), 0xAA);
+  t.from_float(f.x.data(), f.n, q.data());
+  const std::int64_t i = first_difference(q, f.q);
+  EXPECT_EQ(i, -1) << t.name << " block " << i / t.type_size << " byte " << i % t.type_size << ": woq "
+                   << int(q[static_cast<std::size_t>(i)]) << " ggml " << int(f.q[static_cast<std::size_t>(i)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgmlFromFloat,
+                         ::testing::Values("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K",
+                                           "q4_K", "q5_K", "q6_K"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(GgmlQuantize, FromFloatRefusesNonFiniteAndPartialBlocks) {
+  std::size_t writers = 0;
+  for (const GgmlTypeTraits& t : ggml_types()) {
+    if (t.from_float == nullptr) continue;
+    ++writers;
+    if (t.block_size == 1) continue;  // f32/f16/bf16 carry NaN as a value
+    std::vector<float> x(static_cast<std::size_t>(2 * t.block_size), 0.25f);
+    std::vector<std::uint8_t> blocks(static_cast<std::size_t>(2 * t.type_size));
+    EXPECT_NO_THROW(t.from_float(x.data(), 2 * t.block_size, blocks.data())) << t.name;
+    EXPECT_THROW(t.from_float(x.data(), t.block_size + 1, blocks.data()), Error) << t.name;
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 1e9f}) {
+      x[static_cast<std::size_t>(t.block_size) + 3] = bad;
+      EXPECT_THROW(t.from_float(x.data(), 2 * t.block_size, blocks.data()), Error) << t.name << " " << bad;
+    }
+  }
+  EXPECT_EQ(writers, 13u);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... q6_K
+}
+
 TEST(GgmlQuantize, RefusesWhatGgmlCannotQuantize) {
   std::vector<float> x(32, 0.5f);
   std::vector<std::uint8_t> blocks(64);

@@ -5,9 +5,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/kquant.h"
 #include "formats/scale.h"
 
 // The dequantizers repeat ggml's float operations one for one, in ggml's order
@@ -279,39 +281,53 @@ void q8_K_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
 using L = LowBit;
 using T = GgmlType;
 
+// ggml's from_float_ref quantizers (defined below, and in kquant_quantize.cc).
+void q4_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) { ggml::quantize_q4_0_ggml(x, k, y); }
+void q8_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) { ggml::quantize_q8_0_ggml(x, k, y); }
+void q4_1_from_float(const float* x, std::int64_t k, std::uint8_t* y);
+void q5_0_from_float(const float* x, std::int64_t k, std::uint8_t* y);
+void q5_1_from_float(const float* x, std::int64_t k, std::uint8_t* y);
+void f32_from_float(const float* x, std::int64_t k, std::uint8_t* y) { std::memcpy(y, x, static_cast<std::size_t>(k) * 4); }
+void f16_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  for (std::int64_t i = 0; i < k; ++i) store_u16(y + 2 * i, fp32_to_fp16(x[i]));
+}
+void bf16_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  for (std::int64_t i = 0; i < k; ++i) store_u16(y + 2 * i, fp32_to_bf16(x[i]));
+}
+
 // Type-number order; names, block sizes and bytes per block as ggml.c's type_traits[].
 constexpr std::array<GgmlTypeTraits, 31> kTypes{{
-    {T::kF32, "f32", 1, 4, f32_to_float, L::kFp32},
-    {T::kF16, "f16", 1, 2, f16_to_float, L::kFp16},
-    {T::kQ4_0, "q4_0", 32, 18, q4_0_to_float, L::kSymInt4},
-    {T::kQ4_1, "q4_1", 32, 20, q4_1_to_float, L::kSymInt4},
-    {T::kQ5_0, "q5_0", 32, 22, q5_0_to_float, L::kSymInt8},
-    {T::kQ5_1, "q5_1", 32, 24, q5_1_to_float, L::kSymInt8},
-    {T::kQ8_0, "q8_0", 32, 34, q8_0_to_float, L::kSymInt8},
-    {T::kQ8_1, "q8_1", 32, 36, nullptr, L::kSymInt8},
-    {T::kQ2_K, "q2_K", 256, 84, q2_K_to_float, L::kSymInt4},
-    {T::kQ3_K, "q3_K", 256, 110, q3_K_to_float, L::kSymInt4},
-    {T::kQ4_K, "q4_K", 256, 144, q4_K_to_float, L::kSymInt4},
-    {T::kQ5_K, "q5_K", 256, 176, q5_K_to_float, L::kSymInt8},
-    {T::kQ6_K, "q6_K", 256, 210, q6_K_to_float, L::kSymInt8},
-    {T::kQ8_K, "q8_K", 256, 292, q8_K_to_float, L::kSymInt8},
-    {T::kIQ2_XXS, "iq2_xxs", 256, 66, nullptr, L::kSymInt4},
-    {T::kIQ2_XS, "iq2_xs", 256, 74, nullptr, L::kSymInt4},
-    {T::kIQ3_XXS, "iq3_xxs", 256, 98, nullptr, L::kSymInt4},
-    {T::kIQ1_S, "iq1_s", 256, 50, nullptr, L::kSymInt4},
-    {T::kIQ4_NL, "iq4_nl", 32, 18, nullptr, L::kSymInt4},
-    {T::kIQ3_S, "iq3_s", 256, 110, nullptr, L::kSymInt4},
-    {T::kIQ2_S, "iq2_s", 256, 82, nullptr, L::kSymInt4},
-    {T::kIQ4_XS, "iq4_xs", 256, 136, nullptr, L::kSymInt4},
-    {T::kI8, "i8", 1, 1, nullptr, L::kFp32},
-    {T::kI16, "i16", 1, 2, nullptr, L::kFp32},
-    {T::kI32, "i32", 1, 4, nullptr, L::kFp32},
-    {T::kI64, "i64", 1, 8, nullptr, L::kFp32},
-    {T::kF64, "f64", 1, 8, f64_to_float, L::kFp32},
-    {T::kIQ1_M, "iq1_m", 256, 56, nullptr, L::kSymInt4},
-    {T::kBF16, "bf16", 1, 2, bf16_to_float, L::kBf16},
-    {T::kTQ1_0, "tq1_0", 256, 54, nullptr, L::kSymInt4},
-    {T::kTQ2_0, "tq2_0", 256, 66, nullptr, L::kSymInt4},
+    {T::kF32, "f32", 1, 4, f32_to_float, f32_from_float, L::kFp32},
+    {T::kF16, "f16", 1, 2, f16_to_float, f16_from_float, L::kFp16},
+    {T::kQ4_0, "q4_0", 32, 18, q4_0_to_float, q4_0_from_float, L::kSymInt4},
+    {T::kQ4_1, "q4_1", 32, 20, q4_1_to_float, q4_1_from_float, L::kSymInt4},
+    {T::kQ5_0, "q5_0", 32, 22, q5_0_to_float, q5_0_from_float, L::kSymInt8},
+    {T::kQ5_1, "q5_1", 32, 24, q5_1_to_float, q5_1_from_float, L::kSymInt8},
+    {T::kQ8_0, "q8_0", 32, 34, q8_0_to_float, q8_0_from_float, L::kSymInt8},
+    {T::kQ8_1, "q8_1", 32, 36, nullptr, nullptr, L::kSymInt8},
+    {T::kQ2_K, "q2_K", 256, 84, q2_K_to_float, kquant::quantize_q2_K, L::kSymInt4},
+    {T::kQ3_K, "q3_K", 256, 110, q3_K_to_float, kquant::quantize_q3_K, L::kSymInt4},
+    {T::kQ4_K, "q4_K", 256, 144, q4_K_to_float, kquant::quantize_q4_K, L::kSymInt4},
+    {T::kQ5_K, "q5_K", 256, 176, q5_K_to_float, kquant::quantize_q5_K, L::kSymInt8},
+    {T::kQ6_K, "q6_K", 256, 210, q6_K_to_float, kquant::quantize_q6_K, L::kSymInt8},
+    {T::kQ8_K, "q8_K", 256, 292, q8_K_to_float, nullptr, L::kSymInt8},
+    {T::kIQ2_XXS, "iq2_xxs", 256, 66, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ2_XS, "iq2_xs", 256, 74, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ3_XXS, "iq3_xxs", 256, 98, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ1_S, "iq1_s", 256, 50, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ4_NL, "iq4_nl", 32, 18, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ3_S, "iq3_s", 256, 110, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ2_S, "iq2_s", 256, 82, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ4_XS, "iq4_xs", 256, 136, nullptr, nullptr, L::kSymInt4},
+    {T::kI8, "i8", 1, 1, nullptr, nullptr, L::kFp32},
+    {T::kI16, "i16", 1, 2, nullptr, nullptr, L::kFp32},
+    {T::kI32, "i32", 1, 4, nullptr, nullptr, L::kFp32},
+    {T::kI64, "i64", 1, 8, nullptr, nullptr, L::kFp32},
+    {T::kF64, "f64", 1, 8, f64_to_float, nullptr, L::kFp32},
+    {T::kIQ1_M, "iq1_m", 256, 56, nullptr, nullptr, L::kSymInt4},
+    {T::kBF16, "bf16", 1, 2, bf16_to_float, bf16_from_float, L::kBf16},
+    {T::kTQ1_0, "tq1_0", 256, 54, nullptr, nullptr, L::kSymInt4},
+    {T::kTQ2_0, "tq2_0", 256, 66, nullptr, nullptr, L::kSymInt4},
 }};
 
 constexpr bool sorted_by_number() {
@@ -335,6 +351,72 @@ void check_finite(const float* x, std::int64_t k, std::string_view what) {
 float inverse_scale(float d) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   return std::isfinite(id) ? id : 0.0f;
+}
+
+// Per block of 32: min, max; d = (max - min) / nmax. ggml's asymmetric
+// quantize_row_q4_1_ref / q5_1_ref up to the packing of the quants.
+void asymmetric_blocks(const float* x, std::int64_t k, int nmax, std::int64_t block_bytes, std::string_view what,
+                       std::uint8_t* y, void (*pack)(const int* q, std::uint8_t* y)) {
+  check_multiple(k, 32, what);
+  check_finite(x, k, what);
+  for (std::int64_t b = 0; b < k / 32; ++b, x += 32, y += block_bytes) {
+    float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+    for (int j = 0; j < 32; ++j) {
+      if (x[j] < min) min = x[j];
+      if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / static_cast<float>(nmax);
+    const float id = inverse_scale(d);
+    store_u16(y, codec::encode_scale(d));
+    store_u16(y + 2, codec::encode_scale(min));
+    int q[32];
+    // q4_1: min(15, (int8_t)(v + 0.5f)); q5_1: (uint8_t)(v + 0.5f), no clamp. v >= 0, so both truncate.
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<int>((x[j] - min) * id + 0.5f);
+    if (nmax == 15)
+      for (int& v : q) v = std::min(15, v);
+    pack(q, y);
+  }
+}
+
+// Low nibbles of element j and j + 16 in qs[j] at `qs`; with qh, their 5th bits at bits j and j + 16.
+void pack_nibbles(const int* q, std::uint8_t* qs, std::uint8_t* qh) {
+  std::uint32_t high = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
+    high |= ((static_cast<std::uint32_t>(q[j]) & 0x10u) >> 4) << j;
+    high |= ((static_cast<std::uint32_t>(q[j + 16]) & 0x10u) >> 4) << (j + 16);
+  }
+  if (qh != nullptr)
+    for (int i = 0; i < 4; ++i) qh[i] = static_cast<std::uint8_t>(high >> (8 * i));
+}
+
+void q4_1_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  asymmetric_blocks(x, k, 15, 20, "quantize_q4_1", y, [](const int* q, std::uint8_t* b) { pack_nibbles(q, b + 4, nullptr); });
+}
+
+void q5_1_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  asymmetric_blocks(x, k, 31, 24, "quantize_q5_1", y, [](const int* q, std::uint8_t* b) { pack_nibbles(q, b + 8, b + 4); });
+}
+
+// ggml's quantize_row_q5_0_ref: d = max / -16 (max: the value of largest
+// magnitude, the first of equals), q = min(31, (int8_t)(x / d + 16.5f)).
+void q5_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  check_multiple(k, 32, "quantize_q5_0");
+  check_finite(x, k, "quantize_q5_0");
+  for (std::int64_t b = 0; b < k / 32; ++b, x += 32, y += 22) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -16.0f;
+    const float id = inverse_scale(d);
+    store_u16(y, codec::encode_scale(d));
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+    pack_nibbles(q, y + 6, y + 2);
+  }
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ enum class GgmlType : std::uint32_t {
 /// Dequantizes n elements (a multiple of the block size; woq::Error otherwise)
 /// from `blocks` into out[0, n).
 using GgmlToFloat = void (*)(const std::uint8_t* blocks, float* out, std::int64_t n);
+/// Quantizes n finite values x[0, n) (n a multiple of the block size) into
+/// `blocks`. Throws woq::Error on a NaN/Inf input, a partial block, or a scale
+/// beyond fp16 (where ggml's output is meaningless).
+using GgmlFromFloat = void (*)(const float* x, std::int64_t n, std::uint8_t* blocks);
 
 /// One ggml type: how its elements are laid out, and what woq does with it.
 struct GgmlTypeTraits {
@@ -37,6 +41,10 @@ struct GgmlTypeTraits {
   /// f64, which ggml has none for: plain conversion), bit for bit.
   /// nullptr: woq cannot decode it (IQ*, TQ*, q8_1, integer types).
   GgmlToFloat to_float;
+  /// ggml's from_float_ref (quantize_row_<type>_ref: what llama-quantize
+  /// writes without an importance matrix; f16/bf16 round to nearest even),
+  /// byte for byte. nullptr: woq does not write this type.
+  GgmlFromFloat from_float;
   /// The woq format a weight of this type becomes when it is not used as
   /// stored (Q4_0 and Q8_0 are used as stored: sym_int4 g32 full range /
   /// sym_int8 g32). Rule, by the width of the type's quants rather than its

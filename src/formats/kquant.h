@@ -47,6 +47,17 @@ std::int64_t first_nonfinite_scale(const Format& f, const std::uint8_t* blocks, 
 /// ggml's output is meaningless). k % 256 == 0 (woq::Error otherwise).
 void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks);
 
+/// ggml's reference K-quant quantizers (quantize_row_q<N>_K_ref of
+/// ggml-quants.c, what llama-quantize writes without an importance matrix),
+/// byte for byte: k finite values (k % 256 == 0) into k / 256 super-blocks.
+/// Throws woq::Error on a NaN/Inf value, a partial super-block, or an fp16
+/// super-block scale that overflows. Reached through ggml_type_traits(t).from_float.
+void quantize_q2_K(const float* x, std::int64_t k, std::uint8_t* blocks);
+void quantize_q3_K(const float* x, std::int64_t k, std::uint8_t* blocks);  ///< see quantize_q2_K
+void quantize_q4_K(const float* x, std::int64_t k, std::uint8_t* blocks);  ///< see quantize_q2_K
+void quantize_q5_K(const float* x, std::int64_t k, std::uint8_t* blocks);  ///< see quantize_q2_K
+void quantize_q6_K(const float* x, std::int64_t k, std::uint8_t* blocks);  ///< see quantize_q2_K
+
 /// One super-block's contents as integers: weight p is
 /// d · scale[p / 16] · q[p] - dmin · min[p / 16] (q4_K/q5_K repeat each
 /// 32-element scale and min twice; q3_K/q6_K have no min and signed q).

@@ -82,7 +82,7 @@ void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
     case LowBit::kQ3_K:
     case LowBit::kQ4_K:
     case LowBit::kQ5_K:
-    case LowBit::kQ6_K: fail("quantizing to {} is not implemented (K-quant weights are run as a GGUF file stores them)", low_bit_name(w.type));
+    case LowBit::kQ6_K: ggml_type_traits(kquant::find(w.type)->ggml).from_float(x, k, dst); break;
   }
 }
 
@@ -156,11 +156,9 @@ LowBit parse_low_bit(std::string_view name) {
   for (const auto& [t, n] : kNames)
     if (n == name) return t;
   for (const kquant::Format& f : kquant::formats())
-    if (f.name == name)
-      fail("low-bit type '{}': quantizing to K-quants is not implemented yet; a GGUF file's {} tensors run as stored",
-           name, f.name);
-  fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8)",
-       name);
+    if (f.name == name) return f.type;
+  fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k, q3_k, "
+       "q4_k, q5_k, q6_k)", name);
 }
 
 bool is_quantized(LowBit type) {

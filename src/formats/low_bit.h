@@ -74,9 +74,8 @@ Activations default_activations(LowBit type);
 
 /// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k.
 std::string_view low_bit_name(LowBit type);
-/// Inverse of low_bit_name for the formats woq can quantize to (not the
-/// K-quants yet: their names get an error saying so). Throws woq::Error
-/// listing the valid names.
+/// Inverse of low_bit_name (the K-quants quantize with ggml's reference
+/// quantizers, formats/kquant.h). Throws woq::Error listing the valid names.
 LowBit parse_low_bit(std::string_view name);
 /// True for woq's group-wise integer formats (sym_int4, asym_int4, sym_int8:
 /// one fp16 scale per group); false for the K-quants (is_kquant).

@@ -20,6 +20,7 @@
 
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "formats/kquant_mix.h"
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
 #include "model/kv_cache.h"
@@ -77,6 +78,12 @@ struct LoadOptions {
   /// run as stored, as llama.cpp runs them; a file of float linears only is
   /// still converted to `linear`, as a Hugging Face directory is.
   bool linear_is_default = false;
+  /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, each float
+  /// block linear converted takes the type its rule gives that layer
+  /// (kquant::mix_type; a fallback type woq has no in-memory format for, q5_0
+  /// or q5_1, becomes sym_int8 group 32 with ggml's rounding, with a warning),
+  /// and `linear` only names the file type's base format.
+  const kquant::Mix* mix = nullptr;
 };
 
 /// What loading did, for the one line the CLI prints.

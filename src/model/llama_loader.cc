@@ -129,6 +129,27 @@ void note_conversion(const TensorView& t, const std::string& what, LoadReport& r
   rep.warnings.push_back(fmt::format("{} (e.g. '{}') {}", head, t.name, what));
 }
 
+// The format a float block linear (`role` of `layer`, K = cols) is converted
+// to: options.linear, or under a K-quant file type the type its rule gives
+// (a fallback woq has no in-memory format for, q5_0 / q5_1, becomes Q8_0's
+// sym_int8 group 32 with ggml rounding, with a warning).
+QuantSpec converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output, LinearRole role,
+                         std::int64_t layer, std::int64_t cols, LoadReport& rep) {
+  if (options.mix == nullptr) return options.linear;
+  const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output};
+  const kquant::MixChoice choice = kquant::mix_type(*options.mix, {kquant::MixTensor::kBlockLinear, role, layer, cols}, model);
+  if (const kquant::Format* f = kquant::find(choice.type)) return QuantSpec{f->type, kquant::kSuperBlock};
+  if (choice.type == GgmlType::kF16) return QuantSpec{LowBit::kFp16};
+  const std::string name = kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols});
+  if (choice.type != GgmlType::kQ8_0) {
+    const std::string w = fmt::format("{}: {} has K = {}, not a multiple of 256: llama-quantize writes {} there, which "
+                                      "woq has no in-memory format for; sym_int8 group 32 (Q8_0's rule) instead",
+                                      options.mix->llama_name, name, cols, ggml_type_traits(choice.type).name);
+    if (std::find(rep.warnings.begin(), rep.warnings.end(), w) == rep.warnings.end()) rep.warnings.push_back(w);
+  }
+  return QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
+}
+
 // Converts a [rows, cols] tensor row by row straight from the mapping, then
 // releases its pages, so loading holds about one tensor of the checkpoint resident.
 QuantMatrix load_matrix(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
@@ -217,7 +238,10 @@ void label_report(LlamaModel& m, const LoadOptions& options, LoadReport& rep) {
   const std::string converted = rep.linear_matrices == 0 ? std::string()
                                 : stored == low_bit_name(options.linear.type)
                                     ? stored + " as stored"
-                                    : fmt::format("{} from {}", describe(options.linear), rep.source_dtype);
+                                    : fmt::format("{} from {}",
+                                                  options.mix ? fmt::format("{} ({})", options.mix->llama_name, rep.low_bit)
+                                                              : describe(options.linear),
+                                                  rep.source_dtype);
   rep.label = rep.imported_format.empty() ? converted
               : converted.empty()         ? rep.imported_format
                                           : rep.imported_format + "; the other linears " + converted;
@@ -326,7 +350,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     }
     // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded.
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
-    const QuantSpec spec = q8 ? QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kWoq} : options.linear;
+    const QuantSpec spec = q8 ? QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kWoq}
+                              : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings, role.role,
+                                               layer, cols, rep);
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "
                                           "sym_int8 group 32")

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/utf8.h"
+#include "formats/kquant.h"
 
 namespace woq {
 
@@ -20,8 +21,11 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
   const Rounding rounding = parse_rounding(request.rounding);
   LoadOptions options;
   options.linear_is_default = request.low_bit.empty();
-  options.linear = {options.linear_is_default ? LowBit::kSymInt4 : parse_low_bit(request.low_bit), request.group_size,
-                    range, rounding};
+  options.mix = kquant::find_mix(request.low_bit);
+  const LowBit linear = options.linear_is_default ? LowBit::kSymInt4
+                        : options.mix != nullptr  ? kquant::find(options.mix->base)->type
+                                                  : parse_low_bit(request.low_bit);
+  options.linear = {linear, request.group_size, range, rounding};
   validate(options.linear);
   if (!request.lm_head_low_bit.empty()) {
     options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size, range, rounding};
@@ -42,7 +46,8 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   if (!options.linear_is_default && r.linear_imported > 0 && r.linear_matrices == 0 && r.linear_kept_float == 0)
     lines.push_back(fmt::format("warning: --low-bit {} has no effect: every linear layer of this checkpoint is used as "
                                 "stored ({}); it converts only layers stored in float",
-                                low_bit_name(options.linear.type), r.imported_format));
+                                options.mix ? options.mix->name : low_bit_name(options.linear.type),
+                                r.imported_format));
   if (options.activations && r.activations.empty())
     lines.push_back(fmt::format("warning: --activations {} has no effect: no layer is in an integer format",
                                 activations_name(*options.activations)));
@@ -56,7 +61,9 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   const std::string converted =
       r.linear_matrices > 0 ? fmt::format("{} linear layers ({}) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
                                           r.linear_matrices, fmt::join(r.converted_roles, "/"), r.source_dtype,
-                                          describe(options.linear), mib(r.linear_source_bytes), mib(r.linear_bytes))
+                                          options.mix ? fmt::format("{} ({})", options.mix->llama_name, r.low_bit)
+                                                      : describe(options.linear),
+                                          mib(r.linear_source_bytes), mib(r.linear_bytes))
                             : std::string();
   if (r.linear_kept_float > 0)
     lines.push_back(fmt::format("{} float linear layers beside the quantized ones kept as stored ({:.2f} MiB), as "

@@ -12,7 +12,9 @@
 namespace woq {
 
 /// The model-loading choices by name: `low_bit` sym_int4 | asym_int4 |
-/// sym_int8 | fp16 | bf16 | fp32; `int4_range` full | clip; `rounding` woq |
+/// sym_int8 | fp16 | bf16 | fp32 | q3_k | q4_k | q5_k (every linear in that
+/// K-quant) | a llama-quantize file type (q2_k, q3_k_s/m/l, q4_k_s/m,
+/// q5_k_s/m, q6_k: LoadOptions::mix); `int4_range` full | clip; `rounding` woq |
 /// ggml; `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
 /// `activations` empty (each format's default), int8, int16, f32 or bf16.
 ///

@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/half.h"
 #include "formats/ggml_types.h"
+#include "formats/kquant_mix.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
 #include "arch/architecture.h"
@@ -34,38 +37,34 @@ GgmlType ggml_type_of(LowBit type) {
     case LowBit::kFp16: return GgmlType::kF16;
     case LowBit::kBf16: return GgmlType::kBF16;
     case LowBit::kFp32: return GgmlType::kF32;
-    default: fail("GGUF output: --low-bit {} has no GGUF type (sym_int4 = Q4_0, sym_int8 = Q8_0, fp16, bf16, fp32)",
-                  low_bit_name(type));
+    default: {
+      std::string mixes;
+      for (const kquant::Mix& m : kquant::mixes()) mixes += fmt::format(", {}", m.name);
+      fail("GGUF output: --low-bit {} has no GGUF file type (sym_int4 = Q4_0, sym_int8 = Q8_0, fp16, bf16, fp32, "
+           "or llama-quantize's K-quant types{})", low_bit_name(type), mixes);
+    }
   }
 }
 
-// Encodes fp32 row x[0, k) as `type` into out (ggml_row_bytes(type, k) bytes).
+// Encodes fp32 row x[0, k) as `type` into out (ggml_row_bytes(type, k) bytes):
+// woq rounding writes Q4_0/Q8_0 blocks equal to woq's sym_int4/sym_int8 g32,
+// every other case is ggml's from_float_ref (llama-quantize's bytes).
 void encode_row(const float* x, std::int64_t k, GgmlType type, Rounding rounding, std::uint8_t* out) {
-  switch (type) {
-    case GgmlType::kF32: std::memcpy(out, x, static_cast<std::size_t>(k) * 4); return;
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      for (std::int64_t i = 0; i < k; ++i) {
-        const std::uint16_t h = type == GgmlType::kF16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-      }
-      return;
-    case GgmlType::kQ4_0: {
-      if (rounding == Rounding::kGgml) return ggml::quantize_q4_0_ggml(x, k, out);
-      std::vector<std::uint8_t> q(static_cast<std::size_t>(k / 2));
-      std::vector<std::uint16_t> scales(static_cast<std::size_t>(k / ggml::kQK));
-      sym_int4::quantize_row(x, k, ggml::kQK, Int4Range::kFull, q.data(), scales.data());
-      return ggml::q4_0_from_sym_int4(q.data(), scales.data(), k, out);
-    }
-    case GgmlType::kQ8_0: {
-      if (rounding == Rounding::kGgml) return ggml::quantize_q8_0_ggml(x, k, out);
-      std::vector<std::int8_t> q(static_cast<std::size_t>(k));
-      std::vector<std::uint16_t> scales(static_cast<std::size_t>(k / ggml::kQK));
-      sym_int8::quantize_row(x, k, ggml::kQK, q.data(), scales.data());
-      return ggml::q8_0_from_sym_int8(q.data(), scales.data(), k, out);
-    }
-    default: fail("GGUF output: cannot encode {}", ggml_type_traits(type).name);
+  if (rounding == Rounding::kWoq && type == GgmlType::kQ4_0) {
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(k / 2));
+    std::vector<std::uint16_t> scales(static_cast<std::size_t>(k / ggml::kQK));
+    sym_int4::quantize_row(x, k, ggml::kQK, Int4Range::kFull, q.data(), scales.data());
+    return ggml::q4_0_from_sym_int4(q.data(), scales.data(), k, out);
   }
+  if (rounding == Rounding::kWoq && type == GgmlType::kQ8_0) {
+    std::vector<std::int8_t> q(static_cast<std::size_t>(k));
+    std::vector<std::uint16_t> scales(static_cast<std::size_t>(k / ggml::kQK));
+    sym_int8::quantize_row(x, k, ggml::kQK, q.data(), scales.data());
+    return ggml::q8_0_from_sym_int8(q.data(), scales.data(), k, out);
+  }
+  const GgmlTypeTraits& t = ggml_type_traits(type);
+  if (t.from_float == nullptr) fail("GGUF output: cannot encode {}", t.name);
+  t.from_float(x, k, out);
 }
 
 }  // namespace
@@ -97,7 +96,7 @@ void check_output_path(const std::string& in, const std::string& out, bool force
 
 // llama.cpp's general.* and <arch>.* keys for config c.
 void write_metadata(GgufWriter& w, const std::string& in, const ModelConfig& c, const ArchitectureSpec& spec,
-                    LowBit type) {
+                    std::uint32_t file_type) {
   namespace fs = std::filesystem;
   const std::string arch(spec.gguf_architecture);
   auto key = [&](std::string_view k) { return fmt::format("{}.{}", arch, k); };
@@ -108,7 +107,7 @@ void write_metadata(GgufWriter& w, const std::string& in, const ModelConfig& c, 
   if (is_gguf_path(in))
     model_name = GgufFile(gguf_split_paths(in).front()).get_string("general.name").value_or(model_name);
   w.set_string("general.name", model_name);
-  w.set_u32("general.file_type", gguf_file_type(type));
+  w.set_u32("general.file_type", file_type);
   w.set_u32("general.quantization_version", 2);
   w.set_u32(key("vocab_size"), u32(c.vocab_size));
   w.set_u32(key("context_length"), u32(c.max_position_embeddings));
@@ -162,7 +161,7 @@ class GgufTensorExporter {
     report_.bytes_before += p.t.bytes.size();
     p.type = checked_type(name, p.k, type);
     report_.bytes_after += static_cast<std::uint64_t>(p.rows * ggml_row_bytes(ggml_type_traits(p.type), p.k));
-    if (linear && p.type == ggml_type_of(options_.type)) ++report_.matrices;
+    if (linear) count_linear(p.type);
     if (p.t.ggml != nullptr) note_ggml_source(*p.t.ggml, p.type);
     p.hf_row = gguf_row_order(hf, p.t);
     p.prefix = hf.substr(0, hf.rfind('.'));
@@ -180,6 +179,14 @@ class GgufTensorExporter {
     for (const std::string& name : stored_names_)
       if (name.starts_with(stored) && !name.ends_with(".bias")) report_.bytes_before += store_.get(name).bytes.size();
     return t;
+  }
+
+  void count_linear(GgmlType type) {
+    ++report_.matrices;
+    const std::string name(ggml_type_traits(type).name);
+    for (auto& [n, count] : report_.linear_types)
+      if (n == name) return static_cast<void>(++count);
+    report_.linear_types.emplace_back(name, 1);
   }
 
   // `type`, or F16 where Q4_0/Q8_0 blocks cannot hold K (as llama.cpp falls back).
@@ -277,20 +284,84 @@ class GgufTensorExporter {
   const std::vector<std::string> stored_names_;
 };
 
-// Every tensor of the model in llama.cpp's order: token_embd, the blocks, output_norm, output.
-void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const ModelConfig& c, GgmlType target) {
-  const bool int_target = target == GgmlType::kQ4_0 || target == GgmlType::kQ8_0;
-  // Embeddings and output: a GGUF input's own type, else F16 beside integer layers.
-  auto big_type = [&](const TensorView& t) {
+// The ggml type of every tensor written: a K-quant mix's rule (llama-quantize's
+// per-tensor choice), or one type for the block linears with token_embd and
+// output in a GGUF input's own type, else F16 beside integer linears and the
+// target type beside float ones.
+class TypePlan {
+ public:
+  TypePlan(const GgufExportOptions& o, const ModelConfig& c, bool has_output, std::vector<std::string>& notes)
+      : mix_(o.mix), target_(o.mix ? GgmlType::kF32 : ggml_type_of(o.type)), notes_(notes) {
+    model_.n_layer = c.num_hidden_layers;
+    model_.n_head = c.num_attention_heads;
+    model_.n_head_kv = c.num_key_value_heads;
+    model_.has_output = has_output;
+  }
+  std::uint32_t file_type() const { return mix_ ? mix_->file_type : gguf_file_type_of(target_); }
+  GgmlType linear(LinearRole role, std::int64_t layer, std::int64_t k) {
+    if (mix_ == nullptr) return target_;
+    return ruled({kquant::MixTensor::kBlockLinear, role, layer, k});
+  }
+  GgmlType big(const TensorView& t, bool output) {
+    if (mix_ != nullptr)
+      return ruled({output ? kquant::MixTensor::kOutput : kquant::MixTensor::kTokenEmbd, LinearRole::kQ, 0,
+                    t.shape.back()});
     if (t.ggml != nullptr) return t.ggml->type;
-    return int_target ? GgmlType::kF16 : target;
+    return target_ == GgmlType::kQ4_0 || target_ == GgmlType::kQ8_0 ? GgmlType::kF16 : target_;
+  }
+  std::string_view name() const { return mix_ ? mix_->llama_name : ggml_type_traits(target_).name; }
+  // One note per fallback: which tensors llama-quantize's rule could not give their type, and what they got.
+  void note_fallbacks() const {
+    for (const Fallback& f : fallbacks_) {
+      const std::size_t shown = std::min<std::size_t>(f.tensors.size(), 4);
+      notes_.push_back(fmt::format(
+          "{} tensor(s) have a K that is not a multiple of {}'s block of {}, so they are written as {}, as llama-quantize "
+          "falls back: {}{}", f.tensors.size(), ggml_type_traits(f.ruled).name, ggml_type_traits(f.ruled).block_size,
+          ggml_type_traits(f.type).name, fmt::join(f.tensors.begin(), f.tensors.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+          f.tensors.size() > shown ? ", ..." : ""));
+    }
+  }
+
+ private:
+  GgmlType ruled(const kquant::MixTensor& t) {
+    const kquant::MixChoice choice = kquant::mix_type(*mix_, t, model_);
+    if (choice.type != choice.ruled) {
+      auto it = std::find_if(fallbacks_.begin(), fallbacks_.end(), [&](const Fallback& f) {
+        return f.ruled == choice.ruled && f.type == choice.type;
+      });
+      if (it == fallbacks_.end()) it = fallbacks_.insert(fallbacks_.end(), {choice.ruled, choice.type, {}});
+      it->tensors.push_back(kquant::mix_tensor_name(t));
+    }
+    return choice.type;
+  }
+  static std::uint32_t gguf_file_type_of(GgmlType t) {
+    for (const LowBit b : {LowBit::kFp32, LowBit::kFp16, LowBit::kSymInt4, LowBit::kSymInt8, LowBit::kBf16})
+      if (ggml_type_of(b) == t) return gguf_file_type(b);
+    return 0;
+  }
+
+  // Tensors whose K does not fit the ruled type's blocks, by (ruled, written) type.
+  struct Fallback {
+    GgmlType ruled, type;
+    std::vector<std::string> tensors;
   };
+
+  const kquant::Mix* mix_;
+  GgmlType target_;
+  std::vector<Fallback> fallbacks_;
+  kquant::MixModel model_;
+  std::vector<std::string>& notes_;
+};
+
+// Every tensor of the model in llama.cpp's order: token_embd, the blocks, output_norm, output.
+void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const ModelConfig& c, TypePlan& plan) {
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
-  e.add(std::string(kEmbedTokens.hf), big_type(embed), false);
+  e.add(std::string(kEmbedTokens.hf), plan.big(embed, false), false);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     e.add(layer_tensor(l, kAttnNorm.hf), GgmlType::kF32, false);
     for (const LinearSpec& linear : kBlockLinears) {
-      e.add(linear_tensor(l, linear.role), target, true, block_linear_shape(c, linear.role));
+      const auto shape = block_linear_shape(c, linear.role);
+      e.add(linear_tensor(l, linear.role), plan.linear(linear.role, l, shape.second), true, shape);
       const std::string bias = linear_tensor(l, linear.role, "bias");
       if (store.find(bias) != nullptr) e.add(bias, GgmlType::kF32, false);
     }
@@ -302,7 +373,7 @@ void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const Mo
   }
   e.add(std::string(kFinalNorm.hf), GgmlType::kF32, false);
   if (const TensorView* head = store.find(std::string(kLmHead.hf)); head != nullptr && !c.tie_word_embeddings)
-    e.add(std::string(kLmHead.hf), big_type(*head), false);
+    e.add(std::string(kLmHead.hf), plan.big(*head, true), false);
 }
 
 }  // namespace
@@ -310,7 +381,7 @@ void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const Mo
 GgufExportReport export_gguf(const std::string& in, const std::string& out, const GgufExportOptions& options,
                              ThreadPool& pool) {
   const auto start = std::chrono::steady_clock::now();
-  const GgmlType target = ggml_type_of(options.type);
+  if (options.mix == nullptr) ggml_type_of(options.type);  // refuses a type GGUF has none for, before reading
   check_output_path(in, out, options.force);
 
   const ModelConfig c = read_model_config(in);
@@ -320,19 +391,22 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   const std::optional<QuantizationConfig> quantized = read_quantization_config(in);
   validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
   GgufExportReport report;
+  const bool has_output = store.find(std::string(kLmHead.hf)) != nullptr && !c.tie_word_embeddings;
+  TypePlan plan(options, c, has_output, report.notes);
   if (quantized)
     report.notes.push_back(fmt::format("the {} linear layers were dequantized and rounded again to {}; the result "
                                        "differs from the checkpoint by that second rounding", quantized->describe(),
-                                       ggml_type_traits(target).name));
+                                       plan.name()));
   if (c.sliding_window > 0)
     report.notes.push_back(fmt::format("sliding_window {} is not stored: llama.cpp's {} architecture attends to the "
                                        "whole context", c.sliding_window, spec->gguf_architecture));
 
   GgufWriter w;
-  write_metadata(w, in, c, *spec, options.type);
+  write_metadata(w, in, c, *spec, plan.file_type());
   for (std::string& note : write_gguf_vocab(in, c, w)) report.notes.push_back(std::move(note));
   GgufTensorExporter exporter(c, *spec, store, quantized, options, pool, report, w);
-  add_model_tensors(exporter, store, c, target);
+  add_model_tensors(exporter, store, c, plan);
+  plan.note_fallbacks();
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kFactors) {
     const std::vector<float> factors = rope_freq_factors(c);
     w.add_tensor("rope_freqs.weight", {static_cast<std::int64_t>(factors.size())}, GgmlType::kF32,

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "formats/kquant_mix.h"
 #include "formats/low_bit.h"
 
 namespace woq {
@@ -19,6 +21,9 @@ namespace woq {
 struct GgufExportOptions {
   /// sym_int4 -> Q4_0, sym_int8 -> Q8_0 (group 32, full range), fp16, bf16 or fp32.
   LowBit type = LowBit::kSymInt4;
+  /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, every tensor's
+  /// type comes from its rule (kquant::mix_type) and `type` is not read.
+  const kquant::Mix* mix = nullptr;
   Rounding rounding = Rounding::kWoq;  ///< woq (the blocks equal woq's in-memory sym_int4/sym_int8 g32) or ggml (llama-quantize's bytes)
   bool force = false;  ///< replace an existing output file
   /// Receives one line per decoder block written.
@@ -28,7 +33,9 @@ struct GgufExportOptions {
 struct GgufExportReport {
   std::uint64_t bytes_before = 0;  ///< tensor bytes of the input
   std::uint64_t bytes_after = 0;   ///< tensor bytes written
-  std::int64_t matrices = 0;       ///< linear layers written in the target type
+  std::int64_t matrices = 0;       ///< block linear layers written
+  /// How many block linears each ggml type holds ("q4_K", 12), in order of first use.
+  std::vector<std::pair<std::string, std::int64_t>> linear_types;
   double seconds = 0;
   /// What was not stored as asked, and why (K not a multiple of 32 -> F16,
   /// a GPTQ input re-quantized, a sliding window llama.cpp ignores, ...).

@@ -9,10 +9,12 @@
 #include <tuple>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "arch/architecture.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "formats/kquant_mix.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
 #include "io/hf_config.h"
@@ -80,18 +82,35 @@ std::string output_format(const QuantizeRequest& r) {
   return r.format.empty() ? (is_gguf_path(r.output) ? "gguf" : "gptq") : r.format;
 }
 
+// --low-bit of a GGUF output: a llama-quantize K-quant file type (options.mix)
+// or one woq format; the rounding: ggml's for K-quants, which have no other.
+GgufExportOptions gguf_export_options(const QuantizeRequest& r) {
+  GgufExportOptions options;
+  const std::string low_bit = r.low_bit.value_or("sym_int4");
+  options.mix = kquant::find_mix(low_bit);
+  if (options.mix == nullptr) {
+    options.type = parse_low_bit(low_bit);
+    gguf_file_type(options.type);  // throws for a format GGUF has no file type for
+  }
+  options.rounding = parse_rounding(r.rounding.value_or(options.mix ? "ggml" : "woq"));
+  if (options.mix != nullptr && options.rounding != Rounding::kGgml)
+    fail("--rounding {}: {} is written with ggml's rounding only (llama-quantize's bytes); omit --rounding",
+         *r.rounding, options.mix->llama_name);
+  options.force = r.force;
+  return options;
+}
+
 // --format gguf: one GGUF file (quantize/gguf_export.h).
 void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeCallbacks& cb) {
-  GgufExportOptions options;
-  options.type = parse_low_bit(r.low_bit.value_or("sym_int4"));
-  const std::string rounding = r.rounding.value_or("woq");
-  options.rounding = parse_rounding(rounding);
-  options.force = r.force;
+  const GgufExportOptions options = gguf_export_options(r);
   const GgufExportReport rep = export_gguf(r.input, r.output, options, pool);
   for (const auto& note : rep.notes) say(cb, "note: " + note);
-  say(cb, fmt::format("wrote {} (GGUF, {} linear layers as {}, {} rounding): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
-                      r.output, rep.matrices, r.low_bit.value_or("sym_int4"), rounding, mib(rep.bytes_before), mib(rep.bytes_after),
-                      rep.seconds));
+  std::vector<std::string> types;
+  for (const auto& [name, count] : rep.linear_types) types.push_back(fmt::format("{} x{}", name, count));
+  say(cb, fmt::format("wrote {} (GGUF {}, {} rounding; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
+                      r.output, options.mix ? options.mix->llama_name : r.low_bit.value_or("sym_int4"),
+                      rounding_name(options.rounding), fmt::join(types, ", "), mib(rep.bytes_before),
+                      mib(rep.bytes_after), rep.seconds));
   say(cb, peak_rss_line());
 }
 
@@ -132,8 +151,7 @@ void validate(const QuantizeRequest& request) {
       fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", given[0]);
     if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", method);
     if (r.resume) fail("--resume applies to --method gptq only; a GGUF is written by round to nearest, quick to run again");
-    parse_low_bit(low_bit);
-    if (r.rounding) parse_rounding(*r.rounding);
+    gguf_export_options(r);
     return;
   }
   if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", r.format);
@@ -142,7 +160,9 @@ void validate(const QuantizeRequest& request) {
     fail("{}: a GPTQ checkpoint is a directory, and a name ending in .gguf is read as a GGUF file; choose another "
          "name, or --format gguf", r.output);
   if (r.rounding) fail("--rounding applies to --format gguf only");
-  parse_low_bit(low_bit);
+  if (kquant::find_mix(low_bit) != nullptr || is_kquant(parse_low_bit(low_bit)))
+    fail("--low-bit {} is a GGUF K-quant type; a GPTQ checkpoint holds sym_int4, asym_int4 or sym_int8 (write K-quants "
+         "with --format gguf)", low_bit);
   parse_int4_range(r.int4_range.value_or("full"));
   if (method != "rtn" && method != "gptq") fail("--method '{}' is not one of: rtn, gptq", method);
   if (method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
