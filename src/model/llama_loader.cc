@@ -247,6 +247,22 @@ void label_report(LlamaModel& m, const LoadOptions& options, LoadReport& rep) {
                                           : rep.imported_format + "; the other linears " + converted;
 }
 
+// The embedding or lm_head `t` kept in the checkpoint's format: as stored for
+// GGUF Q4_0 / Q8_0 / K-quants, else its float format or the closest woq
+// format to its ggml type (with a warning).
+QuantMatrix keep_tensor(const TensorView& t, const ModelConfig& c, const char* from, ThreadPool& pool, LoadReport& rep) {
+  if (std::optional<QuantMatrix> w = import_ggml(t, c.vocab_size, c.hidden_size, from, pool)) return std::move(*w);
+  const QuantSpec spec = keep_format(t);
+  if (t.dtype == DType::kGgml) {
+    note_conversion(t, t.ggml->type == GgmlType::kQ8_0
+                           ? std::string("hold -128, outside sym_int8's [-127, 127]: re-rounded to sym_int8 group 32")
+                           : fmt::format("converted to {} group {} (woq has no {} kernels; adds that format's "
+                                         "rounding)", low_bit_name(spec.type), spec.group_size, t.ggml->name), rep);
+    rep.other_converted = true;
+  }
+  return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
@@ -270,20 +286,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
   // The float linears of a quantized GGUF file run as stored unless a format was asked for.
   const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
-  // A tensor kept in the checkpoint's format: as stored for GGUF Q4_0 / Q8_0,
-  // else its float format or the closest woq format to its ggml type.
-  auto keep = [&](const TensorView& t, const char* from) {
-    if (std::optional<QuantMatrix> w = import_ggml(t, c.vocab_size, c.hidden_size, from, pool)) return std::move(*w);
-    const QuantSpec spec = keep_format(t);
-    if (t.dtype == DType::kGgml) {
-      note_conversion(t, t.ggml->type == GgmlType::kQ8_0
-                             ? std::string("hold -128, outside sym_int8's [-127, 127]: re-rounded to sym_int8 group 32")
-                             : fmt::format("converted to {} group {} (woq has no {} kernels; adds that format's "
-                                           "rounding)", low_bit_name(spec.type), spec.group_size, t.ggml->name), rep);
-      rep.other_converted = true;
-    }
-    return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
-  };
+  auto keep = [&](const TensorView& t, const char* from) { return keep_tensor(t, c, from, pool, rep); };
   const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
   m->embed_ = keep(embed, vocab_hidden.c_str());
