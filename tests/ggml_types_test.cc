@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -69,7 +70,7 @@ TEST(GgmlTypes, DecodableTypes) {
   const std::vector<GgmlType> decodable = {
       GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kF64,  GgmlType::kQ4_0,
       GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,
-      GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K};
+      GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K, GgmlType::kIQ4_NL};
   for (const GgmlTypeTraits& t : ggml_types()) {
     const bool want = std::find(decodable.begin(), decodable.end(), t.type) != decodable.end();
     EXPECT_EQ(t.to_float != nullptr, want) << t.name;
@@ -136,7 +137,7 @@ TEST(GgmlTypes, ToFloatRejectsPartialBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgmlToFloat,
                          ::testing::Values("f16", "bf16", "f64", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K",
-                                           "q3_K", "q4_K", "q5_K", "q6_K", "q8_K"),
+                                           "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq4_nl"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(GgmlTypes, F32ToFloatIsTheBytes) {
@@ -202,7 +203,7 @@ TEST_P(GgmlFromFloat, MatchesGgmlByteForByte) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgmlFromFloat,
                          ::testing::Values("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K",
-                                           "q4_K", "q5_K", "q6_K"),
+                                           "q4_K", "q5_K", "q6_K", "iq4_nl"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(GgmlQuantize, FromFloatRefusesNonFiniteAndPartialBlocks) {
@@ -220,7 +221,31 @@ TEST(GgmlQuantize, FromFloatRefusesNonFiniteAndPartialBlocks) {
       EXPECT_THROW(t.from_float(x.data(), 2 * t.block_size, blocks.data()), Error) << t.name << " " << bad;
     }
   }
-  EXPECT_EQ(writers, 13u);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... q6_K
+  EXPECT_EQ(writers, 14u);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... q6_K iq4_nl
+}
+
+// q8_0, q5_0 and iq4_nl blocks as sym_int8 group 32: int8 q times the fp16 scale is ggml's dequantized
+// value, bit for bit, on ggml's quantized weights and on random blocks.
+TEST(GgmlTypes, ToInt8IsLossless) {
+  std::size_t lossless = 0;
+  for (const char* name : {"q8_0", "q5_0", "iq4_nl"}) {
+    const Fixture f = load(name);
+    const GgmlTypeTraits& t = *find_ggml_type(f.type);
+    ASSERT_NE(t.to_int8, nullptr) << name;
+    ++lossless;
+    for (const auto& [blocks, n, want] : {std::tuple{&f.q, f.n, &f.y}, std::tuple{&f.r, f.nr, &f.yr}}) {
+      std::vector<std::int8_t> q(static_cast<std::size_t>(n));
+      std::vector<std::uint16_t> scales(static_cast<std::size_t>(n / 32));
+      EXPECT_TRUE(t.to_int8(blocks->data(), n, q.data(), scales.data())) << name;
+      std::vector<float> got(static_cast<std::size_t>(n));
+      sym_int8::dequantize_row(q.data(), scales.data(), n, 32, got.data());
+      const std::int64_t i = first_difference(got, *want);
+      EXPECT_EQ(i, -1) << name << " element " << i;
+    }
+  }
+  std::size_t with = 0;
+  for (const GgmlTypeTraits& t : ggml_types()) with += t.to_int8 != nullptr;
+  EXPECT_EQ(with, lossless);
 }
 
 TEST(GgmlQuantize, RefusesWhatGgmlCannotQuantize) {

@@ -47,8 +47,10 @@ void add_threads_flag(CLI::App* cmd, int& threads) {
 void add_low_bit_flag(CLI::App* cmd, std::string& low_bit) {
   cmd->add_option("--low-bit", low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4 (default), asym_int4, sym_int8, fp16, "
-                  "bf16, fp32. Quantized checkpoints keep their layers; without this flag a quantized GGUF file's "
-                  "float layers also run as stored (as llama.cpp runs them)")
+                  "bf16, fp32, q3_k, q4_k, q5_k (ggml K-quants), or llama-quantize's file types q2_k, q3_k_s, "
+                  "q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (a K-quant per layer, by its rule). "
+                  "Quantized checkpoints keep their layers; without this flag a quantized GGUF file's float layers "
+                  "also run as stored (as llama.cpp runs them)")
       ->check([](const std::string& v) {  // empty means "not given" inside: refuse it as a value
         return v.empty() ? std::string("an empty value (give a format, or leave the flag out)") : std::string();
       });

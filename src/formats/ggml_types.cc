@@ -133,6 +133,21 @@ void q8_0_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
   }
 }
 
+// block_iq4_nl: fp16 d; qs[16] as q4_0's, each nibble an index into
+// kvalues_iq4nl (ggml-common.h); value d * kvalues_iq4nl[q].
+constexpr std::int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+void iq4_nl_to_float(const std::uint8_t* x, float* y, std::int64_t n) {
+  check_multiple(n, 32, "iq4_nl");
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 18, y += 32) {
+    const float d = half_at(x);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * f(kIq4nlValues[x[2 + j] & 0x0f]);
+      y[j + 16] = d * f(kIq4nlValues[x[2 + j] >> 4]);
+    }
+  }
+}
+
 // ---- K-quants: super-blocks of 256 ----------------------------------------
 
 // block_q2_K (84 bytes): scales[16] (low nibble: scale, high nibble: min of a
@@ -287,6 +302,12 @@ void q8_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) { ggml::qu
 void q4_1_from_float(const float* x, std::int64_t k, std::uint8_t* y);
 void q5_0_from_float(const float* x, std::int64_t k, std::uint8_t* y);
 void q5_1_from_float(const float* x, std::int64_t k, std::uint8_t* y);
+void iq4_nl_from_float(const float* x, std::int64_t k, std::uint8_t* y);
+bool q8_0_to_int8(const std::uint8_t* b, std::int64_t k, std::int8_t* q, std::uint16_t* s) {
+  return ggml::sym_int8_from_q8_0(b, k, q, s);
+}
+bool q5_0_to_int8(const std::uint8_t* b, std::int64_t k, std::int8_t* q, std::uint16_t* s);
+bool iq4_nl_to_int8(const std::uint8_t* b, std::int64_t k, std::int8_t* q, std::uint16_t* s);
 void f32_from_float(const float* x, std::int64_t k, std::uint8_t* y) { std::memcpy(y, x, static_cast<std::size_t>(k) * 4); }
 void f16_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
   for (std::int64_t i = 0; i < k; ++i) store_u16(y + 2 * i, fp32_to_fp16(x[i]));
@@ -297,37 +318,37 @@ void bf16_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
 
 // Type-number order; names, block sizes and bytes per block as ggml.c's type_traits[].
 constexpr std::array<GgmlTypeTraits, 31> kTypes{{
-    {T::kF32, "f32", 1, 4, f32_to_float, f32_from_float, L::kFp32},
-    {T::kF16, "f16", 1, 2, f16_to_float, f16_from_float, L::kFp16},
-    {T::kQ4_0, "q4_0", 32, 18, q4_0_to_float, q4_0_from_float, L::kSymInt4},
-    {T::kQ4_1, "q4_1", 32, 20, q4_1_to_float, q4_1_from_float, L::kSymInt4},
-    {T::kQ5_0, "q5_0", 32, 22, q5_0_to_float, q5_0_from_float, L::kSymInt8},
-    {T::kQ5_1, "q5_1", 32, 24, q5_1_to_float, q5_1_from_float, L::kSymInt8},
-    {T::kQ8_0, "q8_0", 32, 34, q8_0_to_float, q8_0_from_float, L::kSymInt8},
-    {T::kQ8_1, "q8_1", 32, 36, nullptr, nullptr, L::kSymInt8},
-    {T::kQ2_K, "q2_K", 256, 84, q2_K_to_float, kquant::quantize_q2_K, L::kSymInt4},
-    {T::kQ3_K, "q3_K", 256, 110, q3_K_to_float, kquant::quantize_q3_K, L::kSymInt4},
-    {T::kQ4_K, "q4_K", 256, 144, q4_K_to_float, kquant::quantize_q4_K, L::kSymInt4},
-    {T::kQ5_K, "q5_K", 256, 176, q5_K_to_float, kquant::quantize_q5_K, L::kSymInt8},
-    {T::kQ6_K, "q6_K", 256, 210, q6_K_to_float, kquant::quantize_q6_K, L::kSymInt8},
-    {T::kQ8_K, "q8_K", 256, 292, q8_K_to_float, nullptr, L::kSymInt8},
-    {T::kIQ2_XXS, "iq2_xxs", 256, 66, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ2_XS, "iq2_xs", 256, 74, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ3_XXS, "iq3_xxs", 256, 98, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ1_S, "iq1_s", 256, 50, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ4_NL, "iq4_nl", 32, 18, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ3_S, "iq3_s", 256, 110, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ2_S, "iq2_s", 256, 82, nullptr, nullptr, L::kSymInt4},
-    {T::kIQ4_XS, "iq4_xs", 256, 136, nullptr, nullptr, L::kSymInt4},
-    {T::kI8, "i8", 1, 1, nullptr, nullptr, L::kFp32},
-    {T::kI16, "i16", 1, 2, nullptr, nullptr, L::kFp32},
-    {T::kI32, "i32", 1, 4, nullptr, nullptr, L::kFp32},
-    {T::kI64, "i64", 1, 8, nullptr, nullptr, L::kFp32},
-    {T::kF64, "f64", 1, 8, f64_to_float, nullptr, L::kFp32},
-    {T::kIQ1_M, "iq1_m", 256, 56, nullptr, nullptr, L::kSymInt4},
-    {T::kBF16, "bf16", 1, 2, bf16_to_float, bf16_from_float, L::kBf16},
-    {T::kTQ1_0, "tq1_0", 256, 54, nullptr, nullptr, L::kSymInt4},
-    {T::kTQ2_0, "tq2_0", 256, 66, nullptr, nullptr, L::kSymInt4},
+    {T::kF32, "f32", 1, 4, f32_to_float, f32_from_float, nullptr, L::kFp32},
+    {T::kF16, "f16", 1, 2, f16_to_float, f16_from_float, nullptr, L::kFp16},
+    {T::kQ4_0, "q4_0", 32, 18, q4_0_to_float, q4_0_from_float, nullptr, L::kSymInt4},
+    {T::kQ4_1, "q4_1", 32, 20, q4_1_to_float, q4_1_from_float, nullptr, L::kSymInt4},
+    {T::kQ5_0, "q5_0", 32, 22, q5_0_to_float, q5_0_from_float, q5_0_to_int8, L::kSymInt8},
+    {T::kQ5_1, "q5_1", 32, 24, q5_1_to_float, q5_1_from_float, nullptr, L::kSymInt8},
+    {T::kQ8_0, "q8_0", 32, 34, q8_0_to_float, q8_0_from_float, q8_0_to_int8, L::kSymInt8},
+    {T::kQ8_1, "q8_1", 32, 36, nullptr, nullptr, nullptr, L::kSymInt8},
+    {T::kQ2_K, "q2_K", 256, 84, q2_K_to_float, kquant::quantize_q2_K, nullptr, L::kSymInt4},
+    {T::kQ3_K, "q3_K", 256, 110, q3_K_to_float, kquant::quantize_q3_K, nullptr, L::kSymInt4},
+    {T::kQ4_K, "q4_K", 256, 144, q4_K_to_float, kquant::quantize_q4_K, nullptr, L::kSymInt4},
+    {T::kQ5_K, "q5_K", 256, 176, q5_K_to_float, kquant::quantize_q5_K, nullptr, L::kSymInt8},
+    {T::kQ6_K, "q6_K", 256, 210, q6_K_to_float, kquant::quantize_q6_K, nullptr, L::kSymInt8},
+    {T::kQ8_K, "q8_K", 256, 292, q8_K_to_float, nullptr, nullptr, L::kSymInt8},
+    {T::kIQ2_XXS, "iq2_xxs", 256, 66, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ2_XS, "iq2_xs", 256, 74, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ3_XXS, "iq3_xxs", 256, 98, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ1_S, "iq1_s", 256, 50, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ4_NL, "iq4_nl", 32, 18, iq4_nl_to_float, iq4_nl_from_float, iq4_nl_to_int8, L::kSymInt4},
+    {T::kIQ3_S, "iq3_s", 256, 110, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ2_S, "iq2_s", 256, 82, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kIQ4_XS, "iq4_xs", 256, 136, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kI8, "i8", 1, 1, nullptr, nullptr, nullptr, L::kFp32},
+    {T::kI16, "i16", 1, 2, nullptr, nullptr, nullptr, L::kFp32},
+    {T::kI32, "i32", 1, 4, nullptr, nullptr, nullptr, L::kFp32},
+    {T::kI64, "i64", 1, 8, nullptr, nullptr, nullptr, L::kFp32},
+    {T::kF64, "f64", 1, 8, f64_to_float, nullptr, nullptr, L::kFp32},
+    {T::kIQ1_M, "iq1_m", 256, 56, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kBF16, "bf16", 1, 2, bf16_to_float, bf16_from_float, nullptr, L::kBf16},
+    {T::kTQ1_0, "tq1_0", 256, 54, nullptr, nullptr, nullptr, L::kSymInt4},
+    {T::kTQ2_0, "tq2_0", 256, 66, nullptr, nullptr, nullptr, L::kSymInt4},
 }};
 
 constexpr bool sorted_by_number() {
@@ -396,6 +417,96 @@ void q4_1_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
 
 void q5_1_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
   asymmetric_blocks(x, k, 31, 24, "quantize_q5_1", y, [](const int* q, std::uint8_t* b) { pack_nibbles(q, b + 8, b + 4); });
+}
+
+// Q5_0 and IQ4_NL blocks as int8 values under the same fp16 d per 32: q - 16
+// and kvalues_iq4nl[q] are in [-127, 127], so sym_int8 group 32 holds them exactly.
+bool q5_0_to_int8(const std::uint8_t* b, std::int64_t k, std::int8_t* q, std::uint16_t* s) {
+  check_multiple(k, 32, "q5_0");
+  for (std::int64_t i = 0; i < k / 32; ++i, b += 22, q += 32) {
+    s[i] = load_u16(b);
+    const std::uint32_t qh = load_u32(b + 2);
+    for (int j = 0; j < 16; ++j) {
+      q[j] = static_cast<std::int8_t>(((b[6 + j] & 0x0f) | q5_high(qh, j)) - 16);
+      q[j + 16] = static_cast<std::int8_t>(((b[6 + j] >> 4) | q5_high(qh, j + 16)) - 16);
+    }
+  }
+  return true;
+}
+
+bool iq4_nl_to_int8(const std::uint8_t* b, std::int64_t k, std::int8_t* q, std::uint16_t* s) {
+  check_multiple(k, 32, "iq4_nl");
+  for (std::int64_t i = 0; i < k / 32; ++i, b += 18, q += 32) {
+    s[i] = load_u16(b);
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kIq4nlValues[b[2 + j] & 0x0f];
+      q[j + 16] = kIq4nlValues[b[2 + j] >> 4];
+    }
+  }
+  return true;
+}
+
+// ggml's best_index_int8: the index of the kvalues_iq4nl entry nearest x (the lower one on a tie).
+int iq4_nl_index(float x) {
+  if (x <= f(kIq4nlValues[0])) return 0;
+  if (x >= f(kIq4nlValues[15])) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < f(kIq4nlValues[mav])) mu = mav;
+    else ml = mav;
+  }
+  return x - f(kIq4nlValues[mu - 1]) < f(kIq4nlValues[mu]) - x ? mu - 1 : mu;
+}
+
+// What llama-quantize writes for IQ4_NL without an importance matrix: ggml's
+// quantize_iq4_nl (quantize_row_iq4_nl_impl with ntry 7 and weights x^2; its
+// from_float_ref uses ntry -1 instead). Per block of 32: d = max / 127, the
+// weighted least-squares scale of the nearest table entries, then 15 more trial
+// scales (itry - 127) / max, keeping the best; quants against the final d.
+void iq4_nl_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  check_multiple(k, 32, "quantize_iq4_nl");
+  check_finite(x, k, "quantize_iq4_nl");
+  constexpr float kGroupMaxEps = 1e-15f;
+  for (std::int64_t b = 0; b < k / 32; ++b, x += 32, y += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    float scale = 0.0f;
+    if (amax >= kGroupMaxEps) {
+      // sums of w q x and w q^2 (w = x^2) for the nearest entries to id * x
+      const auto sums = [&](float id, float& sumqx, float& sumq2) {
+        sumqx = sumq2 = 0.0f;
+        for (int j = 0; j < 32; ++j) {
+          const float q = f(kIq4nlValues[iq4_nl_index(id * x[j])]);
+          const float w = x[j] * x[j];
+          sumqx += w * q * x[j];
+          sumq2 += w * q * q;
+        }
+      };
+      float d = -max / f(kIq4nlValues[0]);
+      float sumqx = 0.0f, sumq2 = 0.0f;
+      sums(1.0f / d, sumqx, sumq2);
+      d = sumqx / sumq2;
+      float best = d * sumqx;
+      for (int itry = -7; itry <= 7; ++itry) {
+        sums(f(itry + kIq4nlValues[0]) / max, sumqx, sumq2);
+        if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
+          d = sumqx / sumq2;
+          best = d * sumqx;
+        }
+      }
+      scale = d;
+    }
+    store_u16(y, codec::encode_scale(scale));
+    const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
+    std::uint8_t index[32];
+    for (int j = 0; j < 32; ++j) index[j] = static_cast<std::uint8_t>(iq4_nl_index(id * x[j]));
+    for (int j = 0; j < 16; ++j) y[2 + j] = static_cast<std::uint8_t>(index[j] | (index[j + 16] << 4));
+  }
 }
 
 // ggml's quantize_row_q5_0_ref: d = max / -16 (max: the value of largest

@@ -26,6 +26,11 @@ enum class GgmlType : std::uint32_t {
 /// Dequantizes n elements (a multiple of the block size; woq::Error otherwise)
 /// from `blocks` into out[0, n).
 using GgmlToFloat = void (*)(const std::uint8_t* blocks, float* out, std::int64_t n);
+/// A block type whose values are integers in [-127, 127] times one fp16 scale
+/// per 32 (q8_0, q5_0, iq4_nl): n elements as int8 q[n] and fp16 bits
+/// scales[n / 32], exactly. Returns false when a value is -128 (a q8_0 block
+/// ggml's quantizer never writes), which woq's sym_int8 cannot hold.
+using GgmlToInt8 = bool (*)(const std::uint8_t* blocks, std::int64_t n, std::int8_t* q, std::uint16_t* scales);
 /// Quantizes n finite values x[0, n) (n a multiple of the block size) into
 /// `blocks`. Throws woq::Error on a NaN/Inf input, a partial block, or a scale
 /// beyond fp16 (where ggml's output is meaningless).
@@ -41,10 +46,14 @@ struct GgmlTypeTraits {
   /// f64, which ggml has none for: plain conversion), bit for bit.
   /// nullptr: woq cannot decode it (IQ*, TQ*, q8_1, integer types).
   GgmlToFloat to_float;
-  /// ggml's from_float_ref (quantize_row_<type>_ref: what llama-quantize
-  /// writes without an importance matrix; f16/bf16 round to nearest even),
-  /// byte for byte. nullptr: woq does not write this type.
+  /// What llama-quantize writes without an importance matrix, byte for byte:
+  /// ggml's from_float_ref (quantize_row_<type>_ref; iq4_nl: quantize_iq4_nl,
+  /// whose search differs from its _ref; f16/bf16 round to nearest even).
+  /// nullptr: woq does not write this type.
   GgmlFromFloat from_float;
+  /// The type as woq's sym_int8 group 32, losslessly (GgmlToInt8); nullptr
+  /// for the other types.
+  GgmlToInt8 to_int8;
   /// The woq format a weight of this type becomes when it is not used as
   /// stored (Q4_0 and Q8_0 are used as stored: sym_int4 g32 full range /
   /// sym_int8 g32). Rule, by the width of the type's quants rather than its

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
 
 namespace woq::kquant {
 namespace {
@@ -37,6 +36,12 @@ GgmlType ruled_type(const Mix& mix, const MixTensor& t, const MixModel& m) {
   if (output) return t.k % 256 != 0 ? T::kQ8_0 : T::kQ6_K;
   if (t.kind == MixTensor::kTokenEmbd) return type;
   const std::int64_t i = t.layer, n = m.n_layer;
+  if (m.fused_qkv && (t.role == LinearRole::kQ || t.role == LinearRole::kK || t.role == LinearRole::kV)) {
+    if (is(mix, "Q3_K_M") || is(mix, "Q3_K_L")) return T::kQ4_K;
+    if (is(mix, "Q4_K_M")) return T::kQ5_K;
+    if (is(mix, "Q5_K_M")) return T::kQ6_K;
+    return type;
+  }
   switch (t.role) {
     case LinearRole::kV: {
       const std::int64_t n_gqa = m.n_head_kv > 0 ? m.n_head / m.n_head_kv : 0;
@@ -45,8 +50,8 @@ GgmlType ruled_type(const Mix& mix, const MixTensor& t, const MixModel& m) {
       else if (is(mix, "Q3_K_L")) type = T::kQ5_K;
       else if ((is(mix, "Q4_K_M") || is(mix, "Q5_K_M")) && use_more_bits(i, n)) type = T::kQ6_K;
       else if (is(mix, "Q4_K_S") && i < 4) type = T::kQ5_K;
-      // llama.cpp's LLM_TYPE_70B (80 layers with grouped KV heads): attn_v is 8x smaller, so more bits.
-      const bool is_70b = n == 80 && m.n_head != m.n_head_kv;
+      // llama.cpp's LLM_TYPE_70B (80 layers; a llama one with grouped KV heads): attn_v is 8x smaller, so more bits.
+      const bool is_70b = n == 80 && (m.architecture != "llama" || m.n_head != m.n_head_kv);
       if (is_70b && (type == T::kQ3_K || type == T::kQ4_K)) type = T::kQ5_K;
       return type;
     }
@@ -96,11 +101,9 @@ MixChoice mix_type(const Mix& mix, const MixTensor& t, const MixModel& model) {
     case T::kQ4_K: to = T::kQ5_0; break;
     case T::kQ5_K: to = T::kQ5_1; break;
     case T::kQ6_K: to = T::kQ8_0; break;
-    case T::kQ8_0: break;  // llama-quantize stops here ("Unsupported tensor size"); woq writes F16
-    default:
-      fail("{}: K = {} is not a multiple of 256, which {} needs; llama-quantize writes IQ4_NL there, which woq does "
-           "not write (q4_k_m, q5_k_m and q6_k fall back to types woq writes)",
-           mix_tensor_name(t), t.k, traits.name);
+    case T::kQ2_K:
+    case T::kQ3_K: to = T::kIQ4_NL; break;
+    default: break;  // q8_0: llama-quantize stops here ("Unsupported tensor size"); woq writes F16
   }
   if (t.k % ggml_type_traits(to).block_size != 0) to = GgmlType::kF16;
   return {to, type};

@@ -37,6 +37,12 @@ struct MixModel {
   std::int64_t n_head_kv = 0;
   /// The file has an output.weight (else token_embd doubles as it and gets its type).
   bool has_output = true;
+  /// llama.cpp's architecture name ("llama", "qwen2", ...): its LLM_TYPE_70B
+  /// is any 80-layer model, except that "llama" also needs grouped KV heads.
+  std::string_view architecture = "llama";
+  /// q/k/v are one fused attn_qkv tensor in llama.cpp's file (Phi-3): they
+  /// take the type llama-quantize gives attn_qkv.
+  bool fused_qkv = false;
 };
 
 /// A tensor to type: token_embd, output, or block `layer`'s linear `role`, with K = row length.
@@ -55,11 +61,9 @@ struct MixChoice {
 };
 
 /// The ggml type llama-quantize writes `t` in under file type `mix`. A K that
-/// the ruled K-quant cannot hold falls back as llama-quantize does (q4_K ->
-/// q5_0, q5_K -> q5_1, q6_K -> q8_0, then F16 when K % 32 != 0; output ->
-/// q8_0, and F16 where llama-quantize gives up). Throws woq::Error where
-/// llama-quantize falls back to IQ4_NL (q2_K / q3_K with K % 256 != 0), which
-/// woq does not write.
+/// the ruled K-quant cannot hold falls back as llama-quantize does (q2_K /
+/// q3_K -> iq4_nl, q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then F16 when
+/// K % 32 != 0; output -> q8_0, and F16 where llama-quantize gives up).
 MixChoice mix_type(const Mix& mix, const MixTensor& t, const MixModel& model);
 
 /// llama.cpp's tensor name of `t` ("blk.3.attn_v.weight").

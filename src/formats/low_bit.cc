@@ -1,6 +1,8 @@
 #include "formats/low_bit.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "formats/group_rule.h"
 #include "formats/interleave.h"
 #include "formats/kquant.h"
+#include "formats/kquant_mix.h"
 #include "formats/scale.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
@@ -153,12 +156,18 @@ std::string_view low_bit_name(LowBit type) {
 }
 
 LowBit parse_low_bit(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const auto& [t, n] : kNames)
-    if (n == name) return t;
+    if (n == lower) return t;
   for (const kquant::Format& f : kquant::formats())
-    if (f.name == name) return f.type;
+    if (f.name == lower) return f.type;
+  if (const kquant::Mix* m = kquant::find_mix(name))
+    fail("low-bit type '{}' is llama-quantize's file type {}, a type per layer of a whole model; here give one format "
+         "(fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k)", printable(name), m->llama_name);
   fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k, q3_k, "
-       "q4_k, q5_k, q6_k)", name);
+       "q4_k, q5_k, q6_k; or, for a whole model, llama-quantize's q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k)",
+       printable(name));
 }
 
 bool is_quantized(LowBit type) {

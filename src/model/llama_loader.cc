@@ -80,11 +80,12 @@ QuantMatrix import_kquant(const TensorView& t, const kquant::Format& format, std
   return w;
 }
 
-// GGUF Q4_0 / Q8_0 blocks hold woq's sym_int4 (group 32, full range) and
-// sym_int8 (group 32) with another byte order: repacked losslessly, rows in
-// Hugging Face order; K-quants are kept as stored (import_kquant). nullopt for
-// every other type, and for Q8_0 blocks that hold -128 (outside sym_int8's
-// [-127, 127]; ggml's quantizer never writes it).
+// GGUF Q4_0 blocks hold woq's sym_int4 (group 32, full range), and Q8_0,
+// Q5_0 and IQ4_NL blocks integers in [-127, 127] under one fp16 scale per 32,
+// i.e. sym_int8 group 32 (GgmlTypeTraits::to_int8): repacked losslessly, rows
+// in Hugging Face order; K-quants are kept as stored (import_kquant). nullopt
+// for every other type, and for Q8_0 blocks that hold -128 (outside
+// sym_int8's [-127, 127]; ggml's quantizer never writes it).
 std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
                                        ThreadPool& pool) {
   if (t.dtype != DType::kGgml) return std::nullopt;
@@ -94,7 +95,7 @@ std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, s
     release_pages(t.bytes);
     return w;
   }
-  if (t.ggml->type != GgmlType::kQ4_0 && t.ggml->type != GgmlType::kQ8_0) return std::nullopt;
+  if (t.ggml->type != GgmlType::kQ4_0 && t.ggml->to_int8 == nullptr) return std::nullopt;
   expect_shape(t, {rows, cols}, from);
   const bool q4 = t.ggml->type == GgmlType::kQ4_0;
   QuantMatrix w = allocate_matrix(rows, cols, {q4 ? LowBit::kSymInt4 : LowBit::kSymInt8, ggml::kQK, Int4Range::kFull});
@@ -107,7 +108,7 @@ std::optional<QuantMatrix> import_ggml(const TensorView& t, std::int64_t rows, s
       std::uint16_t* scales = w.scales.data() + r * w.groups_per_row;
       if (q4) {
         ggml::sym_int4_from_q4_0(src, cols, q, scales);
-      } else if (!ggml::sym_int8_from_q8_0(src, cols, reinterpret_cast<std::int8_t*>(q), scales)) {
+      } else if (!t.ggml->to_int8(src, cols, reinterpret_cast<std::int8_t*>(q), scales)) {
         representable = false;
       }
       for (std::int64_t g = 0; g < w.groups_per_row; ++g)
@@ -136,16 +137,20 @@ void note_conversion(const TensorView& t, const std::string& what, LoadReport& r
 QuantSpec converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output, LinearRole role,
                          std::int64_t layer, std::int64_t cols, LoadReport& rep) {
   if (options.mix == nullptr) return options.linear;
-  const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output};
+  const ArchitectureSpec& spec = *find_architecture(c.architecture);
+  const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output,
+                               spec.gguf_architecture, spec.fused_projections};
   const kquant::MixChoice choice = kquant::mix_type(*options.mix, {kquant::MixTensor::kBlockLinear, role, layer, cols}, model);
   if (const kquant::Format* f = kquant::find(choice.type)) return QuantSpec{f->type, kquant::kSuperBlock};
   if (choice.type == GgmlType::kF16) return QuantSpec{LowBit::kFp16};
-  const std::string name = kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols});
-  if (choice.type != GgmlType::kQ8_0) {
-    const std::string w = fmt::format("{}: {} has K = {}, not a multiple of 256: llama-quantize writes {} there, which "
-                                      "woq has no in-memory format for; sym_int8 group 32 (Q8_0's rule) instead",
-                                      options.mix->llama_name, name, cols, ggml_type_traits(choice.type).name);
-    if (std::find(rep.warnings.begin(), rep.warnings.end(), w) == rep.warnings.end()) rep.warnings.push_back(w);
+  if (choice.type != GgmlType::kQ8_0) {  // one warning per fallback type, naming the first layer
+    const std::string head = fmt::format("{}: layers whose K is not a multiple of 256 are {} in llama-quantize's file",
+                                         options.mix->llama_name, ggml_type_traits(choice.type).name);
+    if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
+      rep.warnings.push_back(fmt::format("{} (e.g. {}, K = {}), which woq has no in-memory format for: sym_int8 group "
+                                         "32 with ggml's rounding (Q8_0's) instead", head,
+                                         kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols}),
+                                         cols));
   }
   return QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
 }
@@ -179,7 +184,7 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
 // Sets how an integer-format matrix multiplies its inputs, and lays it out
 // for that path's kernels.
 void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, bool ggml_blocks = false) {
   if (is_kquant(w.type)) {
     // K-quants take Q8_K activations (int8, ggml's), or f32 ones on request.
     const Activations a = options.activations.value_or(Activations::kInt8);
@@ -193,7 +198,8 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
     return;
   }
   if (!is_quantized(w.type)) return;
-  w.activations = options.activations.value_or(default_activations(w.type));
+  // A GGUF file's blocks meet int8 activations by default, as llama.cpp's (Q8_0 blocks of 32) do.
+  w.activations = options.activations.value_or(ggml_blocks ? Activations::kInt8 : default_activations(w.type));
   if (w.activations != Activations::kF32 && !can_interleave(w)) {
     // The integer and bf16 kernels need groups of whole 32-blocks: these layers multiply in f32 (and say so).
     const std::string slow = fmt::format(
@@ -300,11 +306,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
         options.lm_head
             ? load_matrix(head_src, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *options.lm_head, pool)
             : keep(head_src, vocab_hidden.c_str()));
-    set_activations(*m->lm_head_, options, activations_used, rep, pool);
+    set_activations(*m->lm_head_, options, activations_used, rep, pool,
+                    !options.lm_head && head_src.dtype == DType::kGgml);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   } else {
     // Tied: the embedding is also the output projection (its lookup reads either layout).
-    set_activations(m->embed_, options, activations_used, rep, pool);
+    set_activations(m->embed_, options, activations_used, rep, pool, embed.dtype == DType::kGgml);
   }
   m->final_norm_ =
       load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
@@ -336,7 +343,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     const auto t0 = std::chrono::steady_clock::now();
     if (std::optional<QuantMatrix> w = import_ggml(t, rows, cols, from, pool)) {
       rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      set_activations(*w, options, activations_used, rep, pool);
+      set_activations(*w, options, activations_used, rep, pool, true);
       rep.linear_imported_bytes += w->bytes();
       ++rep.linear_imported;
       const std::string format = is_kquant(w->type) ? fmt::format("GGUF {}", t.ggml->name)
@@ -351,17 +358,19 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       ++rep.linear_kept_float;
       return w;
     }
-    // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded.
+    // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded. Another ggml type woq does not run as
+    // stored (q4_1, q5_1) becomes its closest woq format unless --low-bit says otherwise (5-bit q5_1: sym_int8 g32).
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
-    const QuantSpec spec = q8 ? QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kWoq}
-                              : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings, role.role,
-                                               layer, cols, rep);
+    const bool closest = t.dtype == DType::kGgml && (q8 || options.linear_is_default);
+    const QuantSpec spec = closest ? keep_format(t)
+                                   : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings, role.role,
+                                                    layer, cols, rep);
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "
                                           "sym_int8 group 32")
                             : fmt::format("dequantized and re-quantized to {} (woq has no {} kernels; the second "
                                           "rounding adds error: measure it with woq eval compare)",
-                                          low_bit_name(options.linear.type), t.ggml->name), rep);
+                                          describe(spec), t.ggml->name), rep);
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(t.type_name());
     rep.linear_source_bytes += t.bytes.size();
     QuantMatrix w = load_matrix(t, rows, cols, from, spec, pool);

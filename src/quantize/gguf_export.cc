@@ -290,12 +290,11 @@ class GgufTensorExporter {
 // target type beside float ones.
 class TypePlan {
  public:
-  TypePlan(const GgufExportOptions& o, const ModelConfig& c, bool has_output, std::vector<std::string>& notes)
+  TypePlan(const GgufExportOptions& o, const ModelConfig& c, const ArchitectureSpec& spec, bool has_output,
+           std::vector<std::string>& notes)
       : mix_(o.mix), target_(o.mix ? GgmlType::kF32 : ggml_type_of(o.type)), notes_(notes) {
-    model_.n_layer = c.num_hidden_layers;
-    model_.n_head = c.num_attention_heads;
-    model_.n_head_kv = c.num_key_value_heads;
-    model_.has_output = has_output;
+    model_ = {c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output, spec.gguf_architecture,
+              spec.fused_projections};
   }
   std::uint32_t file_type() const { return mix_ ? mix_->file_type : gguf_file_type_of(target_); }
   GgmlType linear(LinearRole role, std::int64_t layer, std::int64_t k) {
@@ -314,11 +313,18 @@ class TypePlan {
   void note_fallbacks() const {
     for (const Fallback& f : fallbacks_) {
       const std::size_t shown = std::min<std::size_t>(f.tensors.size(), 4);
-      notes_.push_back(fmt::format(
-          "{} tensor(s) have a K that is not a multiple of {}'s block of {}, so they are written as {}, as llama-quantize "
-          "falls back: {}{}", f.tensors.size(), ggml_type_traits(f.ruled).name, ggml_type_traits(f.ruled).block_size,
-          ggml_type_traits(f.type).name, fmt::join(f.tensors.begin(), f.tensors.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
-          f.tensors.size() > shown ? ", ..." : ""));
+      const std::string names = fmt::format("{}{}", fmt::join(f.tensors.begin(), f.tensors.begin() +
+                                                                  static_cast<std::ptrdiff_t>(shown), ", "),
+                                            f.tensors.size() > shown ? ", ..." : "");
+      const std::string_view ruled = ggml_type_traits(f.ruled).name, type = ggml_type_traits(f.type).name;
+      if (f.ruled == GgmlType::kQ8_0)  // output with K % 32 != 0
+        notes_.push_back(fmt::format("{} tensor(s) have a K that is not a multiple of 32 (q8_0's block): written as "
+                                     "f16, where llama-quantize stops with 'Unsupported tensor size': {}",
+                                     f.tensors.size(), names));
+      else
+        notes_.push_back(fmt::format("{} tensor(s) have a K that is not a multiple of 256 ({}'s super-block){}, so they "
+                                     "are written as {}, as llama-quantize falls back: {}", f.tensors.size(), ruled,
+                                     f.type == GgmlType::kF16 ? " nor of 32" : "", type, names));
     }
   }
 
@@ -392,7 +398,7 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
   GgufExportReport report;
   const bool has_output = store.find(std::string(kLmHead.hf)) != nullptr && !c.tie_word_embeddings;
-  TypePlan plan(options, c, has_output, report.notes);
+  TypePlan plan(options, c, *spec, has_output, report.notes);
   if (quantized)
     report.notes.push_back(fmt::format("the {} linear layers were dequantized and rounded again to {}; the result "
                                        "differs from the checkpoint by that second rounding", quantized->describe(),

@@ -148,7 +148,8 @@ void validate(const QuantizeRequest& request) {
     if (r.gptq_format) given.push_back("--gptq-format");
     if (r.max_shard_gb) given.push_back("--max-shard-size");
     if (!given.empty())
-      fail("{} does not apply to --format gguf (Q4_0 / Q8_0 are group 32, full range, round to nearest)", given[0]);
+      fail("{} does not apply to --format gguf (its types have fixed blocks: Q4_0 / Q8_0 group 32, K-quants "
+           "super-blocks of 256)", given[0]);
     if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", method);
     if (r.resume) fail("--resume applies to --method gptq only; a GGUF is written by round to nearest, quick to run again");
     gguf_export_options(r);
@@ -162,7 +163,7 @@ void validate(const QuantizeRequest& request) {
   if (r.rounding) fail("--rounding applies to --format gguf only");
   if (kquant::find_mix(low_bit) != nullptr || is_kquant(parse_low_bit(low_bit)))
     fail("--low-bit {} is a GGUF K-quant type; a GPTQ checkpoint holds sym_int4, asym_int4 or sym_int8 (write K-quants "
-         "with --format gguf)", low_bit);
+         "to a file named *.gguf)", low_bit);
   parse_int4_range(r.int4_range.value_or("full"));
   if (method != "rtn" && method != "gptq") fail("--method '{}' is not one of: rtn, gptq", method);
   if (method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
