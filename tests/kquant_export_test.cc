@@ -108,6 +108,38 @@ TEST(KQuantExport, InMemoryMixIsLlamaQuantizesBlocks) {
   EXPECT_TRUE(got.data == want);
 }
 
+// A Q4_K_M file of stories260K (K = 64: Q5_0 fallbacks, F16 ffn_down, tied Q8_0 token_embd) loads without a
+// second rounding: the Q5_0 layers become sym_int8 group 32 holding exactly ggml's values, with int8
+// activations (llama.cpp's Q8_0) by default.
+TEST(KQuantExport, FallbackTypesLoadAsStored) {
+  test::TempDir tmp;
+  ThreadPool pool(2);
+  GgufExportOptions o;
+  o.mix = kquant::find_mix("q4_k_m");
+  o.rounding = Rounding::kGgml;
+  const GgufExportReport report = export_gguf(WOQ_MODEL_DIR, tmp.file("st.gguf"), o, pool);
+  ASSERT_FALSE(report.notes.empty());
+  const GgufFile file(tmp.file("st.gguf"));
+  const GgufTensorInfo& up = *file.find_tensor("blk.2.ffn_up.weight");
+  ASSERT_EQ(up.type->type, GgmlType::kQ5_0);
+  EXPECT_EQ(file.find_tensor("output.weight"), nullptr);  // tied: token_embd takes output's type
+  EXPECT_EQ(file.find_tensor("token_embd.weight")->type->type, GgmlType::kQ8_0);
+  LoadReport rep;
+  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request({}), pool, &rep);
+  const QuantMatrix& w = model->block_linear(2, LinearRole::kUp);
+  EXPECT_EQ(w.type, LowBit::kSymInt8);
+  EXPECT_EQ(w.activations, Activations::kInt8);
+  std::vector<float> want(static_cast<std::size_t>(up.numel())), row(static_cast<std::size_t>(w.cols));
+  up.type->to_float(up.bytes.data(), want.data(), up.numel());
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    for (std::int64_t j = 0; j < w.cols; ++j)
+      ASSERT_EQ(row[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(r * w.cols + j)]) << r << " " << j;
+  }
+  EXPECT_NE(rep.imported_format.find("q5_0"), std::string::npos) << rep.imported_format;
+  EXPECT_TRUE(rep.warnings.empty()) << rep.warnings.front();
+}
+
 kquant::MixChoice choose(std::string_view mix, LinearRole role, std::int64_t layer, std::int64_t k,
                          const kquant::MixModel& m) {
   return kquant::mix_type(*kquant::find_mix(mix), {kquant::MixTensor::kBlockLinear, role, layer, k}, m);
@@ -151,6 +183,18 @@ TEST(KQuantMix, FollowsLlamaQuantizesRule) {
   EXPECT_EQ(kquant::mix_type(q4km, {kquant::MixTensor::kTokenEmbd, LinearRole::kQ, 0, 4096}, {32, 32, 8, false}).type,
             GgmlType::kQ6_K);
   EXPECT_EQ(q4km.file_type, 15u);
+  // Qwen2's LLM_TYPE_70B is any 80-layer model; llama's needs grouped KV heads.
+  EXPECT_EQ(choose("q4_k_m", LinearRole::kV, 20, 8192, {80, 64, 64, true, "qwen2"}).type, GgmlType::kQ5_K);
+  // Phi-3's fused attn_qkv gets its own type, which q, k and v share in memory.
+  const kquant::MixModel phi3{32, 32, 32, true, "phi3", true};
+  for (const LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kV}) {
+    EXPECT_EQ(choose("q4_k_m", role, 0, 3072, phi3).type, GgmlType::kQ5_K);
+    EXPECT_EQ(choose("q5_k_m", role, 9, 3072, phi3).type, GgmlType::kQ6_K);
+    EXPECT_EQ(choose("q3_k_l", role, 9, 3072, phi3).type, GgmlType::kQ4_K);
+    EXPECT_EQ(choose("q4_k_s", role, 9, 3072, phi3).type, GgmlType::kQ4_K);
+  }
+  EXPECT_EQ(choose("q4_k_m", LinearRole::kUp, 0, 3072, phi3).type, GgmlType::kQ4_K);
+  EXPECT_EQ(kquant::find_mix("Q4_k_M"), &q4km);
   EXPECT_EQ(kquant::find_mix("q4_k"), nullptr);
 }
 
