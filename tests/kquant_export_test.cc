@@ -138,6 +138,26 @@ TEST(KQuantExport, FallbackTypesLoadAsStored) {
   }
   EXPECT_NE(rep.imported_format.find("q5_0"), std::string::npos) << rep.imported_format;
   EXPECT_TRUE(rep.warnings.empty()) << rep.warnings.front();
+
+  // In memory, --low-bit q4_k_m holds the same blocks: Q5_0 and Q8_0 as the file's sym_int8, F16 as fp16.
+  LoadRequest request;
+  request.low_bit = "q4_k_m";
+  LoadReport mem_rep;
+  const auto in_memory = LlamaModel::load(WOQ_MODEL_DIR, parse_load_request(request), pool, &mem_rep);
+  for (std::int64_t l = 0; l < model->config().num_hidden_layers; ++l)
+    for (const LinearSpec& spec : kBlockLinears) {
+      const QuantMatrix& a = in_memory->block_linear(l, spec.role);
+      const QuantMatrix& b = model->block_linear(l, spec.role);
+      ASSERT_EQ(a.type, b.type) << l << " " << spec.label;
+      std::vector<float> ra(static_cast<std::size_t>(a.cols)), rb(ra.size());
+      for (std::int64_t r = 0; r < a.rows; ++r) {
+        dequantize_row(a, r, ra.data());
+        dequantize_row(b, r, rb.data());
+        ASSERT_EQ(ra, rb) << l << " " << spec.label << " row " << r;
+      }
+      EXPECT_EQ(a.activations, b.activations) << l << " " << spec.label;
+    }
+  EXPECT_TRUE(mem_rep.warnings.empty()) << mem_rep.warnings.front();
 }
 
 kquant::MixChoice choose(std::string_view mix, LinearRole role, std::int64_t layer, std::int64_t k,

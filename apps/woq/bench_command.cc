@@ -24,7 +24,7 @@ struct BenchArgs {
   std::int64_t n_gen = 128;
   std::vector<int> threads = {0};
   int reps = 3;
-  std::vector<std::string> low_bits = {"sym_int4"};
+  std::vector<std::string> low_bits = {""};  // "": the default (sym_int4; a quantized file's layers as stored)
   ModelFlags model;
   bool json = false;
 };
@@ -163,10 +163,11 @@ Run add_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", args->reps, "Repetitions of each test")
       ->capture_default_str()
       ->check(kPositive);
-  cmd->add_option("--low-bit", args->low_bits, "Formats to test, comma-separated")
+  cmd->add_option("--low-bit", args->low_bits,
+                  "Formats to test, comma-separated (default: sym_int4, and a quantized checkpoint's layers as "
+                  "stored; see generate --help for the names)")
       ->check(kNotEmpty)
-      ->delimiter(',')
-      ->capture_default_str();
+      ->delimiter(',');
   cmd->add_flag("--json", args->json,
                 "Print one JSON object per line as each test finishes (llama-bench's jsonl keys where they exist)");
   add_model_flags(cmd, args->model);

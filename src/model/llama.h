@@ -80,9 +80,9 @@ struct LoadOptions {
   bool linear_is_default = false;
   /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, each float
   /// block linear converted takes the type its rule gives that layer
-  /// (kquant::mix_type; a fallback type woq has no in-memory format for, q5_0
-  /// or q5_1, becomes sym_int8 group 32 with ggml's rounding, with a warning),
-  /// and `linear` only names the file type's base format.
+  /// (kquant::mix_type; the q5_0 / iq4_nl / q8_0 fallbacks as the sym_int8
+  /// group 32 their blocks are, q5_1 as Q8_0's with a warning), and `linear`
+  /// only names the file type's base format.
   const kquant::Mix* mix = nullptr;
 };
 

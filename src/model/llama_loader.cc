@@ -130,29 +130,61 @@ void note_conversion(const TensorView& t, const std::string& what, LoadReport& r
   rep.warnings.push_back(fmt::format("{} (e.g. '{}') {}", head, t.name, what));
 }
 
-// The format a float block linear (`role` of `layer`, K = cols) is converted
-// to: options.linear, or under a K-quant file type the type its rule gives
-// (a fallback woq has no in-memory format for, q5_0 / q5_1, becomes Q8_0's
-// sym_int8 group 32 with ggml rounding, with a warning).
-QuantSpec converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output, LinearRole role,
-                         std::int64_t layer, std::int64_t cols, LoadReport& rep) {
-  if (options.mix == nullptr) return options.linear;
+// What a float block linear (`role` of `layer`, K = cols) is converted to:
+// options.linear, or under a K-quant file type the type its rule gives. A
+// fallback type whose blocks sym_int8 group 32 holds exactly (q5_0, iq4_nl)
+// is written by ggml's quantizer and held so (`via`), as the file would hold
+// it; q5_1, which it cannot hold, becomes Q8_0's sym_int8 group 32, with a warning.
+struct Conversion {
+  QuantSpec spec;
+  const GgmlTypeTraits* via = nullptr;
+};
+
+Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output, LinearRole role,
+                          std::int64_t layer, std::int64_t cols, LoadReport& rep) {
+  if (options.mix == nullptr) return {options.linear};
   const ArchitectureSpec& spec = *find_architecture(c.architecture);
   const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output,
                                spec.gguf_architecture, spec.fused_projections};
   const kquant::MixChoice choice = kquant::mix_type(*options.mix, {kquant::MixTensor::kBlockLinear, role, layer, cols}, model);
-  if (const kquant::Format* f = kquant::find(choice.type)) return QuantSpec{f->type, kquant::kSuperBlock};
-  if (choice.type == GgmlType::kF16) return QuantSpec{LowBit::kFp16};
-  if (choice.type != GgmlType::kQ8_0) {  // one warning per fallback type, naming the first layer
-    const std::string head = fmt::format("{}: layers whose K is not a multiple of 256 are {} in llama-quantize's file",
-                                         options.mix->llama_name, ggml_type_traits(choice.type).name);
-    if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
-      rep.warnings.push_back(fmt::format("{} (e.g. {}, K = {}), which woq has no in-memory format for: sym_int8 group "
-                                         "32 with ggml's rounding (Q8_0's) instead", head,
-                                         kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols}),
-                                         cols));
-  }
-  return QuantSpec{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
+  if (const kquant::Format* f = kquant::find(choice.type)) return {QuantSpec{f->type, kquant::kSuperBlock}};
+  if (choice.type == GgmlType::kF16) return {QuantSpec{LowBit::kFp16}};
+  const QuantSpec q8_0{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
+  const GgmlTypeTraits& traits = ggml_type_traits(choice.type);
+  if (traits.to_int8 != nullptr) return {q8_0, &traits};
+  const std::string head = fmt::format("{}: layers whose K is not a multiple of 256 are {} in llama-quantize's file",
+                                       options.mix->llama_name, traits.name);
+  if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
+    rep.warnings.push_back(fmt::format("{} (e.g. {}, K = {}), which woq has no in-memory format for: sym_int8 group 32 "
+                                       "with ggml's rounding (Q8_0's) instead", head,
+                                       kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols}),
+                                       cols));
+  return {q8_0};
+}
+
+// Float tensor t quantized by ggml type `via`'s quantizer and held as the
+// sym_int8 group 32 its blocks are (GgmlTypeTraits::to_int8), row by row.
+QuantMatrix load_via_ggml(const TensorView& t, std::int64_t rows, std::int64_t cols, const char* from,
+                          const GgmlTypeTraits& via, ThreadPool& pool) {
+  expect_shape(t, {rows, cols}, from);
+  require_float_dtype(t);
+  QuantMatrix w = allocate_matrix(rows, cols, {LowBit::kSymInt8, ggml::kQK, Int4Range::kFull});
+  pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> x(static_cast<std::size_t>(cols));
+    std::vector<std::uint8_t> blocks(static_cast<std::size_t>(ggml_row_bytes(via, cols)));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      tensor_to_f32(t, x.data(), r * cols, cols);
+      try {
+        via.from_float(x.data(), cols, blocks.data());
+      } catch (const Error& e) {
+        fail("{}: tensor '{}' row {}: {}", t.file, t.name, r, e.what());
+      }
+      via.to_int8(blocks.data(), cols, reinterpret_cast<std::int8_t*>(w.data.data() + r * w.row_bytes),
+                  w.scales.data() + r * w.groups_per_row);
+    }
+  });
+  release_pages(t.bytes);
+  return w;
 }
 
 // Converts a [rows, cols] tensor row by row straight from the mapping, then
@@ -362,9 +394,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     // stored (q4_1, q5_1) becomes its closest woq format unless --low-bit says otherwise (5-bit q5_1: sym_int8 g32).
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
     const bool closest = t.dtype == DType::kGgml && (q8 || options.linear_is_default);
-    const QuantSpec spec = closest ? keep_format(t)
-                                   : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings, role.role,
-                                                    layer, cols, rep);
+    const Conversion conversion = closest ? Conversion{keep_format(t)}
+                                          : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings,
+                                                           role.role, layer, cols, rep);
+    const QuantSpec& spec = conversion.spec;
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "
                                           "sym_int8 group 32")
@@ -373,8 +406,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
                                           describe(spec), t.ggml->name), rep);
     if (rep.source_dtype.empty()) rep.source_dtype = std::string(t.type_name());
     rep.linear_source_bytes += t.bytes.size();
-    QuantMatrix w = load_matrix(t, rows, cols, from, spec, pool);
-    set_activations(w, options, activations_used, rep, pool);
+    QuantMatrix w = conversion.via ? load_via_ggml(t, rows, cols, from, *conversion.via, pool)
+                                   : load_matrix(t, rows, cols, from, spec, pool);
+    set_activations(w, options, activations_used, rep, pool, conversion.via != nullptr);
     rep.linear_bytes += w.bytes();
     ++rep.linear_matrices;
     if (std::find(rep.converted_roles.begin(), rep.converted_roles.end(), role.label) == rep.converted_roles.end())
