@@ -120,8 +120,10 @@ void dot_q2_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride,
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-q8_d(aj) * wdmin), _mm256_cvtepi32_ps(prod), acc[j]);
       sumi[j] = _mm256_setzero_si256();
     }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = load(w + 16 + 32 * h);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const int r = 4 * h + k;
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
@@ -157,8 +159,10 @@ void dot_q3_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride,
     const __m256i hmask = load(w);
     __m256i sumi[N], part[N];
     for (int j = 0; j < N; ++j) sumi[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = load(w + 32 + 32 * h);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const int r = 4 * h + k;
         const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << r));
@@ -215,6 +219,7 @@ void dot_q45_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride
     }
     const std::uint8_t* qs = w + (kFive ? 48 : 16);
     const __m256i qh = kFive ? load(w + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int i = 0; i < 4; ++i, qs += 32) {
       const __m256i bits = load(qs);
       __m256i lo = _mm256_and_si256(bits, m4);
@@ -259,10 +264,12 @@ void dot_q6_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride,
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
     __m256i sumi[N], part[N];
     for (int j = 0; j < N; ++j) sumi[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i ql1 = load(w + 64 * h);
       const __m256i ql2 = load(w + 64 * h + 32);
       const __m256i qh = load(w + 128 + 32 * h);
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(r % 2 == 0 ? ql1 : ql2, 4 * (r / 2)), m4);
         const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), m2), 4);
