@@ -53,16 +53,22 @@ void signed_max(int n, const float* x, float& max, float& amax) {
   }
 }
 
+// The common start of make_qx_quants and make_q3_quants: false, with L
+// zeroed, for a sub-block below GROUP_MAX_EPS; else max = its value of largest magnitude.
+bool start_fit(int n, const float* x, std::int8_t* L, float& max) {
+  float amax = 0.0f;
+  signed_max(n, x, max, amax);
+  if (amax >= kGroupMaxEps) return true;
+  std::fill(L, L + n, 0);
+  return false;
+}
+
 // ggml's make_qx_quants with rmse_type 1 and no importance weights (Q6_K):
 // L[i] = q + nmax in [0, 2 nmax), the scale minimizing sum x^2 (x - s q)^2 over
 // 19 trial inverse scales -(nmax + 0.1 is) / max.
 float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
-  float max = 0.0f, amax = 0.0f;
-  signed_max(n, x, max, amax);
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.0f;
-  }
+  float max = 0.0f;
+  if (!start_fit(n, x, L, max)) return 0.0f;
   float iscale = static_cast<float>(-nmax) / max;
   float sumlx = 0.0f, suml2 = 0.0f;
   for (int i = 0; i < n; ++i) {
@@ -99,12 +105,8 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
 // to 5 passes that move one quant at a time while sum x^2 (x - s q)^2 drops.
 // L[i] = q + nmax in [0, 2 nmax).
 float make_q3_quants(int n, int nmax, const float* x, std::int8_t* L) {
-  float max = 0.0f, amax = 0.0f;
-  signed_max(n, x, max, amax);
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.0f;
-  }
+  float max = 0.0f;
+  if (!start_fit(n, x, L, max)) return 0.0f;
   const float iscale = static_cast<float>(-nmax) / max;
   float sumlx = 0.0f, suml2 = 0.0f;
   for (int i = 0; i < n; ++i) {
@@ -257,19 +259,27 @@ void quantize_q2_K_block(const float* x, std::uint8_t* y) {
   pack_2bit(L, y + 16);
 }
 
-// block_q3_K: hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d.
-void quantize_q3_K_block(const float* x, std::uint8_t* y) {
-  std::int8_t L[kSuperBlock];
-  float scales[16];
-  float max_scale = 0.0f, amax = 0.0f;
+// The signed scales of the 16 sub-blocks of 16 (q3_K / q6_K) fitted by `make`
+// with `nmax`, and the one of largest magnitude (the first of equals) and that magnitude.
+float fit_sub_blocks(float (*make)(int, int, const float*, std::int8_t*), int nmax, const float* x, std::int8_t* L,
+                     float* scales, float& max_abs) {
+  float max_scale = 0.0f;
+  max_abs = 0.0f;
   for (int j = 0; j < 16; ++j) {
-    scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-    const float scale = std::fabs(scales[j]);
-    if (scale > amax) {
-      amax = scale;
+    scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+    if (std::fabs(scales[j]) > max_abs) {
+      max_abs = std::fabs(scales[j]);
       max_scale = scales[j];
     }
   }
+  return max_scale;
+}
+
+// block_q3_K: hmask[32], qs[64], 12 bytes of 6-bit scales, fp16 d.
+void quantize_q3_K_block(const float* x, std::uint8_t* y) {
+  std::int8_t L[kSuperBlock];
+  float scales[16], amax = 0.0f;
+  const float max_scale = fit_sub_blocks(make_q3_quants, 4, x, L, scales, amax);
   std::uint8_t* hmask = y;
   std::uint8_t* packed = y + 96;
   std::fill(packed, packed + 12, 0);
@@ -394,16 +404,8 @@ void quantize_q5_K_block(const float* x, std::uint8_t* y) {
 // block_q6_K: ql[128], qh[64], int8 scales[16], fp16 d.
 void quantize_q6_K_block(const float* x, std::uint8_t* y) {
   std::int8_t L[kSuperBlock];
-  float scales[16];
-  float max_scale = 0.0f, max_abs_scale = 0.0f;
-  for (int ib = 0; ib < 16; ++ib) {
-    scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
-    const float abs_scale = std::fabs(scales[ib]);
-    if (abs_scale > max_abs_scale) {
-      max_abs_scale = abs_scale;
-      max_scale = scales[ib];
-    }
-  }
+  float scales[16], max_abs_scale = 0.0f;
+  const float max_scale = fit_sub_blocks(make_qx_quants, 32, x, L, scales, max_abs_scale);
   if (max_abs_scale < kGroupMaxEps) {
     std::fill(y, y + 210, 0);
     return;
