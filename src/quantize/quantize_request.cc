@@ -107,10 +107,11 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
   for (const auto& note : rep.notes) say(cb, "note: " + note);
   std::vector<std::string> types;
   for (const auto& [name, count] : rep.linear_types) types.push_back(fmt::format("{} x{}", name, count));
-  say(cb, fmt::format("wrote {} (GGUF {}, {} rounding; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
+  const bool rounded = options.mix != nullptr || is_quantized(options.type);  // fp16/bf16/fp32 have no rounding rule
+  say(cb, fmt::format("wrote {} (GGUF {}{}; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
                       r.output, options.mix ? options.mix->llama_name : r.low_bit.value_or("sym_int4"),
-                      rounding_name(options.rounding), fmt::join(types, ", "), mib(rep.bytes_before),
-                      mib(rep.bytes_after), rep.seconds));
+                      rounded ? fmt::format(", {} rounding", rounding_name(options.rounding)) : std::string(),
+                      fmt::join(types, ", "), mib(rep.bytes_before), mib(rep.bytes_after), rep.seconds));
   say(cb, peak_rss_line());
 }
 
