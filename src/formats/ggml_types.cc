@@ -509,25 +509,34 @@ void iq4_nl_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
   }
 }
 
-// ggml's quantize_row_q5_0_ref: d = max / -16 (max: the value of largest
-// magnitude, the first of equals), q = min(31, (int8_t)(x / d + 16.5f)).
-void q5_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
-  check_multiple(k, 32, "quantize_q5_0");
-  check_finite(x, k, "quantize_q5_0");
-  for (std::int64_t b = 0; b < k / 32; ++b, x += 32, y += 22) {
+// ggml's symmetric quantize_row_q4_0_ref / q5_0_ref up to the packing: per
+// block of 32, d = max / -half (max: the value of largest magnitude, the first
+// of equals), q = min(2 half - 1, (int8_t)(x * (1/d) + half + 0.5)); the cast
+// truncates toward zero, and x / d + half + 0.5 is in [0.5, 2 half + 0.5].
+void symmetric_blocks(const float* x, std::int64_t k, int half, std::int64_t block_bytes, std::string_view what,
+                      std::uint8_t* y, void (*pack)(const int* q, std::uint8_t* y)) {
+  check_multiple(k, 32, what);
+  check_finite(x, k, what);
+  for (std::int64_t b = 0; b < k / 32; ++b, x += 32, y += block_bytes) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
+      if (amax < std::fabs(x[j])) {  // strict: the first of equal magnitudes wins
         amax = std::fabs(x[j]);
         max = x[j];
       }
-    const float d = max / -16.0f;
+    const float d = max / -static_cast<float>(half);
     const float id = inverse_scale(d);
     store_u16(y, codec::encode_scale(d));
+    const float offset = static_cast<float>(half) + 0.5f;
     int q[32];
-    for (int j = 0; j < 32; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
-    pack_nibbles(q, y + 6, y + 2);
+    for (int j = 0; j < 32; ++j) q[j] = std::min(2 * half - 1, static_cast<int>(x[j] * id + offset));
+    pack(q, y);
   }
+}
+
+// ggml's quantize_row_q5_0_ref: the 5th bits in qh (4 bytes after d).
+void q5_0_from_float(const float* x, std::int64_t k, std::uint8_t* y) {
+  symmetric_blocks(x, k, 16, 22, "quantize_q5_0", y, [](const int* q, std::uint8_t* b) { pack_nibbles(q, b + 6, b + 2); });
 }
 
 }  // namespace
@@ -560,26 +569,8 @@ void scale_min_k4(int j, const std::uint8_t* q, int& sc, int& m) {
 
 
 void quantize_q4_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks) {
-  check_multiple(k, kQK, "quantize_q4_0_ggml");
-  check_finite(x, k, "quantize_q4_0_ggml");
-  for (std::int64_t b = 0; b < k / kQK; ++b, x += kQK, blocks += kQ4_0Bytes) {
-    float amax = 0.0f, max = 0.0f;
-    for (std::int64_t j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {  // strict: the first of equal magnitudes wins
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = inverse_scale(d);
-    store_u16(blocks, codec::encode_scale(d));
-    for (int j = 0; j < 16; ++j) {
-      // (int8_t)(v + 8.5f) truncates toward zero; v + 8.5 is in [0.5, 16.5].
-      const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
-      blocks[2 + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
-    }
-  }
+  symmetric_blocks(x, k, 8, kQ4_0Bytes, "quantize_q4_0_ggml", blocks,
+                   [](const int* q, std::uint8_t* b) { pack_nibbles(q, b + 2, nullptr); });
 }
 
 void quantize_q8_0_ggml(const float* x, std::int64_t k, std::uint8_t* blocks) {
