@@ -10,6 +10,9 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "formats/format_traits.h"
+#include "formats/ggml_types.h"
+#include "formats/int_matrix.h"
 #include "formats/low_bit.h"
 
 namespace woq {
@@ -192,6 +195,73 @@ TEST(Codec, RejectsBadInput) {
   EXPECT_THROW(quantize_matrix(x.data(), 2, 32, {LowBit::kSymInt4, 32, Int4Range::kFull}), Error);
   EXPECT_THROW(parse_low_bit("int3"), Error);
   EXPECT_EQ(parse_low_bit("asym_int4"), LowBit::kAsymInt4);
+}
+
+// The traits table: one row per LowBit in order, found by its name in any case.
+TEST(FormatTraits, OneRowPerFormatFoundByName) {
+  ASSERT_EQ(weight_formats().size(), kFormatCount);
+  for (const FormatTraits& f : weight_formats()) {
+    EXPECT_EQ(&format_traits(f.type), &f);
+    std::string upper(f.name);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_low_bit(upper), f.type) << f.name;
+    EXPECT_EQ(low_bit_name(f.type), f.name);
+  }
+  EXPECT_EQ(find_format("q4_k_m"), nullptr);
+}
+
+// A format's ggml column names the ggml type whose blocks hold the same
+// values: woq's rows (ggml rounding where woq has its own) decode to what
+// ggml's own quantizer and dequantizer give, in the same number of bytes.
+TEST(FormatTraits, GgmlColumnHoldsTheSameValuesInTheSameBytes) {
+  constexpr std::int64_t kRows = 3, kCols = 768;
+  const std::vector<float> x = weights(kRows * kCols, 11);
+  int checked = 0;
+  for (const FormatTraits& f : weight_formats()) {
+    if (!f.ggml) continue;
+    const GgmlTypeTraits& g = ggml_type_traits(*f.ggml);
+    QuantSpec spec{f.type, 32};
+    if (f.family == FormatFamily::kGrouped) spec.rounding = Rounding::kGgml;
+    const QuantMatrix w = quantize_matrix(x.data(), kRows, kCols, spec);
+    EXPECT_EQ(static_cast<std::int64_t>(w.bytes()), kRows * ggml_row_bytes(g, kCols)) << f.name;
+    std::vector<std::uint8_t> blocks(static_cast<std::size_t>(ggml_row_bytes(g, kCols)));
+    std::vector<float> ours(kCols), theirs(kCols);
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      g.from_float(x.data() + r * kCols, kCols, blocks.data());
+      g.to_float(blocks.data(), theirs.data(), kCols);
+      dequantize_row(w, r, ours.data());
+      for (std::int64_t j = 0; j < kCols; ++j)
+        ASSERT_EQ(ours[static_cast<std::size_t>(j)], theirs[static_cast<std::size_t>(j)]) << f.name << " " << r << "," << j;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);  // all but asym_int4
+}
+
+// value_bits and fixed_zero describe the integers GPTQ checkpoints store:
+// (q - zero) · scale of to_int_matrix is the dequantized weight.
+TEST(FormatTraits, IntegerColumnsAreTheCheckpointIntegers) {
+  constexpr std::int64_t kRows = 4, kCols = 96;
+  const std::vector<float> x = weights(kRows * kCols, 12);
+  for (const FormatTraits& f : weight_formats()) {
+    if (f.family != FormatFamily::kGrouped) continue;
+    const QuantMatrix w = quantize_matrix(x.data(), kRows, kCols, QuantSpec{f.type, 32});
+    const IntMatrix m = to_int_matrix(w);
+    EXPECT_EQ(m.bits, f.value_bits) << f.name;
+    std::vector<float> row(kCols);
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      dequantize_row(w, r, row.data());
+      for (std::int64_t k = 0; k < kCols; ++k) {
+        const std::size_t g = static_cast<std::size_t>(r * m.groups + m.g_idx[static_cast<std::size_t>(k)]);
+        if (f.fixed_zero >= 0) {
+          EXPECT_EQ(m.zero[g], f.fixed_zero) << f.name;
+        }
+        const int q = m.q[static_cast<std::size_t>(r * kCols + k)];
+        EXPECT_EQ(static_cast<float>(q - m.zero[g]) * fp16_to_fp32(m.scale[g]), row[static_cast<std::size_t>(k)])
+            << f.name << " " << r << "," << k;
+      }
+    }
+  }
 }
 
 }  // namespace

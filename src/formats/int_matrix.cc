@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/format_traits.h"
 #include "formats/interleave.h"
 
 namespace woq {
@@ -56,7 +57,8 @@ IntMatrix to_int_matrix(const QuantMatrix& stored) {
   }
   const QuantMatrix& w = stored.interleave != 1 ? flat : stored;
   IntMatrix m;
-  m.bits = w.type == LowBit::kSymInt8 ? 8 : 4;
+  const FormatTraits& format = format_traits(w.type);
+  m.bits = format.value_bits;
   m.rows = w.rows;
   m.cols = w.cols;
   m.groups = w.groups_per_row;
@@ -77,7 +79,7 @@ IntMatrix to_int_matrix(const QuantMatrix& stored) {
     }
     for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
       const std::size_t i = static_cast<std::size_t>(n * w.groups_per_row + g);
-      m.zero[i] = w.type == LowBit::kAsymInt4 ? w.zeros[i] : (m.bits == 8 ? 128 : 8);
+      m.zero[i] = format.fixed_zero >= 0 ? static_cast<std::uint16_t>(format.fixed_zero) : w.zeros[i];
     }
   }
   return m;
@@ -87,8 +89,11 @@ QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sy
   if (m.bits != 4 && m.bits != 8) fail("bits = {} is not supported (woq reads 4- and 8-bit weights)", m.bits);
   if (m.bits == 8 && !sym)
     fail("8-bit asymmetric weights (sym = false) are not supported: woq has no asym_int8 format");
-  const LowBit type = m.bits == 8 ? LowBit::kSymInt8 : (sym ? LowBit::kSymInt4 : LowBit::kAsymInt4);
-  QuantMatrix w = allocate_matrix(m.rows, m.cols, QuantSpec{type, group_size, Int4Range::kFull});
+  const FormatTraits* format = nullptr;  // the grouped format of m.bits whose zero is fixed (sym) or per group
+  for (const FormatTraits& f : weight_formats())
+    if (f.family == FormatFamily::kGrouped && f.value_bits == m.bits && (f.fixed_zero >= 0) == sym) format = &f;
+  if (format == nullptr) fail("{}-bit {}symmetric weights have no woq format", m.bits, sym ? "" : "a");
+  QuantMatrix w = allocate_matrix(m.rows, m.cols, QuantSpec{format->type, group_size, Int4Range::kFull});
   if (w.groups_per_row != m.groups)
     fail("{} groups per row, but K = {} with group_size {} needs {}", m.groups, m.cols, group_size, w.groups_per_row);
   const auto size = [](std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); };
@@ -97,7 +102,7 @@ QuantMatrix from_int_matrix(const IntMatrix& m, std::int64_t group_size, bool sy
     fail("from_int_matrix: buffer sizes disagree with [{}, {}] and {} groups", m.rows, m.cols, m.groups);
   w.input_order = act_order(m, w.group_size);
   w.scales = m.scale;
-  const std::uint16_t sym_zero = m.bits == 8 ? 128 : 8;
+  const auto sym_zero = static_cast<std::uint16_t>(format->fixed_zero);
   auto convert = [&](std::int64_t r0, std::int64_t r1) {
   for (std::int64_t n = r0; n < r1; ++n) {
     for (std::int64_t g = 0; g < m.groups; ++g) {

@@ -1,92 +1,30 @@
 #include "formats/low_bit.h"
 
-#include <algorithm>
-#include <array>
-#include <cctype>
 #include <cmath>
 #include <cstring>
-#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "core/thread_pool.h"
-#include "formats/asym_int4.h"
+#include "formats/format_traits.h"
 #include "formats/ggml_types.h"
-#include "formats/group_rule.h"
 #include "formats/interleave.h"
 #include "formats/kquant.h"
 #include "formats/kquant_mix.h"
-#include "formats/scale.h"
-#include "formats/sym_int4.h"
-#include "formats/sym_int8.h"
 
 namespace woq {
 
 namespace {
 
-constexpr std::array<std::pair<LowBit, std::string_view>, 6> kNames{{
-    {LowBit::kFp32, "fp32"},
-    {LowBit::kFp16, "fp16"},
-    {LowBit::kBf16, "bf16"},
-    {LowBit::kSymInt4, "sym_int4"},
-    {LowBit::kAsymInt4, "asym_int4"},
-    {LowBit::kSymInt8, "sym_int8"},
-}};
-
-std::int64_t packed_row_bytes(LowBit type, std::int64_t cols) {
-  switch (type) {
-    case LowBit::kFp32: return 4 * cols;
-    case LowBit::kFp16:
-    case LowBit::kBf16: return 2 * cols;
-    case LowBit::kSymInt4:
-    case LowBit::kAsymInt4: return (cols + 1) / 2;
-    case LowBit::kSymInt8: return cols;
-    case LowBit::kQ2_K:
-    case LowBit::kQ3_K:
-    case LowBit::kQ4_K:
-    case LowBit::kQ5_K:
-    case LowBit::kQ6_K: return cols / kquant::kSuperBlock * kquant::find(type)->block_bytes;
-  }
-  return 0;
+// Row r's part of a per-group array of w (scales, zeros), or nullptr when w has none.
+template <typename T>
+T* row_of(std::vector<T>& v, std::int64_t r, const QuantMatrix& w) {
+  return v.empty() ? nullptr : v.data() + r * w.groups_per_row;
 }
-
-// Stores one row of fp32 values in `w`'s format.
-void encode_row(QuantMatrix& w, std::int64_t r, const float* x) {
-  std::uint8_t* dst = w.data.data() + r * w.row_bytes;
-  std::uint16_t* scales = w.scales.data() + r * w.groups_per_row;
-  const std::int64_t k = w.cols;
-  switch (w.type) {
-    case LowBit::kFp32: std::memcpy(dst, x, static_cast<std::size_t>(4 * k)); break;
-    case LowBit::kFp16:
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::uint16_t h = fp32_to_fp16(x[j]);
-        std::memcpy(dst + 2 * j, &h, 2);
-      }
-      break;
-    case LowBit::kBf16:
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::uint16_t h = fp32_to_bf16(x[j]);
-        std::memcpy(dst + 2 * j, &h, 2);
-      }
-      break;
-    case LowBit::kSymInt4:
-      sym_int4::quantize_row(x, k, w.group_size, w.int4_range, dst, scales);
-      break;
-    case LowBit::kAsymInt4:
-      asym_int4::quantize_row(x, k, w.group_size, dst, scales,
-                              w.zeros.data() + r * w.groups_per_row);
-      break;
-    case LowBit::kSymInt8:
-      sym_int8::quantize_row(x, k, w.group_size, reinterpret_cast<std::int8_t*>(dst), scales);
-      break;
-    case LowBit::kQ2_K:
-    case LowBit::kQ3_K:
-    case LowBit::kQ4_K:
-    case LowBit::kQ5_K:
-    case LowBit::kQ6_K: ggml_type_traits(kquant::find(w.type)->ggml).from_float(x, k, dst); break;
-  }
+template <typename T>
+const T* row_of(const std::vector<T>& v, std::int64_t r, const QuantMatrix& w) {
+  return v.empty() ? nullptr : v.data() + r * w.groups_per_row;
 }
 
 // Row r of w from x by ggml's reference Q4_0 / Q8_0 quantizer, through
@@ -105,63 +43,12 @@ void encode_row_ggml(QuantMatrix& w, std::int64_t r, const float* x, std::vector
 
 }  // namespace
 
-bool is_int4(LowBit type) { return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4; }
+bool is_int4(LowBit type) { return is_quantized(type) && format_traits(type).value_bits == 4; }
 
-GroupRule fit_group(LowBit type, Int4Range range, const float* x, std::int64_t n) {
-  GroupRule r;
-  switch (type) {
-    case LowBit::kSymInt4: {
-      float amax = 0.0f, max = 0.0f;  // max: the signed value of largest magnitude
-      for (std::int64_t j = 0; j < n; ++j)
-        if (std::fabs(x[j]) > amax) {
-          amax = std::fabs(x[j]);
-          max = x[j];
-        }
-      const bool full = range == Int4Range::kFull;
-      r.scale = codec::encode_scale(full ? max / -8.0f : amax / 7.0f);
-      r.zero = 8;
-      r.lo = full ? 0 : 1;
-      r.hi = 15;
-      return r;
-    }
-    case LowBit::kAsymInt4: {
-      float lo = 0.0f, hi = 0.0f;
-      for (std::int64_t j = 0; j < n; ++j) {
-        lo = std::min(lo, x[j]);
-        hi = std::max(hi, x[j]);
-      }
-      r.scale = codec::encode_scale((hi - lo) / 15.0f);
-      r.zero = codec::round_div(-lo, r.step(), 0, 15);
-      r.lo = 0;
-      r.hi = 15;
-      return r;
-    }
-    case LowBit::kSymInt8: {
-      float amax = 0.0f;
-      for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
-      r.scale = codec::encode_scale(amax / 127.0f);
-      r.lo = -127;
-      r.hi = 127;
-      return r;
-    }
-    default: fail("fit_group: {} is not an integer format", low_bit_name(type));
-  }
-}
-
-std::string_view low_bit_name(LowBit type) {
-  for (const auto& [t, name] : kNames)
-    if (t == type) return name;
-  if (const kquant::Format* f = kquant::find(type)) return f->name;
-  return "?";
-}
+std::string_view low_bit_name(LowBit type) { return format_traits(type).name; }
 
 LowBit parse_low_bit(std::string_view name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const auto& [t, n] : kNames)
-    if (n == lower) return t;
-  for (const kquant::Format& f : kquant::formats())
-    if (f.name == lower) return f.type;
+  if (const FormatTraits* f = find_format(name)) return f->type;
   if (const kquant::Mix* m = kquant::find_mix(name))
     fail("low-bit type '{}' is llama-quantize's file type {}, a type per layer of a whole model; here give one format "
          "(fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k)", printable(name), m->llama_name);
@@ -170,11 +57,9 @@ LowBit parse_low_bit(std::string_view name) {
        printable(name));
 }
 
-bool is_quantized(LowBit type) {
-  return type == LowBit::kSymInt4 || type == LowBit::kAsymInt4 || type == LowBit::kSymInt8;
-}
+bool is_quantized(LowBit type) { return format_traits(type).family == FormatFamily::kGrouped; }
 
-bool is_kquant(LowBit type) { return kquant::find(type) != nullptr; }
+bool is_kquant(LowBit type) { return format_traits(type).family == FormatFamily::kKQuant; }
 
 std::string_view activations_name(Activations a) {
   switch (a) {
@@ -192,19 +77,7 @@ Activations parse_activations(std::string_view name) {
   fail("unknown activations '{}' (expected int8, f32, bf16 or int16)", printable(name));
 }
 
-// By measurement (README, "Activations"): for 8-bit weights int8 activations
-// double the KL divergence on the bundled model (0.00146 vs 0.00070 with f32
-// ones), bf16 ones add 6 % (0.00074) and int16 ones nothing measurable
-// (0.000702), while int16 decodes at the integer path's speed (8-layer
-// llama-2-7b shapes on an AMX Xeon, 2026-12-03: tg32 7.5 / 13.8 t/s at 1 / 2
-// threads against bf16's 5.9 / 10.9 and llama.cpp Q8_0's 8.2 / 15.8 with fewer
-// bytes per token) and prefills faster than bf16 on AVX2 and AVX-512 (pp128 at
-// 2 threads: 27 against 19, 95 against 62); on AMX bf16 prefills faster
-// (pp512 ~180 against 130 at g32, 175 per channel). For 4-bit weights int8
-// activations cost nothing measurable (0.1810 vs 0.1807) and decode ~2.7x faster.
-Activations default_activations(LowBit type) {
-  return type == LowBit::kSymInt8 ? Activations::kInt16 : Activations::kInt8;
-}
+Activations default_activations(LowBit type) { return format_traits(type).default_activations; }
 
 std::string_view int4_range_name(Int4Range range) {
   return range == Int4Range::kFull ? "full" : "clip";
@@ -274,7 +147,7 @@ QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpe
     w.group_size = kquant::kSuperBlock;
     w.groups_per_row = cols / kquant::kSuperBlock;
   }
-  w.row_bytes = packed_row_bytes(spec.type, cols);
+  w.row_bytes = format_traits(spec.type).row_bytes(cols);
   if (is_quantized(spec.type)) {
     const std::int64_t g = spec.group_size;
     w.group_size = (g == -1 || g > cols) ? cols : g;
@@ -305,7 +178,8 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
         if (ggml_rounding) {
           encode_row_ggml(w, r, x, blocks);
         } else {
-          encode_row(w, r, x);
+          format_traits(w.type).encode_row(w, x, w.data.data() + r * w.row_bytes, row_of(w.scales, r, w),
+                                           row_of(w.zeros, r, w));
         }
       } catch (const Error& e) {
         fail("row {}: {}", r, e.what());
@@ -329,8 +203,8 @@ void dequantize_row(const QuantMatrix& w, std::int64_t row, float* out) {
 
 void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
   const std::uint8_t* src = w.data.data() + row * w.row_bytes;
-  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  const std::uint8_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data() + row * w.groups_per_row;
+  const std::uint16_t* scales = row_of(w.scales, row, w);
+  const std::uint8_t* zeros = row_of(w.zeros, row, w);
   std::vector<std::uint8_t> row_data, row_zeros;
   std::vector<std::uint16_t> row_scales;
   if (w.interleave != 1) {  // the row, gathered into the row-major layout (a rare path: explain's f32 rows)
@@ -342,37 +216,7 @@ void dequantize_stored_row(const QuantMatrix& w, std::int64_t row, float* out) {
     scales = row_scales.data();
     zeros = row_zeros.data();
   }
-  const std::int64_t k = w.cols;
-  switch (w.type) {
-    case LowBit::kFp32: std::memcpy(out, src, static_cast<std::size_t>(4 * k)); break;
-    case LowBit::kFp16:
-      for (std::int64_t j = 0; j < k; ++j) {
-        std::uint16_t h;
-        std::memcpy(&h, src + 2 * j, 2);
-        out[j] = fp16_to_fp32(h);
-      }
-      break;
-    case LowBit::kBf16:
-      for (std::int64_t j = 0; j < k; ++j) {
-        std::uint16_t h;
-        std::memcpy(&h, src + 2 * j, 2);
-        out[j] = bf16_to_fp32(h);
-      }
-      break;
-    case LowBit::kSymInt4: sym_int4::dequantize_row(src, scales, k, w.group_size, out); break;
-    case LowBit::kAsymInt4:
-      asym_int4::dequantize_row(src, scales, zeros, k, w.group_size, out);
-      break;
-    case LowBit::kSymInt8:
-      sym_int8::dequantize_row(reinterpret_cast<const std::int8_t*>(src), scales, k, w.group_size,
-                               out);
-      break;
-    case LowBit::kQ2_K:
-    case LowBit::kQ3_K:
-    case LowBit::kQ4_K:
-    case LowBit::kQ5_K:
-    case LowBit::kQ6_K: ggml_type_traits(kquant::find(w.type)->ggml).to_float(src, out, k); break;
-  }
+  format_traits(w.type).decode_row(w, src, scales, zeros, out);
 }
 
 }  // namespace woq

@@ -7,13 +7,29 @@
 
 namespace woq::sym_int4 {
 
+GroupRule fit_group(Int4Range range, const float* x, std::int64_t n) {
+  float amax = 0.0f, max = 0.0f;  // max: the signed value of largest magnitude
+  for (std::int64_t j = 0; j < n; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  const bool full = range == Int4Range::kFull;
+  GroupRule r;
+  r.scale = codec::encode_scale(full ? max / -8.0f : amax / 7.0f);
+  r.zero = 8;
+  r.lo = full ? 0 : 1;
+  r.hi = 15;
+  return r;
+}
+
 void quantize_row(const float* x, std::int64_t k, std::int64_t group, Int4Range range,
                   std::uint8_t* q, std::uint16_t* scales) {
   const std::int64_t groups = (k + group - 1) / group;
   for (std::int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * group;
     const std::int64_t n = codec::group_len(g, k, group);
-    const GroupRule rule = fit_group(LowBit::kSymInt4, range, xg, n);
+    const GroupRule rule = fit_group(range, xg, n);
     scales[g] = rule.scale;
     for (std::int64_t j = 0; j < n; ++j) codec::put_nibble(q, g * group + j, rule.quantize(xg[j]));
   }

@@ -18,9 +18,14 @@
 
 #include <cstdint>
 
+#include "formats/group_rule.h"
 #include "formats/low_bit.h"
 
 namespace woq::sym_int4 {
+
+/// The rule above fitted to one group x[0, n): zero 8, stored range [0, 15]
+/// (full) or [1, 15] (clip). Throws woq::Error when d overflows fp16.
+GroupRule fit_group(Int4Range range, const float* x, std::int64_t n);
 
 /// Quantizes x[0, k) with groups of `group` into packed nibbles q[0, ceil(k/2))
 /// and fp16 scales[0, ceil(k/group)). Throws woq::Error if a scale overflows fp16.

@@ -8,13 +8,23 @@
 
 namespace woq::sym_int8 {
 
+GroupRule fit_group(const float* x, std::int64_t n) {
+  float amax = 0.0f;
+  for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  GroupRule r;
+  r.scale = codec::encode_scale(amax / 127.0f);
+  r.lo = -127;
+  r.hi = 127;
+  return r;
+}
+
 void quantize_row(const float* x, std::int64_t k, std::int64_t group, std::int8_t* q,
                   std::uint16_t* scales) {
   const std::int64_t groups = (k + group - 1) / group;
   for (std::int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * group;
     const std::int64_t n = codec::group_len(g, k, group);
-    const GroupRule rule = fit_group(LowBit::kSymInt8, Int4Range::kFull, xg, n);
+    const GroupRule rule = fit_group(xg, n);
     scales[g] = rule.scale;
     for (std::int64_t j = 0; j < n; ++j) q[g * group + j] = static_cast<std::int8_t>(rule.quantize(xg[j]));
   }

@@ -12,7 +12,13 @@
 
 #include <cstdint>
 
+#include "formats/group_rule.h"
+
 namespace woq::sym_int8 {
+
+/// The rule above fitted to one group x[0, n) (zero 0, stored range
+/// [-127, 127]). Throws woq::Error when d overflows fp16.
+GroupRule fit_group(const float* x, std::int64_t n);
 
 /// Quantizes x[0, k) with groups of `group` into q[0, k) and fp16
 /// scales[0, ceil(k/group)). Throws woq::Error if a scale overflows fp16.

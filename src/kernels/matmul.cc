@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "formats/format_traits.h"
 #include "formats/interleave.h"
 #include "formats/kquant.h"
 #include "formats/scale.h"
@@ -115,23 +116,17 @@ void tile_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const A
 
 void tile_bf16_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Bf16Activations& a,
                       std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
-  tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
-    switch (w.type) {
-      case LowBit::kSymInt4: return dot_bf16_scalar<LowBit::kSymInt4>(w, args...);
-      case LowBit::kAsymInt4: return dot_bf16_scalar<LowBit::kAsymInt4>(w, args...);
-      default: return dot_bf16_scalar<LowBit::kSymInt8>(w, args...);
-    }
+  for_integer_format(w.type, [&](auto type) {
+    tile_scalar(w, g0, g1, a, t0, tokens, y,
+                [&](auto... args) { return dot_bf16_scalar<decltype(type)::value>(w, args...); });
   });
 }
 
 void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, const Q8Activations& a,
                     std::int64_t t0, std::int64_t tokens, float* y, ScratchArena&) {
-  tile_scalar(w, g0, g1, a, t0, tokens, y, [&](auto... args) {
-    switch (w.type) {
-      case LowBit::kSymInt4: return dot_q8_scalar<LowBit::kSymInt4>(w, args...);
-      case LowBit::kAsymInt4: return dot_q8_scalar<LowBit::kAsymInt4>(w, args...);
-      default: return dot_q8_scalar<LowBit::kSymInt8>(w, args...);
-    }
+  for_integer_format(w.type, [&](auto type) {
+    tile_scalar(w, g0, g1, a, t0, tokens, y,
+                [&](auto... args) { return dot_q8_scalar<decltype(type)::value>(w, args...); });
   });
 }
 
@@ -237,7 +232,8 @@ std::int64_t group_units(const QuantMatrix& w) { return (w.rows + kInterleaveRow
 enum class Path { kFloat, kInt8, kInt16, kBf16, kKQuant };
 
 Path path_of(const QuantMatrix& w) {
-  if (is_kquant(w.type)) return w.activations == Activations::kF32 ? Path::kFloat : Path::kKQuant;
+  if (format_traits(w.type).activation_blocks == ActivationBlocks::kQ8_K)
+    return w.activations == Activations::kF32 ? Path::kFloat : Path::kKQuant;
   if (w.activations == Activations::kF32 || !can_interleave(w)) return Path::kFloat;
   switch (w.activations) {
     case Activations::kInt8: return Path::kInt8;

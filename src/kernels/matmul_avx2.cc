@@ -2,10 +2,12 @@
 // -mavx2 -mfma -mf16c; it is only called after active_isa() found them.
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "core/half.h"
+#include "formats/format_traits.h"
 #include "formats/interleave.h"
 #include "formats/scale.h"
 #include "kernels/matmul.h"
@@ -45,8 +47,6 @@ void axpy(float a, const float* x, float* y, std::int64_t k) {
     _mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
   for (; j < k; ++j) y[j] += a * x[j];
 }
-
-void widen_row(const QuantMatrix& w, std::int64_t row, float* out);
 
 // fp16 / bf16 rows: two accumulators so the FMA latency does not bound the loop.
 template <bool kBf16>
@@ -133,32 +133,6 @@ float dot_dequantized(const QuantMatrix& w, std::int64_t row, const float* x) {
   float sum = hsum(_mm256_add_ps(acc0, acc1));
   for (; j < k; ++j) sum = std::fma(value(j), x[j], sum);
   return sum;
-}
-
-float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
-  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
-  const bool fused = w.group_size % 16 == 0 || w.groups_per_row == 1;
-  switch (w.type) {
-    case LowBit::kFp32: return dot_f32(reinterpret_cast<const float*>(p), x, w.cols);
-    case LowBit::kFp16: return dot_half<false>(p, x, w.cols);
-    case LowBit::kBf16: return dot_half<true>(p, x, w.cols);
-    case LowBit::kSymInt4:
-      if (fused) return dot_dequantized<LowBit::kSymInt4>(w, row, x);
-      break;
-    case LowBit::kAsymInt4:
-      if (fused) return dot_dequantized<LowBit::kAsymInt4>(w, row, x);
-      break;
-    case LowBit::kSymInt8:
-      if (fused) return dot_dequantized<LowBit::kSymInt8>(w, row, x);
-      break;
-    case LowBit::kQ2_K:
-    case LowBit::kQ3_K:
-    case LowBit::kQ4_K:
-    case LowBit::kQ5_K:
-    case LowBit::kQ6_K: break;  // f32 activations: widened by ggml's dequantizer
-  }
-  widen_row(w, row, scratch);
-  return dot_f32(scratch, x, w.cols);
 }
 
 // ---- Integer path: int8 activation blocks against interleaved weight blocks ----
@@ -431,45 +405,97 @@ void widen_int8_group(const std::int8_t* q, float s, std::int64_t n, float* out)
   for (; j < n; ++j) out[j] = static_cast<float>(q[j]) * s;
 }
 
-// A row widened to fp32 exactly (dequantize_stored_row's values, 8 or 16 at a time).
-void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
-  const std::uint8_t* p = w.data.data() + row * w.row_bytes;
+// ---- The float path, one row of kFloatPath per format (formats/format_traits.h) ----
+// widen: the row as fp32, exactly (dequantize_stored_row's values, 8 or 16 at
+// a time); dot: Σ_k w_k x_k equal bit for bit to dot_f32 of the widened row.
+
+const std::uint8_t* row_data(const QuantMatrix& w, std::int64_t row) { return w.data.data() + row * w.row_bytes; }
+
+void widen_fp32(const QuantMatrix& w, std::int64_t row, float* out) {
+  std::memcpy(out, row_data(w, row), static_cast<std::size_t>(4 * w.cols));
+}
+
+template <bool kBf16>
+void widen_half(const QuantMatrix& w, std::int64_t row, float* out) {
+  const std::uint8_t* p = row_data(w, row);
   const std::int64_t k = w.cols;
-  const std::int64_t g = w.group_size;
-  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
-  switch (w.type) {
-    case LowBit::kFp32: std::memcpy(out, p, static_cast<std::size_t>(4 * k)); return;
-    case LowBit::kSymInt4:
-    case LowBit::kAsymInt4:
-      for (std::int64_t i = 0; i < w.groups_per_row; ++i) {
-        const int zero = w.type == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + i)];
-        widen_int4_group(p + i * g / 2, fp16_to_fp32(scales[i]), zero, codec::group_len(i, k, g), out + i * g);
-      }
-      return;
-    case LowBit::kSymInt8:
-      for (std::int64_t i = 0; i < w.groups_per_row; ++i)
-        widen_int8_group(reinterpret_cast<const std::int8_t*>(p) + i * g, fp16_to_fp32(scales[i]),
-                         codec::group_len(i, k, g), out + i * g);
-      return;
-    case LowBit::kQ2_K:
-    case LowBit::kQ3_K:
-    case LowBit::kQ4_K:
-    case LowBit::kQ5_K:
-    case LowBit::kQ6_K: return dequantize_stored_row(w, row, out);
-    case LowBit::kFp16:
-    case LowBit::kBf16: break;
-  }
   std::int64_t j = 0;
   for (; j + 8 <= k; j += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * j));
-    _mm256_storeu_ps(out + j, w.type == LowBit::kFp16 ? _mm256_cvtph_ps(h)
-                                                      : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    _mm256_storeu_ps(out + j, kBf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                    : _mm256_cvtph_ps(h));
   }
   for (; j < k; ++j) {
     std::uint16_t h;
     std::memcpy(&h, p + 2 * j, 2);
-    out[j] = w.type == LowBit::kFp16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    out[j] = kBf16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
   }
+}
+
+template <LowBit T>
+void widen_grouped(const QuantMatrix& w, std::int64_t row, float* out) {
+  const std::uint8_t* p = row_data(w, row);
+  const std::int64_t k = w.cols;
+  const std::int64_t g = w.group_size;
+  const std::uint16_t* scales = w.scales.data() + row * w.groups_per_row;
+  for (std::int64_t i = 0; i < w.groups_per_row; ++i) {
+    if constexpr (T == LowBit::kSymInt8) {
+      widen_int8_group(reinterpret_cast<const std::int8_t*>(p) + i * g, fp16_to_fp32(scales[i]),
+                       codec::group_len(i, k, g), out + i * g);
+    } else {
+      const int zero = T == LowBit::kSymInt4 ? 8 : w.zeros[static_cast<std::size_t>(row * w.groups_per_row + i)];
+      widen_int4_group(p + i * g / 2, fp16_to_fp32(scales[i]), zero, codec::group_len(i, k, g), out + i * g);
+    }
+  }
+}
+
+float dot_fp32_row(const QuantMatrix& w, std::int64_t row, const float* x, float*) {
+  return dot_f32(reinterpret_cast<const float*>(row_data(w, row)), x, w.cols);
+}
+
+template <bool kBf16>
+float dot_half_row(const QuantMatrix& w, std::int64_t row, const float* x, float*) {
+  return dot_half<kBf16>(row_data(w, row), x, w.cols);
+}
+
+// Dequantized in registers when every group but the last is a multiple of 16 long (dot_dequantized).
+template <LowBit T>
+float dot_grouped_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
+  if (w.group_size % 16 == 0 || w.groups_per_row == 1) return dot_dequantized<T>(w, row, x);
+  widen_grouped<T>(w, row, scratch);
+  return dot_f32(scratch, x, w.cols);
+}
+
+// K-quants with f32 activations: widened by ggml's dequantizer.
+float dot_widened_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
+  dequantize_stored_row(w, row, scratch);
+  return dot_f32(scratch, x, w.cols);
+}
+
+struct FloatPath {
+  float (*dot_row)(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch);
+  void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
+};
+
+constexpr FloatPath kKQuantFloatPath{dot_widened_row, dequantize_stored_row};
+
+// In LowBit order.
+constexpr std::array<FloatPath, kFormatCount> kFloatPath{{
+    {dot_fp32_row, widen_fp32},
+    {dot_half_row<false>, widen_half<false>},
+    {dot_half_row<true>, widen_half<true>},
+    {dot_grouped_row<LowBit::kSymInt4>, widen_grouped<LowBit::kSymInt4>},
+    {dot_grouped_row<LowBit::kAsymInt4>, widen_grouped<LowBit::kAsymInt4>},
+    {dot_grouped_row<LowBit::kSymInt8>, widen_grouped<LowBit::kSymInt8>},
+    kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath,
+}};
+
+float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
+  return kFloatPath[static_cast<std::size_t>(w.type)].dot_row(w, row, x, scratch);
+}
+
+void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
+  kFloatPath[static_cast<std::size_t>(w.type)].widen_row(w, row, out);
 }
 
 }  // namespace

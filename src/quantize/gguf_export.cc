@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/format_traits.h"
 #include "formats/ggml_types.h"
 #include "formats/kquant_mix.h"
 #include "formats/sym_int4.h"
@@ -30,21 +31,19 @@ namespace woq {
 
 namespace {
 
-GgmlType ggml_type_of(LowBit type) {
-  switch (type) {
-    case LowBit::kSymInt4: return GgmlType::kQ4_0;
-    case LowBit::kSymInt8: return GgmlType::kQ8_0;
-    case LowBit::kFp16: return GgmlType::kF16;
-    case LowBit::kBf16: return GgmlType::kBF16;
-    case LowBit::kFp32: return GgmlType::kF32;
-    default: {
-      std::string mixes;
-      for (const kquant::Mix& m : kquant::mixes()) mixes += fmt::format(", {}", m.name);
-      fail("GGUF output: --low-bit {} has no GGUF file type (sym_int4 = Q4_0, sym_int8 = Q8_0, fp16, bf16, fp32, "
-           "or llama-quantize's K-quant types{})", low_bit_name(type), mixes);
-    }
+// The GGUF type of a model stored all in `type`, and llama's file type for it.
+const FormatTraits& gguf_format(LowBit type) {
+  const FormatTraits& f = format_traits(type);
+  if (!f.ggml || !f.llama_ftype) {
+    std::string mixes;
+    for (const kquant::Mix& m : kquant::mixes()) mixes += fmt::format(", {}", m.name);
+    fail("GGUF output: --low-bit {} has no GGUF file type (sym_int4 = Q4_0, sym_int8 = Q8_0, fp16, bf16, fp32, "
+         "or llama-quantize's K-quant types{})", f.name, mixes);
   }
+  return f;
 }
+
+GgmlType ggml_type_of(LowBit type) { return *gguf_format(type).ggml; }
 
 // Encodes fp32 row x[0, k) as `type` into out (ggml_row_bytes(type, k) bytes):
 // woq rounding writes Q4_0/Q8_0 blocks equal to woq's sym_int4/sym_int8 g32,
@@ -69,17 +68,7 @@ void encode_row(const float* x, std::int64_t k, GgmlType type, Rounding rounding
 
 }  // namespace
 
-std::uint32_t gguf_file_type(LowBit type) {
-  switch (type) {
-    case LowBit::kFp32: return 0;
-    case LowBit::kFp16: return 1;
-    case LowBit::kSymInt4: return 2;
-    case LowBit::kSymInt8: return 7;
-    case LowBit::kBf16: return 32;
-    default: ggml_type_of(type);  // throws
-  }
-  return 0;
-}
+std::uint32_t gguf_file_type(LowBit type) { return *gguf_format(type).llama_ftype; }
 
 namespace {
 
@@ -341,8 +330,8 @@ class TypePlan {
     return choice.type;
   }
   static std::uint32_t gguf_file_type_of(GgmlType t) {
-    for (const LowBit b : {LowBit::kFp32, LowBit::kFp16, LowBit::kSymInt4, LowBit::kSymInt8, LowBit::kBf16})
-      if (ggml_type_of(b) == t) return gguf_file_type(b);
+    for (const FormatTraits& f : weight_formats())
+      if (f.ggml == t && f.llama_ftype) return *f.llama_ftype;
     return 0;
   }
 

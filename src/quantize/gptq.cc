@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "formats/format_traits.h"
 #include "formats/group_rule.h"
 #include "formats/int_matrix.h"
 #include "kernels/blas.h"
@@ -148,6 +149,9 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, con
   if (prepared.k != k) fail("GPTQ: the Hessian is for K = {}, the matrix has K = {}", prepared.k, k);
   if (options.block_size < 1) fail("GPTQ: block_size must be positive, got {}", options.block_size);
   const bool per_channel = spec.group_size == -1 || spec.group_size >= k;
+  // The zero of a group's unsigned integers, as checkpoints store them.
+  const FormatTraits& format = format_traits(spec.type);
+  const auto stored_zero = [&](const GroupRule& rule) { return format.fixed_zero >= 0 ? format.fixed_zero : rule.zero; };
   const std::int64_t g = per_channel ? k : spec.group_size;
   const std::int64_t groups = (k + g - 1) / g;
   const std::vector<std::int32_t>& perm = prepared.perm;
@@ -216,7 +220,7 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, con
               }
             }
             const int qi = rule->quantize(static_cast<float>(row[j]));
-            q[at(r, j, k)] = static_cast<std::uint8_t>(spec.type == LowBit::kSymInt8 ? qi + 128 : qi);
+            q[at(r, j, k)] = static_cast<std::uint8_t>(qi - rule->zero + stored_zero(*rule));
             const double e = (row[j] - static_cast<double>(rule->value(qi))) / u[at(j, j, k)];
             for (std::int64_t c = j + 1; c < s2; ++c) row[c] -= e * u[at(j, c, k)];
             err[at(r - r0, j - i1, block)] = e;
@@ -237,7 +241,7 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, con
 
   // Back to input-feature order, in the integer form every checkpoint shares.
   IntMatrix m;
-  m.bits = spec.type == LowBit::kSymInt8 ? 8 : 4;
+  m.bits = format.value_bits;
   m.rows = n;
   m.cols = k;
   m.groups = groups;
@@ -252,10 +256,10 @@ QuantMatrix gptq_quantize(const float* w_in, std::int64_t n, std::int64_t k, con
     for (std::int64_t r = 0; r < n; ++r) m.q[at(r, feature, k)] = q[at(r, j, k)];
   }
   for (std::size_t i = 0; i < rules.size(); ++i) {
-    m.zero[i] = static_cast<std::uint16_t>(spec.type == LowBit::kSymInt8 ? 128 : rules[i].zero);
+    m.zero[i] = static_cast<std::uint16_t>(stored_zero(rules[i]));
     m.scale[i] = rules[i].scale;
   }
-  QuantMatrix out = from_int_matrix(m, spec.group_size, spec.type != LowBit::kAsymInt4, &pool);
+  QuantMatrix out = from_int_matrix(m, spec.group_size, format.fixed_zero >= 0, &pool);
   out.int4_range = spec.int4_range;
   return out;
 }

@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/mmap_file.h"
+#include "formats/format_traits.h"
 #include "io/gguf.h"
 #include "io/hf_config_writer.h"
 #include "io/json_file.h"
@@ -338,10 +339,11 @@ nlohmann::ordered_json input_config_json(const std::string& in_dir, const Tensor
 // quantization_config of the output; a group longer than every K is per channel: the config says -1.
 QuantizationConfig output_quantization_config(const QuantizeOptions& options, const ModelConfig& config) {
   QuantizationConfig qc;
-  qc.bits = options.spec.type == LowBit::kSymInt8 ? 8 : 4;
+  const FormatTraits& format = format_traits(options.spec.type);
+  qc.bits = format.value_bits;
   const std::int64_t max_k = std::max({config.hidden_size, config.intermediate_size, config.q_dim()});
   qc.group_size = options.spec.group_size >= max_k ? -1 : options.spec.group_size;
-  qc.sym = options.spec.type != LowBit::kAsymInt4;
+  qc.sym = format.fixed_zero >= 0;
   qc.desc_act = options.desc_act;
   qc.zeros = options.zeros;
   return qc;
