@@ -38,6 +38,16 @@ std::string tiny_f16(const test::TempDir& tmp, ThreadPool& pool) {
   return tmp.file("tiny-f16.gguf");
 }
 
+// Logits of every position of a fixed token sequence.
+std::vector<float> logits_of(LlamaModel& model) {
+  std::vector<std::int32_t> tokens;
+  for (std::int32_t i = 0; i < 12; ++i) tokens.push_back(static_cast<std::int32_t>((7 * i + 1) % model.config().vocab_size));
+  KVCache cache = model.make_cache(static_cast<std::int64_t>(tokens.size()));
+  std::vector<float> logits;
+  model.forward(tokens, cache, true, logits);
+  return logits;
+}
+
 TEST(KQuantExport, MixesAreLlamaQuantizesBytes) {
   test::TempDir tmp;
   ThreadPool pool(2);
@@ -93,6 +103,9 @@ TEST(KQuantExport, InMemoryMixIsLlamaQuantizesBlocks) {
       }
     EXPECT_GE(types.size(), 2u) << name;
     EXPECT_NE(report.label.find(name), std::string::npos) << report.label;
+    // token_embd and output too: the logits are the file's, bit for bit.
+    EXPECT_EQ(report.mixed_other.size(), 2u) << name;
+    EXPECT_TRUE(logits_of(*ours) == logits_of(*llama)) << name;
   }
   LoadRequest request;
   request.low_bit = "q4_k";
@@ -158,6 +171,10 @@ TEST(KQuantExport, FallbackTypesLoadAsStored) {
       EXPECT_EQ(a.activations, b.activations) << l << " " << spec.label;
     }
   EXPECT_TRUE(mem_rep.warnings.empty()) << mem_rep.warnings.front();
+  // The tied token_embd in the file's Q8_0 as well: the logits are the file's, bit for bit.
+  ASSERT_EQ(mem_rep.mixed_other.size(), 1u);
+  EXPECT_EQ(mem_rep.mixed_other[0], "token_embd.weight q8_0");
+  EXPECT_TRUE(logits_of(*in_memory) == logits_of(*model));
 }
 
 kquant::MixChoice choose(std::string_view mix, LinearRole role, std::int64_t layer, std::int64_t k,

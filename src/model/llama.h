@@ -82,7 +82,9 @@ struct LoadOptions {
   /// block linear converted takes the type its rule gives that layer
   /// (kquant::mix_type; the q5_0 / iq4_nl / q8_0 fallbacks as the sym_int8
   /// group 32 their blocks are, q5_1 as Q8_0's with a warning), and `linear`
-  /// only names the file type's base format.
+  /// only names the file type's base format. A float token_embd and output
+  /// (lm_head) take their rule's types too, as in the file llama-quantize
+  /// writes, unless `lm_head` is set.
   const kquant::Mix* mix = nullptr;
 };
 
@@ -100,9 +102,11 @@ struct LoadReport {
   /// A GGUF embedding or lm_head of a ggml type woq lacks was converted to the closest woq format (a warning says which).
   bool other_converted = false;
   std::uint64_t lm_head_bytes = 0;        ///< lm_head when converted by LoadOptions::lm_head, else 0
+  /// Embeddings / lm_head converted by LoadOptions::mix's rule, e.g. {"token_embd q3_K", "output q6_K"}.
+  std::vector<std::string> mixed_other;
   std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
   /// Pre-quantized checkpoints (GPTQ, compressed-tensors, GGUF Q4_0/Q8_0): linear layers used
-  /// as stored (repacked into woq's layout, not re-quantized).
+  /// as stored (GPTQ/Q4_0/Q8_0 repacked into woq's layout, K-quant blocks copied; never re-quantized).
   std::int64_t linear_imported = 0;
   std::uint64_t linear_imported_bytes = 0;  ///< their size in woq's layout
   std::string imported_format;              ///< QuantizationConfig::describe(); empty if none

@@ -138,28 +138,29 @@ void note_conversion(const TensorView& t, const std::string& what, LoadReport& r
 struct Conversion {
   QuantSpec spec;
   const GgmlTypeTraits* via = nullptr;
+  std::string_view file_type;  ///< under a mix: the ggml type llama-quantize's file has ("q4_K")
 };
 
-Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output, LinearRole role,
-                          std::int64_t layer, std::int64_t cols, LoadReport& rep) {
-  if (options.mix == nullptr) return {options.linear};
+Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output,
+                          const kquant::MixTensor& tensor, LoadReport& rep) {
+  if (options.mix == nullptr) return {options.linear, nullptr, {}};
   const ArchitectureSpec& spec = *find_architecture(c.architecture);
   const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output,
                                spec.gguf_architecture, spec.fused_projections};
-  const kquant::MixChoice choice = kquant::mix_type(*options.mix, {kquant::MixTensor::kBlockLinear, role, layer, cols}, model);
-  if (const kquant::Format* f = kquant::find(choice.type)) return {QuantSpec{f->type, kquant::kSuperBlock}};
-  if (choice.type == GgmlType::kF16) return {QuantSpec{LowBit::kFp16}};
-  const QuantSpec q8_0{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
+  const kquant::MixChoice choice = kquant::mix_type(*options.mix, tensor, model);
   const GgmlTypeTraits& traits = ggml_type_traits(choice.type);
-  if (traits.to_int8 != nullptr) return {q8_0, &traits};
+  if (const kquant::Format* f = kquant::find(choice.type))
+    return {QuantSpec{f->type, kquant::kSuperBlock}, nullptr, traits.name};
+  if (choice.type == GgmlType::kF16) return {QuantSpec{LowBit::kFp16}, nullptr, traits.name};
+  const QuantSpec q8_0{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
+  if (traits.to_int8 != nullptr) return {q8_0, &traits, traits.name};
   const std::string head = fmt::format("{}: layers whose K is not a multiple of 256 are {} in llama-quantize's file",
                                        options.mix->llama_name, traits.name);
   if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
     rep.warnings.push_back(fmt::format("{} (e.g. {}, K = {}), which woq has no in-memory format for: sym_int8 group 32 "
-                                       "with ggml's rounding (Q8_0's) instead", head,
-                                       kquant::mix_tensor_name({kquant::MixTensor::kBlockLinear, role, layer, cols}),
-                                       cols));
-  return {q8_0};
+                                       "with ggml's rounding (Q8_0's) instead", head, kquant::mix_tensor_name(tensor),
+                                       tensor.k));
+  return {q8_0, nullptr, traits.name};
 }
 
 // Float tensor t quantized by ggml type `via`'s quantizer and held as the
@@ -324,26 +325,40 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
   // The float linears of a quantized GGUF file run as stored unless a format was asked for.
   const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
-  auto keep = [&](const TensorView& t, const char* from) { return keep_tensor(t, c, from, pool, rep); };
   const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
-  m->embed_ = keep(embed, vocab_hidden.c_str());
-  rep.other_bytes += m->embed_.bytes();
   const TensorView* head = store.find(std::string(kLmHead.hf));
   if (!c.tie_word_embeddings && head == nullptr)
     fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
+  const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
+  // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
+  auto keep = [&](const TensorView& t, kquant::MixTensor::Kind kind, bool& ggml) {
+    ggml = t.dtype == DType::kGgml;
+    if (options.mix == nullptr || t.dtype == DType::kGgml || quantized)
+      return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
+    const kquant::MixTensor tensor{kind, LinearRole::kQ, 0, c.hidden_size};
+    const Conversion conversion = converted_spec(options, c, has_output, tensor, rep);
+    QuantMatrix w = conversion.via ? load_via_ggml(t, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *conversion.via, pool)
+                                   : load_matrix(t, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), conversion.spec, pool);
+    ggml = conversion.via != nullptr || is_kquant(w.type);
+    rep.mixed_other.push_back(fmt::format("{} {}", kquant::mix_tensor_name(tensor), conversion.file_type));
+    return w;
+  };
+  bool embed_ggml = false;
+  m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
+  rep.other_bytes += m->embed_.bytes();
   const TensorView& head_src = head != nullptr ? *head : embed;
   if (head != nullptr || options.lm_head) {
+    bool head_ggml = false;
     m->lm_head_ = std::make_unique<QuantMatrix>(
         options.lm_head
             ? load_matrix(head_src, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *options.lm_head, pool)
-            : keep(head_src, vocab_hidden.c_str()));
-    set_activations(*m->lm_head_, options, activations_used, rep, pool,
-                    !options.lm_head && head_src.dtype == DType::kGgml);
+            : keep(head_src, kquant::MixTensor::kOutput, head_ggml));
+    set_activations(*m->lm_head_, options, activations_used, rep, pool, head_ggml);
     (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
   } else {
     // Tied: the embedding is also the output projection (its lookup reads either layout).
-    set_activations(m->embed_, options, activations_used, rep, pool, embed.dtype == DType::kGgml);
+    set_activations(m->embed_, options, activations_used, rep, pool, embed_ggml);
   }
   m->final_norm_ =
       load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
@@ -394,9 +409,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     // stored (q4_1, q5_1) becomes its closest woq format unless --low-bit says otherwise (5-bit q5_1: sym_int8 g32).
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
     const bool closest = t.dtype == DType::kGgml && (q8 || options.linear_is_default);
-    const Conversion conversion = closest ? Conversion{keep_format(t)}
-                                          : converted_spec(options, c, head != nullptr && !c.tie_word_embeddings,
-                                                           role.role, layer, cols, rep);
+    const Conversion conversion =
+        closest ? Conversion{keep_format(t), nullptr, {}}
+                : converted_spec(options, c, has_output, {kquant::MixTensor::kBlockLinear, role.role, layer, cols}, rep);
     const QuantSpec& spec = conversion.spec;
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "

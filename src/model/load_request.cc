@@ -52,8 +52,8 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
     lines.push_back(fmt::format("warning: --activations {} has no effect: no layer is in an integer format",
                                 activations_name(*options.activations)));
   if (r.linear_imported > 0)
-    lines.push_back(fmt::format("{} linear layers used as stored in the {} checkpoint (repacked into woq's layout in "
-                                "{:.2f} s, not re-quantized): {:.2f} MiB",
+    lines.push_back(fmt::format("{} linear layers used as stored in the {} checkpoint (read in {:.2f} s; not "
+                                "re-quantized): {:.2f} MiB",
                                 r.linear_imported, r.imported_format, r.repack_seconds, mib(r.linear_imported_bytes)));
   const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
                                                          mib(r.lm_head_bytes))
@@ -69,10 +69,12 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
     lines.push_back(fmt::format("{} float linear layers beside the quantized ones kept as stored ({:.2f} MiB), as "
                                 "llama.cpp runs them; --low-bit converts them",
                                 r.linear_kept_float, mib(r.linear_kept_float_bytes)));
-  lines.push_back(fmt::format("{}embeddings, norms{} {} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted,
-                              options.lm_head ? "" : " and lm_head",
-                              r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored",
-                              mib(r.other_bytes), head,
+  const std::string kept = r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored";
+  const std::string others =
+      r.mixed_other.empty() || options.mix == nullptr
+          ? fmt::format("embeddings, norms{} {}", options.lm_head ? "" : " and lm_head", kept)
+          : fmt::format("{} by {}'s rule; norms {}", fmt::join(r.mixed_other, ", "), options.mix->llama_name, kept);
+  lines.push_back(fmt::format("{}{} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted, others, mib(r.other_bytes), head,
                               r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds));
   return lines;
 }
