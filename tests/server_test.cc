@@ -359,13 +359,22 @@ TEST(OpenAiApi, ValidatesFieldsAndDefaults) {
   EXPECT_EQ(error_of(R"({"prompt": "x", "temperature": 3})", false), "400 temperature: 'temperature' is 3; it must be in [0, 2]");
   EXPECT_EQ(error_of(R"({"prompt": "x", "max_tokens": -1})", false).substr(0, 14), "400 max_tokens");
   EXPECT_EQ(error_of(R"({"prompt": "x", "n": 2})", false), "400 n: only n = 1 is supported");
-  // prompt: a string, token ids, or a batch of one of either (lm-eval's local-completions sends [[ids]]).
-  EXPECT_EQ(parse_request(R"({"prompt": [1, 2]})", false, "m").prompt_ids, (std::vector<std::int32_t>{1, 2}));
-  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompt_ids, (std::vector<std::int32_t>{3, 4}));
-  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompt_ids_param, "prompt[0]");
-  EXPECT_EQ(parse_request(R"({"prompt": ["a b"]})", false, "m").prompt, "a b");
-  EXPECT_EQ(error_of(R"({"prompt": [[1], [2]]})", false).substr(0, 47), "400 prompt: 'prompt' holds a batch of 2 prompts");
-  EXPECT_EQ(error_of(R"({"prompt": ["a", "b"]})", false).substr(0, 47), "400 prompt: 'prompt' holds a batch of 2 prompts");
+  // prompt: a string, token ids, or a batch of either (lm-eval's local-completions sends [[ids], [ids], ...]).
+  EXPECT_EQ(parse_request(R"({"prompt": [1, 2]})", false, "m").prompts[0].ids, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompts[0].ids, (std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(parse_request(R"({"prompt": [[3, 4]]})", false, "m").prompts[0].param, "prompt[0]");
+  EXPECT_EQ(parse_request(R"({"prompt": ["a b"]})", false, "m").prompts[0].text, "a b");
+  const ApiRequest batch = parse_request(R"({"prompt": [[1], "two", [3, 4]]})", false, "m");
+  ASSERT_EQ(batch.prompts.size(), 3u);
+  EXPECT_EQ(batch.prompts[1].text, "two");
+  EXPECT_FALSE(batch.prompts[1].ids);
+  EXPECT_EQ(batch.prompts[2].ids, (std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(batch.prompts[2].param, "prompt[2]");
+  std::string many = R"({"prompt": [)";
+  for (std::size_t i = 0; i <= kMaxBatchPrompts; ++i) many += i == 0 ? "[1]" : ",[1]";
+  EXPECT_EQ(error_of(many + "]}", false).substr(0, 49), "400 prompt: 'prompt' holds a batch of 257 prompts");
+  EXPECT_EQ(error_of(R"({"prompt": [[1], 2]})", false), "400 prompt[1]: 'prompt[1]' must be a string or a list of token ids, not number");
+  EXPECT_EQ(error_of(R"({"prompt": ["a", "b"], "stream": true})", false).substr(0, 10), "400 stream");
   EXPECT_EQ(error_of(R"({"prompt": [1, -2]})", false), "400 prompt[1]: 'prompt[1]' is -2, not a token id");
   EXPECT_EQ(error_of(R"({"prompt": [[1, 2.5]]})", false), "400 prompt[0][1]: 'prompt[0][1]' must be an integer token id, not number");
   EXPECT_EQ(error_of(R"({"prompt": [[]]})", false), "400 prompt[0]: 'prompt[0]' is an empty list of token ids");

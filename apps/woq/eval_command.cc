@@ -79,6 +79,7 @@ struct TasksArgs {
   std::string ppl_file;
   std::int64_t ctx = 512;
   std::string json, markdown;
+  std::string log_samples;  // tasks: every item's requests and log-likelihoods (JSON Lines)
   std::string ref_dir;  // recovery: the original, when --model is a saved checkpoint
 };
 
@@ -154,7 +155,7 @@ TaskOptions task_options(const TasksArgs& a) {
 
 // Everything that can fail before scoring: output paths and few-shot pools.
 void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
-  for (const std::string* out : {&a.json, &a.markdown})
+  for (const std::string* out : {&a.json, &a.markdown, &a.log_samples})
     if (!out->empty()) require_writable_path(*out);
   for (const Task& t : tasks) check_fewshot(t, task_options(a));
 }
@@ -171,9 +172,9 @@ int run_tasks_command(const TasksArgs& a) {
   check_before_running(a, tasks);
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
-  print_report(tasks_report(run_tasks(*s.model, *s.tokenizer, tasks, task_options(a), task_bars(tasks)),
-                            model_label(a.model_dir, s.report)),
-               a.json);
+  const std::vector<TaskResult> results = run_tasks(*s.model, *s.tokenizer, tasks, task_options(a), task_bars(tasks));
+  print_report(tasks_report(results, model_label(a.model_dir, s.report)), a.json);
+  if (!a.log_samples.empty()) write_text_file(a.log_samples, task_samples_jsonl(results));
   return 0;
 }
 
@@ -293,6 +294,9 @@ Run add_eval(CLI::App& app) {
   CLI::App* t = eval->add_subcommand("tasks", "lm-eval-style tasks: multiple choice by log-likelihood, GSM8K by generation");
   add_task_flags(t, *tasks);
   add_low_bit_flag(t, tasks->low_bit);
+  t->add_option("--log-samples", tasks->log_samples,
+                "Also write every item's (context, continuation) requests and log-likelihoods to this file, as JSON "
+                "Lines (lm-eval's --log_samples)");
   auto rec = std::make_shared<TasksArgs>();
   CLI::App* r = eval->add_subcommand("recovery", "Tasks (and perplexity) of the original and quantized variants, with recovery %");
   add_task_flags(r, *rec);

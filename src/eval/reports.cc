@@ -215,6 +215,21 @@ nlohmann::ordered_json task_json(const TaskResult& r) {
   return j;
 }
 
+std::string task_samples_jsonl(const std::vector<TaskResult>& results) {
+  std::string out;
+  for (const TaskResult& r : results)
+    for (const TaskSample& s : r.samples) {
+      nlohmann::ordered_json line = {{"task", r.name}, {"doc_id", s.doc_id}};
+      line["arguments"] = nlohmann::ordered_json::array();
+      for (const auto& [context, continuation] : s.arguments) line["arguments"].push_back({context, continuation});
+      line["loglikelihoods"] = s.loglikelihoods;
+      line["target"] = s.gold;
+      for (std::size_t m = 0; m < r.metrics.size() && m < s.scores.size(); ++m) line[r.metrics[m].name] = s.scores[m];
+      out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    }
+  return out;
+}
+
 EvalReport tasks_report(const std::vector<TaskResult>& results, const std::string& label) {
   EvalReport out;
   out.json = nlohmann::ordered_json::array();

@@ -112,6 +112,12 @@ nlohmann::ordered_json task_json(const TaskResult& result);
 /// eval tasks' table (text) and JSON (an array of task_json, each with the model).
 EvalReport tasks_report(const std::vector<TaskResult>& results, const std::string& label);
 
+/// Every scored item of the log-likelihood tasks as JSON Lines, after
+/// lm-eval's --log_samples: {"task", "doc_id", "arguments": [[context,
+/// continuation], ...], "loglikelihoods": [...], "target": gold index, and
+/// each metric's value for the item ("acc", "acc_norm", "mc2")}.
+std::string task_samples_jsonl(const std::vector<TaskResult>& results);
+
 /// woq explain's text (both generations, where and why they diverge, the KL
 /// per token, the `top` linear layers with the largest output error) and JSON
 /// (prompt, low_bit, ref_low_bit, model, ref_model, texts, diverges_at,

@@ -286,12 +286,18 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
       values[0].push_back(gsm8k_normalize(gsm8k_extract(answer)) == gsm8k_normalize(item.target) ? 1.0 : 0.0);
     } else {
       const std::vector<double> ll = choice_loglikelihoods(model, tokenizer, task, i, prefix);
+      TaskSample sample{i, {}, ll, item.gold, {}};
+      for (const std::string& choice : item.choices)
+        sample.arguments.emplace_back(task.type == TaskType::kMultipleInput ? prefix + choice : prefix + item.context,
+                                      task.target_delimiter + (task.type == TaskType::kMultipleInput ? item.target : choice));
       if (mc2) {
         values[0].push_back(mc2_score(item.labels, ll));
       } else {
         const auto [acc, acc_norm] = score_item(item, ll, task.target_delimiter);
         for (std::size_t m = 0; m < names.size(); ++m) values[m].push_back(names[m] == "acc_norm" ? acc_norm : acc);
       }
+      for (const auto& v : values) sample.scores.push_back(v.back());
+      r.samples.push_back(std::move(sample));
     }
     if (progress) progress(static_cast<std::int64_t>(n) + 1, r.items);
   }

@@ -125,6 +125,16 @@ struct TaskMetric {
   std::vector<double> per_item;  ///< each item's score, in item order (for paired comparisons: eval/recovery.h)
 };
 
+/// One scored item of a log-likelihood task, as lm-eval's --log_samples
+/// writes it: the (context, continuation) requests and their log-likelihoods.
+struct TaskSample {
+  std::int64_t doc_id = 0;  ///< index of the item in the task's file
+  std::vector<std::pair<std::string, std::string>> arguments;  ///< one (context, continuation) per choice
+  std::vector<double> loglikelihoods;                          ///< natural log, one per argument
+  int gold = 0;
+  std::vector<double> scores;  ///< the item's value of each TaskResult::metrics entry, in that order
+};
+
 /// A task's scores.
 struct TaskResult {
   std::string name;
@@ -132,6 +142,8 @@ struct TaskResult {
   int shots = 0;
   std::vector<TaskMetric> metrics;
   std::string primary_metric;
+  /// Log-likelihood tasks: every item's requests and results (empty for generate tasks).
+  std::vector<TaskSample> samples;
 
   /// The metric called `metric`; throws woq::Error when the task has none.
   const TaskMetric& metric(std::string_view metric) const;

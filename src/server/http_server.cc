@@ -145,7 +145,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpServer::Impl& s, tcp::socket socket) : s_(s), stream_(std::move(socket)) { ++s_.connections; }
   ~Session() {
-    if (er_) er_->cancelled = true;
+    cancel_all();
     release();
     s_.closed(this);
   }
@@ -172,16 +172,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   /// The server is going away without running more handlers: drop the self-reference.
   void abandon() {
-    if (er_) er_->cancelled = true;
+    cancel_all();
     self_.reset();
   }
 
   /// The shutdown deadline passed: drop a request still arriving, cancel the running generation.
   void on_deadline() {
     if (reading_) return close();  // a request still arriving
-    if (!er_) return;
+    if (ers_.empty()) return;
     shutdown_cancelled_ = true;
-    er_->cancelled = true;
+    cancel_all();
   }
 
  private:
@@ -191,8 +191,14 @@ class Session : public std::enable_shared_from_this<Session> {
     ApiRequest r;
     std::string id;
     std::int64_t created = 0;
-    Generated g;  // non-streaming: what is answered at the end
+    std::vector<Generated> g;  // one per prompt; non-streaming: what is answered at the end
+    std::size_t finished = 0;  // prompts whose generation ended
   };
+
+  // Cancels every generation this connection runs (their on_finish still comes).
+  void cancel_all() {
+    for (const auto& er : ers_) er->cancelled = true;
+  }
 
   void read_header() {
     if (s_.draining) return close();
@@ -382,17 +388,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void prepare(std::string body, bool chat) {
     net::post(*s_.workers, [self = shared_from_this(), body = std::move(body), chat]() mutable {
       auto gen = std::make_shared<Generation>();
-      auto er = std::make_shared<EngineRequest>();
-      const std::optional<ApiError> error = error_of([&] { self->prepare_request(body, chat, *gen, *er); });
+      auto ers = std::make_shared<std::vector<std::shared_ptr<EngineRequest>>>();
+      const std::optional<ApiError> error = error_of([&] { self->prepare_request(body, chat, *gen, *ers); });
       body = std::string();
       auto ex = self->executor();
-      net::post(ex, [self = std::move(self), gen, er, error] {
+      net::post(ex, [self = std::move(self), gen, ers, error] {
         if (error) {
           self->s_.metrics.request(false);
           return self->respond_error(*error);
         }
         try {
-          self->submit(std::move(*gen), er);
+          self->submit(std::move(*gen), std::move(*ers));
         } catch (const ApiError& e) {
           self->s_.metrics.request(false);
           self->respond_error(e);
@@ -401,60 +407,81 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  // What prepare() does on a worker thread. Throws ApiError.
-  void prepare_request(const std::string& body, bool chat, Generation& gen, EngineRequest& out) const {
+  // What prepare() does on a worker thread: one engine request per prompt. Throws ApiError.
+  void prepare_request(const std::string& body, bool chat, Generation& gen,
+                       std::vector<std::shared_ptr<EngineRequest>>& out) const {
     gen.r = parse_request(body, chat, s_.options.served_model_name);
     const ApiRequest& r = gen.r;
-    const std::int64_t ctx = s_.engine.ctx_size();
-    auto too_long = [&](const std::string& what) {
-      return ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {}.", ctx, what),
-                      "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-    };
-    // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
-    // of ctx longest tokens (a bound, not a count: normalizers may shrink text, e.g. NFKC, collapsed spaces),
-    // and at most max_prompt_bytes, which bounds the time tokenizing holds this worker (tokenizing is linear).
-    const std::int64_t ctx_bytes =
-        ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
-    const auto cap = static_cast<std::int64_t>(std::min<std::size_t>(s_.options.max_prompt_bytes, INT64_MAX));
-    // `what`: the messages' text, or the prompt (a chat's as its template renders it).
-    const auto refuse_long = [&](std::size_t bytes, const char* what) {
-      const auto n = static_cast<std::int64_t>(bytes);
-      if (n > cap && cap <= ctx_bytes)
-        throw ApiError(400, fmt::format("{} has {} bytes, more than the {} bytes this server accepts (--max-prompt-bytes)",
-                                        what, bytes, cap),
-                       "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-      if (n > ctx_bytes)
-        throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, ctx_bytes));
-    };
-    std::string text;
+    std::vector<PromptInput> prompts = r.prompts;
     if (chat) {
       std::size_t content = 0;
       for (const auto& m : r.messages) content += m["content"].is_string() ? m["content"].get_ref<const std::string&>().size() : 0;
-      refuse_long(content, "The messages' text");
+      refuse_long(content, "The messages' text", chat);
+      PromptInput rendered;
       try {
-        text = s_.chat.render(r.messages, true, r.template_kwargs);
+        rendered.text = s_.chat.render(r.messages, true, r.template_kwargs);
       } catch (const jinja::RaisedException& e) {
         throw ApiError(400, e.what(), "invalid_request_error", "messages");
       } catch (const jinja::TemplateError& e) {
         throw ApiError(500, fmt::format("the model's chat template failed: {}", e.what()), "server_error");
       }
+      rendered.param = "messages";
+      prompts = {std::move(rendered)};
     }
-    const std::string& prompt = chat ? text : r.prompt;
+    gen.g.resize(prompts.size());
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      auto er = std::make_shared<EngineRequest>();
+      prepare_prompt(r, prompts[i], *er, gen.g[i]);
+      out.push_back(std::move(er));
+    }
+    gen.id = next_id(chat ? "chatcmpl" : "cmpl");
+    gen.created = static_cast<std::int64_t>(std::time(nullptr));
+  }
+
+  ApiError too_long(const std::string& what, bool chat) const {
+    return ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {}.",
+                                     s_.engine.ctx_size(), what),
+                    "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+
+  // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
+  // of ctx longest tokens (a bound, not a count: normalizers may shrink text, e.g. NFKC, collapsed spaces),
+  // and at most max_prompt_bytes, which bounds the time tokenizing holds this worker (tokenizing is linear).
+  // `what`: the messages' text, or the prompt (a chat's as its template renders it).
+  void refuse_long(std::size_t bytes, const char* what, bool chat) const {
+    const std::int64_t ctx = s_.engine.ctx_size();
+    const std::int64_t ctx_bytes =
+        ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
+    const auto cap = static_cast<std::int64_t>(std::min<std::size_t>(s_.options.max_prompt_bytes, INT64_MAX));
+    const auto n = static_cast<std::int64_t>(bytes);
+    if (n > cap && cap <= ctx_bytes)
+      throw ApiError(400, fmt::format("{} has {} bytes, more than the {} bytes this server accepts (--max-prompt-bytes)",
+                                      what, bytes, cap),
+                     "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+    if (n > ctx_bytes) throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, ctx_bytes), chat);
+  }
+
+  // One prompt of the request (a chat's as its template renders it) into an engine request; `g` gets
+  // what echo answers. Throws ApiError.
+  void prepare_prompt(const ApiRequest& r, const PromptInput& p, EngineRequest& out, Generated& g) const {
+    const std::int64_t ctx = s_.engine.ctx_size();
     std::vector<std::int32_t> ids;
-    if (r.prompt_ids) {
-      ids = *r.prompt_ids;
+    if (p.ids) {
+      ids = *p.ids;
       for (std::size_t i = 0; i < ids.size(); ++i)
         if (ids[i] >= s_.engine.vocab_size())
-          throw ApiError(400, fmt::format("'{}[{}]' is {}, outside the vocabulary [0, {})", r.prompt_ids_param, i, ids[i],
+          throw ApiError(400, fmt::format("'{}[{}]' is {}, outside the vocabulary [0, {})", p.param, i, ids[i],
                                           s_.engine.vocab_size()),
-                         "invalid_request_error", fmt::format("{}[{}]", r.prompt_ids_param, i));
+                         "invalid_request_error", fmt::format("{}[{}]", p.param, i));
     } else {
-      refuse_long(prompt.size(), chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt");
-      ids = chat ? s_.tokenizer.encode_with_special(prompt) : s_.tokenizer.encode(prompt);
+      refuse_long(p.text.size(), r.chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt",
+                  r.chat);
+      ids = r.chat ? s_.tokenizer.encode_with_special(p.text) : s_.tokenizer.encode(p.text);
     }
     const auto n = static_cast<std::int64_t>(ids.size());
-    if (n >= ctx) throw too_long(fmt::format("{} tokens (at least one token must be left to generate)", n));
-    if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", "prompt");
+    const std::string which = r.prompts.size() > 1 ? fmt::format(" ('{}')", p.param) : std::string();
+    if (n >= ctx) throw too_long(fmt::format("{} tokens{} (at least one token must be left to generate)", n, which), r.chat);
+    if (ids.empty()) throw ApiError(400, fmt::format("the prompt{} is empty", which), "invalid_request_error", p.param);
 
     out.prompt = ids;
     out.max_tokens = r.max_tokens < 0 ? ctx - n : r.max_tokens;
@@ -467,15 +494,13 @@ class Session : public std::enable_shared_from_this<Session> {
     out.top_logprobs = r.top_logprobs;
     out.prompt_logprobs = r.echo && r.logprobs;
     if (r.echo) {
-      gen.g.prompt_ids = ids;
-      gen.g.prompt_text = r.prompt_ids ? s_.tokenizer.decode(ids) : r.prompt;
+      g.prompt_ids = ids;
+      g.prompt_text = p.ids ? s_.tokenizer.decode(ids) : p.text;
     }
-    gen.id = next_id(chat ? "chatcmpl" : "cmpl");
-    gen.created = static_cast<std::int64_t>(std::time(nullptr));
   }
 
   // Hands a prepared request to the engine and starts the answer. Throws ApiError.
-  void submit(Generation gen, const std::shared_ptr<EngineRequest>& er) {
+  void submit(Generation gen, std::vector<std::shared_ptr<EngineRequest>> ers) {
     // The engine's thread posts each event to this connection's strand, holding the
     // connection only while the handler is queued.
     auto post = [gate = s_.gate, weak = weak_from_this()](auto handler) {
@@ -486,20 +511,30 @@ class Session : public std::enable_shared_from_this<Session> {
         net::post(ex, [self = std::move(self), handler = std::move(handler)]() mutable { handler(*self); });
       }
     };
-    er->on_token = [post](const TokenEvent& ev) { post([ev](Session& s) { s.on_token(ev); }); };
-    er->on_finish = [post, id = gen.id](const FinishEvent& f) {
-      log_request(id, f);  // every request, cancelled ones included
-      post([f](Session& s) { s.on_finish(f); });
-    };
-    try {
-      s_.engine.submit(er);
-    } catch (const EngineBusy& e) {
-      keep_alive_ = false;
-      throw ApiError(503, e.what(), "server_error");
-    } catch (const Error& e) {
-      throw ApiError(400, e.what(), "invalid_request_error");
+    for (std::size_t i = 0; i < ers.size(); ++i) {
+      ers[i]->on_token = [post, i, id = gen.id](const TokenEvent& ev) {
+        post([ev, i, id](Session& s) { s.on_token(id, i, ev); });
+      };
+      ers[i]->on_finish = [post, i, id = gen.id](const FinishEvent& f) {
+        log_request(id, f);  // every request, cancelled ones included
+        post([f, i, id](Session& s) { s.on_finish(id, i, f); });
+      };
     }
-    er_ = er;
+    // A batch is submitted whole or not at all: on a refusal the prompts already queued are cancelled (their
+    // on_finish finds no generation and does nothing).
+    for (std::size_t i = 0; i < ers.size(); ++i) {
+      try {
+        s_.engine.submit(ers[i]);
+      } catch (const EngineBusy& e) {
+        for (std::size_t j = 0; j < i; ++j) ers[j]->cancelled = true;
+        keep_alive_ = false;
+        throw ApiError(503, e.what(), "server_error");
+      } catch (const Error& e) {
+        for (std::size_t j = 0; j < i; ++j) ers[j]->cancelled = true;
+        throw ApiError(400, e.what(), "invalid_request_error");
+      }
+    }
+    ers_ = std::move(ers);
     gen_ = std::move(gen);
     self_ = shared_from_this();  // until on_finish: the engine holds the connection only weakly
     s_.metrics.request(true);
@@ -516,20 +551,21 @@ class Session : public std::enable_shared_from_this<Session> {
   // when a write fails). Pipelined bytes end the watch.
   void watch_disconnect() {
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      if (ec || !self->er_) return;
+      if (ec || self->ers_.empty()) return;
       char c = 0;
       const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->er_->cancelled = true;
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->cancel_all();
       else if (n < 0) self->watch_disconnect();
     });
   }
 
-  void on_token(const TokenEvent& ev) {
-    if (!gen_) return;
+  // Events of prompt i of generation `id` (a batch refused half-submitted leaves events of another id).
+  void on_token(const std::string& id, std::size_t i, const TokenEvent& ev) {
+    if (!gen_ || gen_->id != id) return;
     const ApiRequest& r = gen_->r;
     if (!r.stream) {
-      gen_->g.text += ev.text;
-      if (r.logprobs) gen_->g.tokens.push_back(ev);
+      gen_->g[i].text += ev.text;
+      if (r.logprobs) gen_->g[i].tokens.push_back(ev);
       return;
     }
     if (ev.text.empty() && !r.logprobs) return;
@@ -537,24 +573,33 @@ class Session : public std::enable_shared_from_this<Session> {
     flush();
   }
 
-  void on_finish(const FinishEvent& f) {
-    er_.reset();
+  void on_finish(const std::string& id, std::size_t i, const FinishEvent& f) {
+    if (!gen_ || gen_->id != id) return;
+    if (f.reason == "cancelled" || f.reason == "error") {  // one prompt's end ends the whole answer
+      if (!first_end_) first_end_ = f;
+    } else {
+      Generated& g = gen_->g[i];
+      g.text += f.text;
+      g.prompt_logprobs = f.prompt;
+      g.finish_reason = f.reason;
+      g.prompt_tokens = f.prompt_tokens;
+      g.completion_tokens = f.completion_tokens;
+    }
+    if (first_end_) cancel_all();
+    if (++gen_->finished < gen_->g.size()) return;
+    ers_.clear();
     const std::shared_ptr<Session> keep = std::move(self_);
-    if (!gen_) return;
+    const FinishEvent end = first_end_ ? *first_end_ : f;
+    first_end_.reset();
     const ApiRequest& r = gen_->r;
     const std::string& name = s_.options.served_model_name;
-    const bool shutdown = f.reason == "cancelled" && shutdown_cancelled_;
-    if (f.reason == "cancelled" && !shutdown) return close();  // the client went away
+    const bool shutdown = end.reason == "cancelled" && shutdown_cancelled_;
+    if (end.reason == "cancelled" && !shutdown) return close();  // the client went away
     if (!r.stream) {
       Generation gen = std::move(*gen_);
       gen_.reset();
       if (shutdown) return respond_error(ApiError(503, "The server is shutting down", "server_error"));
-      if (f.reason == "error") return respond_error(ApiError(500, f.error, "server_error"));
-      gen.g.text += f.text;
-      gen.g.prompt_logprobs = f.prompt;
-      gen.g.finish_reason = f.reason;
-      gen.g.prompt_tokens = f.prompt_tokens;
-      gen.g.completion_tokens = f.completion_tokens;
+      if (end.reason == "error") return respond_error(ApiError(500, end.error, "server_error"));
       return respond(200, dump(response_body(r, gen.id, gen.created, name, gen.g, s_.tokenizer)));
     }
     std::string out;
@@ -655,8 +700,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reading_ = false;      ///< waiting for (or receiving) a request
   bool keep_alive_ = false;
   std::string method_, target_;  ///< of the current request, for the log
-  std::shared_ptr<EngineRequest> er_;  ///< the generation running for this connection
-  std::shared_ptr<Session> self_;      ///< set while er_ runs
+  std::vector<std::shared_ptr<EngineRequest>> ers_;  ///< the generations running for this connection (one per prompt)
+  std::shared_ptr<Session> self_;                    ///< set while ers_ run
+  std::optional<FinishEvent> first_end_;             ///< a batch's first cancelled or failed prompt
   std::optional<Generation> gen_;
   bool shutdown_cancelled_ = false;
   std::string out_;  ///< stream bytes not yet written

@@ -96,32 +96,33 @@ std::vector<std::int32_t> token_ids(const Json& list, const std::string& param) 
   return ids;
 }
 
-// completions' "prompt": a string, a list of token ids, or a batch of one of either (["text"], [[ids]]).
+// completions' "prompt": a string, a list of token ids, or a batch of either (["a", "b"], [[ids], [ids]]).
 void parse_prompt(const Json& j, ApiRequest& r) {
   const Json* prompt = field(j, "prompt");
   if (prompt == nullptr) bad("prompt", "'prompt' is required");
   if (prompt->is_string()) {
-    r.prompt = prompt->get<std::string>();
+    r.prompts.push_back({prompt->get<std::string>(), std::nullopt, "prompt"});
     return;
   }
-  const char* shapes = "'prompt' must be a string, a list of token ids, or a list of one of either";
+  const char* shapes = "'prompt' must be a string, a list of token ids, or a list of strings or of token-id lists";
   if (!prompt->is_array() || prompt->empty()) bad("prompt", shapes);
-  const Json& first = (*prompt)[0];
-  if (first.is_number()) {
-    r.prompt_ids = token_ids(*prompt, "prompt");
-    r.prompt_ids_param = "prompt";
+  if ((*prompt)[0].is_number()) {
+    r.prompts.push_back({{}, token_ids(*prompt, "prompt"), "prompt"});
     return;
   }
-  if (prompt->size() > 1 && (first.is_string() || first.is_array()))
-    bad("prompt", fmt::format("'prompt' holds a batch of {} prompts; woq serve takes one prompt per request (with "
-                              "lm-eval's local-completions: batch_size=1)", prompt->size()));
-  if (first.is_string()) {
-    r.prompt = first.get<std::string>();
-  } else if (first.is_array()) {
-    r.prompt_ids = token_ids(first, "prompt[0]");
-    r.prompt_ids_param = "prompt[0]";
-  } else {
-    bad("prompt", shapes);
+  if (prompt->size() > kMaxBatchPrompts)
+    bad("prompt", fmt::format("'prompt' holds a batch of {} prompts; woq serve takes at most {} per request",
+                              prompt->size(), kMaxBatchPrompts));
+  for (std::size_t i = 0; i < prompt->size(); ++i) {
+    const Json& p = (*prompt)[i];
+    const std::string at = fmt::format("prompt[{}]", i);
+    if (p.is_string()) {
+      r.prompts.push_back({p.get<std::string>(), std::nullopt, at});
+    } else if (p.is_array()) {
+      r.prompts.push_back({{}, token_ids(p, at), at});
+    } else {
+      bad(at, fmt::format("'{}' must be a string or a list of token ids, not {}", at, p.type_name()));
+    }
   }
 }
 
@@ -198,6 +199,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
   };
   const auto is = [&](const char* key, const Json& v) { return field(j, key) != nullptr && *field(j, key) == v; };
   if (r.echo && r.stream) bad("echo", "'echo' with 'stream' is not supported by woq serve");
+  if (r.prompts.size() > 1 && r.stream)
+    bad("stream", "'stream' with a batch of prompts is not supported by woq serve (send one request per prompt)");
   if (chat) unsupported("echo", !is("echo", false));
   unsupported("suffix", !is("suffix", ""));
   unsupported("best_of", !is("best_of", 1));
@@ -210,14 +213,21 @@ ApiRequest parse_request(const std::string& body, bool chat, const std::string& 
 }
 
 nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id, std::int64_t created,
-                                     const std::string& model, const Generated& g, const Tokenizer& tokenizer) {
-  Json choice;
-  if (r.chat) {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", g.text}}},
-              {"logprobs", r.logprobs ? chat_logprobs(g.tokens, tokenizer) : Json(nullptr)},
-              {"finish_reason", g.finish_reason}};
-  } else {
+                                     const std::string& model, const std::vector<Generated>& gs,
+                                     const Tokenizer& tokenizer) {
+  Json choices = Json::array();
+  Generated total;
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    const Generated& g = gs[i];
+    total.prompt_tokens += g.prompt_tokens;
+    total.completion_tokens += g.completion_tokens;
+    if (r.chat) {
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", g.text}}},
+                         {"logprobs", r.logprobs ? chat_logprobs(g.tokens, tokenizer) : Json(nullptr)},
+                         {"finish_reason", g.finish_reason}});
+      continue;
+    }
     Json logprobs = nullptr;
     if (r.logprobs && r.echo) {
       logprobs = completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, static_cast<std::int64_t>(g.prompt_text.size()),
@@ -225,17 +235,17 @@ nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id,
     } else if (r.logprobs) {
       logprobs = completion_logprobs(g.tokens, tokenizer, r.top_logprobs > 0, 0);
     }
-    choice = {{"index", 0},
-              {"text", r.echo ? g.prompt_text + g.text : g.text},
-              {"logprobs", logprobs},
-              {"finish_reason", g.finish_reason}};
+    choices.push_back({{"index", i},
+                       {"text", r.echo ? g.prompt_text + g.text : g.text},
+                       {"logprobs", logprobs},
+                       {"finish_reason", g.finish_reason}});
   }
   return {{"id", id},
           {"object", r.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", Json::array({choice})},
-          {"usage", usage_of(g)}};
+          {"choices", choices},
+          {"usage", usage_of(total)}};
 }
 
 nlohmann::ordered_json chunk_body(const ApiRequest& r, const std::string& id, std::int64_t created,

@@ -19,15 +19,25 @@
 
 namespace woq::server {
 
+/// One completions prompt: text, or token ids (checked against the
+/// vocabulary by the server, naming `param`).
+struct PromptInput {
+  std::string text;
+  std::optional<std::vector<std::int32_t>> ids;
+  std::string param;  ///< "prompt", "prompt[3]": where it was in the request
+};
+
+/// Most prompts one completions request may batch.
+inline constexpr std::size_t kMaxBatchPrompts = 256;
+
 /// A validated request.
 struct ApiRequest {
   bool chat = false;
   std::string model;                     ///< as sent (checked against the served name)
-  std::string prompt;                    ///< completions: the prompt, when given as text
-  /// completions: the prompt as token ids (a list of ids, or a batch of one such
-  /// list); checked against the vocabulary by the server, naming prompt_ids_param.
-  std::optional<std::vector<std::int32_t>> prompt_ids;
-  std::string prompt_ids_param;          ///< "prompt" or "prompt[0]"
+  /// completions: the prompts, one choice each (`index` in this order): one
+  /// for a string or a list of token ids, several for a batch (a list of
+  /// strings or of token-id lists; at most kMaxBatchPrompts).
+  std::vector<PromptInput> prompts;
   /// completions: answer with the prompt before the completion, and with
   /// logprobs, the prompt tokens' log-probabilities (the first null).
   bool echo = false;
@@ -65,9 +75,11 @@ struct Generated {
   std::int64_t prompt_tokens = 0, completion_tokens = 0;
 };
 
-/// The non-streaming response body.
+/// The non-streaming response body: one choice per generation (one per
+/// prompt of a batch, `index` in order), usage summed over them.
 nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id, std::int64_t created,
-                                     const std::string& model, const Generated& g, const Tokenizer& tokenizer);
+                                     const std::string& model, const std::vector<Generated>& gs,
+                                     const Tokenizer& tokenizer);
 
 /// One streamed chunk: `text` (possibly with the role first, for chat) and,
 /// for the last one, finish_reason; `tokens` carries logprobs when asked for.

@@ -174,6 +174,16 @@ describe('woq serve (fp32, --parallel 8)', () => {
     const bad = await post('/v1/completions', { model, prompt: [[1, 99999]], max_tokens: 1 });
     assert.equal(bad.status, 400);
     assert.equal(bad.json.error.param, 'prompt[0][1]');
+    // A batch (lm-eval's batch_size > 1) through the official client: one choice per prompt, in order, each the
+    // numbers it gets alone; a bad id in the third prompt is named.
+    const batch = await client.completions.create({ model, prompt: [ids, ids.slice(0, ctxlen), ids], max_tokens: 0, echo: true, logprobs: 1 });
+    assert.deepEqual(batch.choices.map((ch) => ch.index), [0, 1, 2]);
+    assert.deepEqual(batch.choices[0].logprobs.token_logprobs, zero.json.choices[0].logprobs.token_logprobs);
+    assert.deepEqual(batch.choices[1].logprobs.token_logprobs, zero.json.choices[0].logprobs.token_logprobs.slice(0, ctxlen));
+    assert.equal(batch.usage.prompt_tokens, 2 * ids.length + ctxlen);
+    const bad3 = await post('/v1/completions', { model, prompt: [[1], [2], [3, -1]], max_tokens: 1 });
+    assert.equal(bad3.status, 400);
+    assert.equal(bad3.json.error.param, 'prompt[2][1]');
   });
 
   test('streaming: chunks add up to the non-streamed answer, usage last', async () => {
