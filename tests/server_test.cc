@@ -310,6 +310,39 @@ TEST_F(ServerTest, QueueIsBounded) {
   EXPECT_EQ(submit(no_queue, tok_, "Once upon a time", 3, 0.0f, 0).get().finish.completion_tokens, 3);
 }
 
+// A batch of prompts is queued whole or not at all: more than parallel + max_queued is EngineTooLarge, one that
+// does not fit beside the waiting requests EngineBusy, and neither leaves any of its prompts in the queue.
+TEST_F(ServerTest, BatchIsQueuedWholeOrNotAtAll) {
+  Engine engine(*model_, tok_, metrics_, {1, 0, 0, 2});
+  const auto batch = [&](std::size_t n) {
+    std::vector<std::shared_ptr<EngineRequest>> requests;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto r = std::make_shared<EngineRequest>();
+      r->prompt = tok_.encode("Once upon a time");
+      r->max_tokens = 2;
+      requests.push_back(r);
+    }
+    return requests;
+  };
+  EXPECT_THROW(engine.submit_all(batch(4)), EngineTooLarge);
+  EXPECT_EQ(metrics_.queued(), 0);
+  std::shared_ptr<EngineRequest> first;
+  auto running = submit(engine, tok_, "Once upon a time", 400, 0.9f, 1, &first);
+  for (int i = 0; i < 100 && metrics_.active() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto waiting = submit(engine, tok_, "Once upon a time", 2, 0.0f, 0);
+  EXPECT_THROW(engine.submit_all(batch(2)), EngineBusy);  // one slot busy, one of two queue places taken
+  EXPECT_EQ(metrics_.queued(), 1);
+  first->cancelled = true;
+  running.get();
+  waiting.get();
+  for (int i = 0; i < 100 && metrics_.active() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::vector<std::promise<void>> done(3);
+  auto fits = batch(3);
+  for (std::size_t i = 0; i < fits.size(); ++i) fits[i]->on_finish = [&done, i](const FinishEvent&) { done[i].set_value(); };
+  engine.submit_all(fits);
+  for (auto& d : done) d.get_future().wait();
+}
+
 // Request bodies are parsed within budgets: depth, values, messages.
 TEST(OpenAiApi, BodiesOverTheBudgetsAreRefused) {
   const auto status_of = [](const std::string& body) {

@@ -150,6 +150,7 @@ TaskOptions task_options(const TasksArgs& a) {
   o.shots = a.shots;
   o.limit = a.limit;
   o.seed = a.seed;
+  o.keep_samples = !a.log_samples.empty();
   return o;
 }
 
@@ -157,6 +158,10 @@ TaskOptions task_options(const TasksArgs& a) {
 void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
   for (const std::string* out : {&a.json, &a.markdown, &a.log_samples})
     if (!out->empty()) require_writable_path(*out);
+  std::error_code e1, e2;
+  if (!a.log_samples.empty() && !a.json.empty() &&
+      std::filesystem::weakly_canonical(a.log_samples, e1) == std::filesystem::weakly_canonical(a.json, e2))
+    fail("--log-samples and --json name the same file, {}", a.json);
   for (const Task& t : tasks) check_fewshot(t, task_options(a));
 }
 
@@ -295,8 +300,8 @@ Run add_eval(CLI::App& app) {
   add_task_flags(t, *tasks);
   add_low_bit_flag(t, tasks->low_bit);
   t->add_option("--log-samples", tasks->log_samples,
-                "Also write every item's (context, continuation) requests and log-likelihoods to this file, as JSON "
-                "Lines (lm-eval's --log_samples)");
+                "Also write each log-likelihood item's (context, continuation) requests and log-likelihoods to this "
+                "file, as JSON Lines (lm-eval's --log_samples; GSM8K's generated items are not logged)");
   auto rec = std::make_shared<TasksArgs>();
   CLI::App* r = eval->add_subcommand("recovery", "Tasks (and perplexity) of the original and quantized variants, with recovery %");
   add_task_flags(r, *rec);

@@ -220,10 +220,12 @@ std::string task_samples_jsonl(const std::vector<TaskResult>& results) {
   for (const TaskResult& r : results)
     for (const TaskSample& s : r.samples) {
       nlohmann::ordered_json line = {{"task", r.name}, {"doc_id", s.doc_id}};
+      if (!s.subject.empty()) line["subject"] = s.subject;
       line["arguments"] = nlohmann::ordered_json::array();
       for (const auto& [context, continuation] : s.arguments) line["arguments"].push_back({context, continuation});
       line["loglikelihoods"] = s.loglikelihoods;
-      line["target"] = s.gold;
+      if (s.labels.empty()) line["target"] = s.gold;
+      else line["labels"] = s.labels;
       for (std::size_t m = 0; m < r.metrics.size() && m < s.scores.size(); ++m) line[r.metrics[m].name] = s.scores[m];
       out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }

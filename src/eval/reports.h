@@ -113,9 +113,10 @@ nlohmann::ordered_json task_json(const TaskResult& result);
 EvalReport tasks_report(const std::vector<TaskResult>& results, const std::string& label);
 
 /// Every scored item of the log-likelihood tasks as JSON Lines, after
-/// lm-eval's --log_samples: {"task", "doc_id", "arguments": [[context,
-/// continuation], ...], "loglikelihoods": [...], "target": gold index, and
-/// each metric's value for the item ("acc", "acc_norm", "mc2")}.
+/// lm-eval's --log_samples: {"task", "doc_id", "subject" (MMLU), "arguments":
+/// [[context, continuation], ...], "loglikelihoods": [...], "target": gold
+/// index (truthfulqa_mc2: "labels"), and each metric's value for the item
+/// ("acc", "acc_norm", "mc2")}. Generate tasks (GSM8K) have no lines.
 std::string task_samples_jsonl(const std::vector<TaskResult>& results);
 
 /// woq explain's text (both generations, where and why they diverge, the KL

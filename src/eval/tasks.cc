@@ -266,6 +266,23 @@ std::string gsm8k_normalize(std::string_view answer) {
   return out;
 }
 
+namespace {
+
+// lm-eval's logged sample of item `index`: its (context, continuation) requests, their log-likelihoods and the item's
+// value of each metric (the last of `values`).
+TaskSample sample_of(const Task& task, const TaskItem& item, std::int64_t index, const std::string& prefix,
+                     const std::vector<double>& ll, const std::vector<std::vector<double>>& values) {
+  TaskSample s{index, {}, {}, ll, item.gold, item.labels, {}};
+  if (item.subject >= 0) s.subject = task.subjects[static_cast<std::size_t>(item.subject)];
+  const bool input = task.type == TaskType::kMultipleInput;
+  for (const std::string& choice : item.choices)
+    s.arguments.emplace_back(prefix + (input ? choice : item.context), task.target_delimiter + (input ? item.target : choice));
+  for (const auto& v : values) s.scores.push_back(v.back());
+  return s;
+}
+
+}  // namespace
+
 TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& task, const TaskOptions& options,
                     const std::function<void(std::int64_t, std::int64_t)>& progress) {
   TaskResult r;
@@ -286,18 +303,13 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
       values[0].push_back(gsm8k_normalize(gsm8k_extract(answer)) == gsm8k_normalize(item.target) ? 1.0 : 0.0);
     } else {
       const std::vector<double> ll = choice_loglikelihoods(model, tokenizer, task, i, prefix);
-      TaskSample sample{i, {}, ll, item.gold, {}};
-      for (const std::string& choice : item.choices)
-        sample.arguments.emplace_back(task.type == TaskType::kMultipleInput ? prefix + choice : prefix + item.context,
-                                      task.target_delimiter + (task.type == TaskType::kMultipleInput ? item.target : choice));
       if (mc2) {
         values[0].push_back(mc2_score(item.labels, ll));
       } else {
         const auto [acc, acc_norm] = score_item(item, ll, task.target_delimiter);
         for (std::size_t m = 0; m < names.size(); ++m) values[m].push_back(names[m] == "acc_norm" ? acc_norm : acc);
       }
-      for (const auto& v : values) sample.scores.push_back(v.back());
-      r.samples.push_back(std::move(sample));
+      if (options.keep_samples) r.samples.push_back(sample_of(task, item, i, prefix, ll, values));
     }
     if (progress) progress(static_cast<std::int64_t>(n) + 1, r.items);
   }

@@ -115,6 +115,7 @@ struct TaskOptions {
   std::int64_t limit = 0;    ///< first N items (of each MMLU subject, as lm-eval does); 0 = all
   std::uint64_t seed = 1234; ///< few-shot sampling and bootstrap
   std::int64_t bootstrap = 1000;  ///< resamples for the standard errors
+  bool keep_samples = false;      ///< fill TaskResult::samples
 };
 
 /// One metric: the mean over items and its bootstrap standard error.
@@ -128,10 +129,12 @@ struct TaskMetric {
 /// One scored item of a log-likelihood task, as lm-eval's --log_samples
 /// writes it: the (context, continuation) requests and their log-likelihoods.
 struct TaskSample {
-  std::int64_t doc_id = 0;  ///< index of the item in the task's file
+  std::int64_t doc_id = 0;  ///< index of the item in the task's file (MMLU: across its subjects, in file order)
+  std::string subject;      ///< MMLU: the item's subject; empty otherwise
   std::vector<std::pair<std::string, std::string>> arguments;  ///< one (context, continuation) per choice
   std::vector<double> loglikelihoods;                          ///< natural log, one per argument
-  int gold = 0;
+  int gold = 0;               ///< the correct choice (multiple choice and input)
+  std::vector<int> labels;    ///< truthfulqa_mc2: 1 marks each true choice (gold is unused)
   std::vector<double> scores;  ///< the item's value of each TaskResult::metrics entry, in that order
 };
 
@@ -142,7 +145,7 @@ struct TaskResult {
   int shots = 0;
   std::vector<TaskMetric> metrics;
   std::string primary_metric;
-  /// Log-likelihood tasks: every item's requests and results (empty for generate tasks).
+  /// Log-likelihood tasks with TaskOptions::keep_samples: every item's requests and results (empty otherwise).
   std::vector<TaskSample> samples;
 
   /// The metric called `metric`; throws woq::Error when the task has none.

@@ -73,7 +73,7 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   const std::string others =
       r.mixed_other.empty() || options.mix == nullptr
           ? fmt::format("embeddings, norms{} {}", options.lm_head ? "" : " and lm_head", kept)
-          : fmt::format("{} by {}'s rule; norms {}", fmt::join(r.mixed_other, ", "), options.mix->llama_name, kept);
+          : fmt::format("{} by {}'s rule, norms {}", fmt::join(r.mixed_other, ", "), options.mix->llama_name, kept);
   lines.push_back(fmt::format("{}{} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted, others, mib(r.other_bytes), head,
                               r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds));
   return lines;

@@ -97,20 +97,33 @@ Engine::~Engine() {
   thread_.join();
 }
 
-void Engine::submit(std::shared_ptr<EngineRequest> request) {
-  const auto n = static_cast<std::int64_t>(request->prompt.size());
-  if (n == 0) fail("the prompt has no tokens");
-  if (n >= options_.ctx_size)
-    fail("the prompt has {} tokens; the context is {} tokens (including at least one generated)", n, options_.ctx_size);
-  auto slot = std::make_unique<Slot>(std::move(request), tokenizer_, eos_);
+void Engine::submit(std::shared_ptr<EngineRequest> request) { submit_all(std::span(&request, 1)); }
+
+void Engine::submit_all(std::span<const std::shared_ptr<EngineRequest>> requests) {
+  const auto count = static_cast<std::int64_t>(requests.size());
+  if (count > capacity())
+    throw EngineTooLarge(fmt::format("{} prompts in one request; this server holds at most {} at once ({} sequence slots "
+                                     "and --max-queue {})", count, capacity(), options_.parallel, options_.max_queued));
+  std::vector<std::unique_ptr<Slot>> slots;
+  for (const auto& request : requests) {
+    const auto n = static_cast<std::int64_t>(request->prompt.size());
+    if (n == 0) fail("the prompt has no tokens");
+    if (n >= options_.ctx_size)
+      fail("the prompt has {} tokens; the context is {} tokens (including at least one generated)", n, options_.ctx_size);
+    slots.push_back(std::make_unique<Slot>(request, tokenizer_, eos_));
+  }
   {
     std::lock_guard lock(mu_);
     if (stopping_) fail("the server is shutting down");
     // Queued requests that a free slot will take at the next step are not waiting.
-    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queued + std::max<std::int64_t>(0, options_.parallel - running_))
-      throw EngineBusy(fmt::format("{} requests are already waiting for one of the {} sequence slots; retry later",
-                                   queue_.size(), options_.parallel));
-    queue_.push_back(std::move(slot));
+    const std::int64_t room = options_.max_queued + std::max<std::int64_t>(0, options_.parallel - running_);
+    if (static_cast<std::int64_t>(queue_.size()) + count > room)
+      throw EngineBusy(count == 1 ? fmt::format("{} requests are already waiting for one of the {} sequence slots; "
+                                                "retry later", queue_.size(), options_.parallel)
+                                  : fmt::format("{} requests are already waiting for one of the {} sequence slots, "
+                                                "and a batch of {} prompts does not fit beside them; retry later",
+                                                queue_.size(), options_.parallel, count));
+    for (auto& slot : slots) queue_.push_back(std::move(slot));
     metrics_.set_load(static_cast<std::int64_t>(queue_.size()), metrics_.active());
   }
   wake_.notify_all();

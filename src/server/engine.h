@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,12 @@ class EngineBusy : public Error {
   using Error::Error;
 };
 
+/// submit_all() of more requests than the engine ever holds at once: not worth retrying (an HTTP 400).
+class EngineTooLarge : public Error {
+ public:
+  using Error::Error;
+};
+
 class Engine {
  public:
   /// Starts the scheduling thread. The model, tokenizer and metrics must
@@ -115,6 +122,13 @@ class Engine {
   /// ctx_size tokens or more, bad sampling settings or a stop string that is
   /// not UTF-8 (nothing is called back then).
   void submit(std::shared_ptr<EngineRequest> request);
+  /// Queues several requests (a batch of prompts) all at once or none: throws
+  /// EngineBusy when they do not all fit now, EngineTooLarge (nothing queued)
+  /// when more than max_queued + parallel could never fit, and woq::Error as
+  /// submit() for any of them.
+  void submit_all(std::span<const std::shared_ptr<EngineRequest>> requests);
+  /// Most requests that can wait or run at once (max_queued + parallel).
+  std::int64_t capacity() const { return options_.max_queued + options_.parallel; }
   std::int64_t ctx_size() const { return options_.ctx_size; }
   /// Token ids a prompt may hold: [0, vocab_size()) (the model's vocabulary).
   std::int64_t vocab_size() const { return model_.config().vocab_size; }

@@ -416,7 +416,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (chat) {
       std::size_t content = 0;
       for (const auto& m : r.messages) content += m["content"].is_string() ? m["content"].get_ref<const std::string&>().size() : 0;
-      refuse_long(content, "The messages' text", chat);
+      refuse_long(content, "The messages' text", "messages");
       PromptInput rendered;
       try {
         rendered.text = s_.chat.render(r.messages, true, r.template_kwargs);
@@ -438,17 +438,18 @@ class Session : public std::enable_shared_from_this<Session> {
     gen.created = static_cast<std::int64_t>(std::time(nullptr));
   }
 
-  ApiError too_long(const std::string& what, bool chat) const {
+  // `param`: "messages", "prompt" or a batch's "prompt[i]".
+  ApiError too_long(const std::string& what, const std::string& param) const {
     return ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {}.",
                                      s_.engine.ctx_size(), what),
-                    "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+                    "invalid_request_error", param, "context_length_exceeded");
   }
 
   // A byte budget before rendering and tokenizing (which take ~30 bytes of memory per byte): 4x the bytes
   // of ctx longest tokens (a bound, not a count: normalizers may shrink text, e.g. NFKC, collapsed spaces),
   // and at most max_prompt_bytes, which bounds the time tokenizing holds this worker (tokenizing is linear).
   // `what`: the messages' text, or the prompt (a chat's as its template renders it).
-  void refuse_long(std::size_t bytes, const char* what, bool chat) const {
+  void refuse_long(std::size_t bytes, const char* what, const std::string& param) const {
     const std::int64_t ctx = s_.engine.ctx_size();
     const std::int64_t ctx_bytes =
         ctx > INT64_MAX / 4 / s_.tokenizer.max_piece_bytes() ? INT64_MAX : 4 * ctx * s_.tokenizer.max_piece_bytes();
@@ -457,8 +458,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (n > cap && cap <= ctx_bytes)
       throw ApiError(400, fmt::format("{} has {} bytes, more than the {} bytes this server accepts (--max-prompt-bytes)",
                                       what, bytes, cap),
-                     "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
-    if (n > ctx_bytes) throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, ctx_bytes), chat);
+                     "invalid_request_error", param, "context_length_exceeded");
+    if (n > ctx_bytes) throw too_long(fmt::format("{} bytes, more than the {} bytes accepted for it", bytes, ctx_bytes), param);
   }
 
   // One prompt of the request (a chat's as its template renders it) into an engine request; `g` gets
@@ -475,12 +476,12 @@ class Session : public std::enable_shared_from_this<Session> {
                          "invalid_request_error", fmt::format("{}[{}]", p.param, i));
     } else {
       refuse_long(p.text.size(), r.chat ? "The chat prompt (the messages as the chat template renders them)" : "The prompt",
-                  r.chat);
+                  p.param);
       ids = r.chat ? s_.tokenizer.encode_with_special(p.text) : s_.tokenizer.encode(p.text);
     }
     const auto n = static_cast<std::int64_t>(ids.size());
     const std::string which = r.prompts.size() > 1 ? fmt::format(" ('{}')", p.param) : std::string();
-    if (n >= ctx) throw too_long(fmt::format("{} tokens{} (at least one token must be left to generate)", n, which), r.chat);
+    if (n >= ctx) throw too_long(fmt::format("{} tokens{} (at least one token must be left to generate)", n, which), p.param);
     if (ids.empty()) throw ApiError(400, fmt::format("the prompt{} is empty", which), "invalid_request_error", p.param);
 
     out.prompt = ids;
@@ -520,19 +521,16 @@ class Session : public std::enable_shared_from_this<Session> {
         post([f, i, id](Session& s) { s.on_finish(id, i, f); });
       };
     }
-    // A batch is submitted whole or not at all: on a refusal the prompts already queued are cancelled (their
-    // on_finish finds no generation and does nothing).
-    for (std::size_t i = 0; i < ers.size(); ++i) {
-      try {
-        s_.engine.submit(ers[i]);
-      } catch (const EngineBusy& e) {
-        for (std::size_t j = 0; j < i; ++j) ers[j]->cancelled = true;
-        keep_alive_ = false;
-        throw ApiError(503, e.what(), "server_error");
-      } catch (const Error& e) {
-        for (std::size_t j = 0; j < i; ++j) ers[j]->cancelled = true;
-        throw ApiError(400, e.what(), "invalid_request_error");
-      }
+    // A batch is queued whole or not at all.
+    try {
+      s_.engine.submit_all(ers);
+    } catch (const EngineBusy& e) {
+      keep_alive_ = false;
+      throw ApiError(503, e.what(), "server_error");
+    } catch (const EngineTooLarge& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", "prompt");
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "invalid_request_error");
     }
     ers_ = std::move(ers);
     gen_ = std::move(gen);
@@ -559,7 +557,7 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  // Events of prompt i of generation `id` (a batch refused half-submitted leaves events of another id).
+  // Events of prompt i of generation `id` (ignored once the connection has moved on to another request).
   void on_token(const std::string& id, std::size_t i, const TokenEvent& ev) {
     if (!gen_ || gen_->id != id) return;
     const ApiRequest& r = gen_->r;

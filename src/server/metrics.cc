@@ -51,6 +51,11 @@ void Metrics::set_load(std::int64_t queued, std::int64_t active) {
   active_ = active;
 }
 
+std::int64_t Metrics::queued() const {
+  std::lock_guard lock(mu_);
+  return queued_;
+}
+
 std::int64_t Metrics::active() const {
   std::lock_guard lock(mu_);
   return active_;

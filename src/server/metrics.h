@@ -34,6 +34,7 @@ class Metrics {
   void cancelled();
   void set_load(std::int64_t queued, std::int64_t active);
   std::int64_t active() const;
+  std::int64_t queued() const;  ///< requests waiting for a slot (woq_queue_depth)
   /// The Prometheus exposition text.
   std::string text() const;
 
