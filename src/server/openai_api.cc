@@ -64,6 +64,9 @@ Json completion_logprobs(const std::vector<TokenEvent>& tokens, const Tokenizer&
 // echo's prompt entries of completions' logprobs: the first token has no log-probability (null), as OpenAI's.
 Json echoed_prompt_logprobs(const Generated& g, const Tokenizer& tok, bool with_top) {
   Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  // text_offset: where each token's text starts in the echoed prompt, i.e. the length of the text the tokens
+  // before it decode to (BOS decodes to nothing; the first word's leading space is the decoder's to drop).
+  TextStream text(tok);
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < g.prompt_ids.size(); ++i) {
     const std::string t = tok.token_text(g.prompt_ids[i]);
@@ -75,7 +78,7 @@ Json echoed_prompt_logprobs(const Generated& g, const Tokenizer& tok, bool with_
       for (const auto& alt : ev->top) top[tok.token_text(alt.id)] = alt.logprob;
     out["top_logprobs"].push_back(ev != nullptr && with_top ? top : Json(nullptr));
     out["text_offset"].push_back(std::min<std::int64_t>(offset, static_cast<std::int64_t>(g.prompt_text.size())));
-    offset += static_cast<std::int64_t>(t.size());
+    offset += static_cast<std::int64_t>(text.push(g.prompt_ids[i]).size());
   }
   return out;
 }

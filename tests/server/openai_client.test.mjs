@@ -171,6 +171,11 @@ describe('woq serve (fp32, --parallel 8)', () => {
     assert.ok(c.choices[0].text.startsWith(PROMPT));
     assert.equal(c.choices[0].text, PROMPT + reference.text.slice(PROMPT.length).slice(0, c.choices[0].text.length - PROMPT.length));
     assert.equal(c.choices[0].logprobs.tokens.length, ctxlen + 3);
+    // text_offset points into the echoed text: each token after the first word starts where its text does
+    // (BOS decodes to nothing, and the first word's leading space is dropped).
+    const { tokens, text_offset: offsets } = c.choices[0].logprobs;
+    assert.deepEqual(offsets.slice(0, 2), [0, 0]);
+    for (let i = 2; i < tokens.length; ++i) assert.ok(c.choices[0].text.startsWith(tokens[i], offsets[i]), `${i}: ${tokens[i]} at ${offsets[i]}`);
     const bad = await post('/v1/completions', { model, prompt: [[1, 99999]], max_tokens: 1 });
     assert.equal(bad.status, 400);
     assert.equal(bad.json.error.param, 'prompt[0][1]');
