@@ -302,6 +302,20 @@ QuantMatrix keep_tensor(const TensorView& t, const ModelConfig& c, const char* f
   return load_matrix(t, c.vocab_size, c.hidden_size, from, spec, pool);
 }
 
+// The float token_embd (`kind` kTokenEmbd) or output (kOutput) `t` in the type llama-quantize's rule gives it
+// under options.mix (noted in rep.mixed_other); `ggml`: whether it is held in ggml blocks (int8 activations).
+QuantMatrix mixed_tensor(const TensorView& t, kquant::MixTensor::Kind kind, const LoadOptions& options,
+                         const ModelConfig& c, bool has_output, ThreadPool& pool, LoadReport& rep, bool& ggml) {
+  const std::string from = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
+  const kquant::MixTensor tensor{kind, LinearRole::kQ, 0, c.hidden_size};
+  const Conversion conversion = converted_spec(options, c, has_output, tensor, rep);
+  QuantMatrix w = conversion.via ? load_via_ggml(t, c.vocab_size, c.hidden_size, from.c_str(), *conversion.via, pool)
+                                 : load_matrix(t, c.vocab_size, c.hidden_size, from.c_str(), conversion.spec, pool);
+  ggml = conversion.via != nullptr || is_kquant(w.type);
+  rep.mixed_other.push_back(fmt::format("{} {}", kquant::mix_tensor_name(tensor), conversion.file_type));
+  return w;
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
@@ -333,16 +347,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
   // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
   auto keep = [&](const TensorView& t, kquant::MixTensor::Kind kind, bool& ggml) {
+    if (options.mix != nullptr && t.dtype != DType::kGgml && !quantized)
+      return mixed_tensor(t, kind, options, c, has_output, pool, rep, ggml);
     ggml = t.dtype == DType::kGgml;
-    if (options.mix == nullptr || t.dtype == DType::kGgml || quantized)
-      return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
-    const kquant::MixTensor tensor{kind, LinearRole::kQ, 0, c.hidden_size};
-    const Conversion conversion = converted_spec(options, c, has_output, tensor, rep);
-    QuantMatrix w = conversion.via ? load_via_ggml(t, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *conversion.via, pool)
-                                   : load_matrix(t, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), conversion.spec, pool);
-    ggml = conversion.via != nullptr || is_kquant(w.type);
-    rep.mixed_other.push_back(fmt::format("{} {}", kquant::mix_tensor_name(tensor), conversion.file_type));
-    return w;
+    return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
   };
   bool embed_ggml = false;
   m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
