@@ -75,7 +75,7 @@ inline constexpr std::size_t kFormatCount = 11;
 
 /// Every format, in LowBit order.
 std::span<const FormatTraits> weight_formats();
-/// The row of `type`.
+/// The row of `type`. Throws woq::Error for a value outside LowBit.
 const FormatTraits& format_traits(LowBit type);
 /// The row named `name` (case-insensitive), or nullptr.
 const FormatTraits* find_format(std::string_view name);

@@ -316,64 +316,22 @@ QuantMatrix mixed_tensor(const TensorView& t, kquant::MixTensor::Kind kind, cons
   return w;
 }
 
-}  // namespace
+// Loads the block linears of one model: each as stored (GPTQ / compressed-tensors, GGUF blocks woq runs), kept
+// float (a quantized GGUF file's float layers by default), or converted to options.linear / options.mix's type;
+// tallies what it did in `rep`.
+struct BlockLinearLoader {
+  const TensorStore& store;
+  const std::optional<QuantizationConfig>& quantized;
+  const LoadOptions& options;
+  const ModelConfig& c;
+  bool has_output;  ///< llama.cpp's file has an output.weight (the mix rule reads it)
+  bool keep_float;  ///< float linears beside quantized ones run as stored
+  ThreadPool& pool;
+  LoadReport& rep;
+  std::vector<std::string>& activations_used;
+  std::vector<std::pair<std::string, int>> gguf_formats;  ///< GGUF block linears used as stored, per format
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
-                                             ThreadPool& pool, LoadReport* report) {
-  const auto start = std::chrono::steady_clock::now();
-  ModelConfig config = read_model_config(dir);
-  TensorStore store = TensorStore::open(dir);
-  const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
-  if (find_architecture(config.architecture)->fused_projections) {
-    if (quantized)
-      fail("{}: a {} checkpoint of {} (fused qkv_proj and gate_up_proj) is not supported; woq reads its float "
-           "checkpoints", dir, quantized->describe(), config.architecture);
-    split_fused_projections(store, config);
-  }
-  validate_checkpoint(store, config, quantized.has_value());
-  std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
-  const ModelConfig& c = m->config_;
-  LoadReport rep;
-  rep.warnings = c.warnings;
-
-  std::vector<std::string> activations_used;  // "sym_int4 int8", ...
-  // The float linears of a quantized GGUF file run as stored unless a format was asked for.
-  const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
-  const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
-  const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
-  const TensorView* head = store.find(std::string(kLmHead.hf));
-  if (!c.tie_word_embeddings && head == nullptr)
-    fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
-  const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
-  // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
-  auto keep = [&](const TensorView& t, kquant::MixTensor::Kind kind, bool& ggml) {
-    if (options.mix != nullptr && t.dtype != DType::kGgml && !quantized)
-      return mixed_tensor(t, kind, options, c, has_output, pool, rep, ggml);
-    ggml = t.dtype == DType::kGgml;
-    return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
-  };
-  bool embed_ggml = false;
-  m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
-  rep.other_bytes += m->embed_.bytes();
-  const TensorView& head_src = head != nullptr ? *head : embed;
-  if (head != nullptr || options.lm_head) {
-    bool head_ggml = false;
-    m->lm_head_ = std::make_unique<QuantMatrix>(
-        options.lm_head
-            ? load_matrix(head_src, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *options.lm_head, pool)
-            : keep(head_src, kquant::MixTensor::kOutput, head_ggml));
-    set_activations(*m->lm_head_, options, activations_used, rep, pool, head_ggml);
-    (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
-  } else {
-    // Tied: the embedding is also the output projection (its lookup reads either layout).
-    set_activations(m->embed_, options, activations_used, rep, pool, embed_ggml);
-  }
-  m->final_norm_ =
-      load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
-  rep.other_bytes += m->final_norm_.size() * sizeof(float);
-
-  std::vector<std::pair<std::string, int>> gguf_formats;  // GGUF block linears used as stored, per format
-  auto linear = [&](std::int64_t layer, const LinearSpec& role) {
+  QuantMatrix operator()(std::int64_t layer, const LinearSpec& role) {
     if (!options.block_linears) return QuantMatrix{};  // streamed by the caller (calibration)
     const std::string name = linear_tensor(layer, role.role);
     const std::int64_t rows = c.size(role.rows), cols = c.size(role.cols);
@@ -437,7 +395,66 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (std::find(rep.converted_roles.begin(), rep.converted_roles.end(), role.label) == rep.converted_roles.end())
       rep.converted_roles.emplace_back(role.label);
     return w;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
+                                             ThreadPool& pool, LoadReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  ModelConfig config = read_model_config(dir);
+  TensorStore store = TensorStore::open(dir);
+  const std::optional<QuantizationConfig> quantized = read_quantization_config(dir);
+  if (find_architecture(config.architecture)->fused_projections) {
+    if (quantized)
+      fail("{}: a {} checkpoint of {} (fused qkv_proj and gate_up_proj) is not supported; woq reads its float "
+           "checkpoints", dir, quantized->describe(), config.architecture);
+    split_fused_projections(store, config);
+  }
+  validate_checkpoint(store, config, quantized.has_value());
+  std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
+  const ModelConfig& c = m->config_;
+  LoadReport rep;
+  rep.warnings = c.warnings;
+
+  std::vector<std::string> activations_used;  // "sym_int4 int8", ...
+  // The float linears of a quantized GGUF file run as stored unless a format was asked for.
+  const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
+  const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
+  const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
+  const TensorView* head = store.find(std::string(kLmHead.hf));
+  if (!c.tie_word_embeddings && head == nullptr)
+    fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
+  const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
+  // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
+  auto keep = [&](const TensorView& t, kquant::MixTensor::Kind kind, bool& ggml) {
+    if (options.mix != nullptr && t.dtype != DType::kGgml && !quantized)
+      return mixed_tensor(t, kind, options, c, has_output, pool, rep, ggml);
+    ggml = t.dtype == DType::kGgml;
+    return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
   };
+  bool embed_ggml = false;
+  m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
+  rep.other_bytes += m->embed_.bytes();
+  const TensorView& head_src = head != nullptr ? *head : embed;
+  if (head != nullptr || options.lm_head) {
+    bool head_ggml = false;
+    m->lm_head_ = std::make_unique<QuantMatrix>(
+        options.lm_head
+            ? load_matrix(head_src, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *options.lm_head, pool)
+            : keep(head_src, kquant::MixTensor::kOutput, head_ggml));
+    set_activations(*m->lm_head_, options, activations_used, rep, pool, head_ggml);
+    (options.lm_head ? rep.lm_head_bytes : rep.other_bytes) += m->lm_head_->bytes();
+  } else {
+    // Tied: the embedding is also the output projection (its lookup reads either layout).
+    set_activations(m->embed_, options, activations_used, rep, pool, embed_ggml);
+  }
+  m->final_norm_ =
+      load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
+  rep.other_bytes += m->final_norm_.size() * sizeof(float);
+
+  BlockLinearLoader linear{store, quantized, options, c, has_output, keep_float, pool, rep, activations_used, {}};
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights w;
     auto vector = [&](const NamedTensor& t) {
@@ -462,7 +479,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (options.progress) options.progress(l + 1, c.num_hidden_layers);
   }
   if (quantized) rep.imported_format = quantized->describe();
-  for (const auto& [format, count] : gguf_formats)
+  for (const auto& [format, count] : linear.gguf_formats)
     rep.imported_format += fmt::format("{}{} x{}", rep.imported_format.empty() ? "" : ", ", format, count);
   label_report(*m, options, rep);
   for (const std::string& a : activations_used) rep.activations += (rep.activations.empty() ? "" : ", ") + a;
