@@ -51,6 +51,7 @@ struct Model : ModelSession {
   LoadOptions options;
   std::vector<std::string> summary;  ///< notes, warnings and the load summary, as the CLI prints them
   std::mutex busy;
+  ConversationCache conversation;  ///< chat()'s KV cache, kept between calls (guarded by busy)
 };
 
 // Runs `check` (a validation of arguments), turning its woq::Error into ValueError.
@@ -265,7 +266,7 @@ SamplingParams sampling(float temperature, std::int32_t top_k, float top_p, std:
 py::dict generate(Model& m, const std::variant<std::string, std::vector<std::int32_t>>& prompt,
                   std::int64_t max_new_tokens, float temperature, std::int32_t top_k, float top_p,
                   std::optional<std::uint64_t> seed, const std::vector<std::string>& stop, const Penalties& penalties,
-                  const std::optional<py::function>& on_text) {
+                  const std::optional<py::function>& on_text, bool keep_cache) {
   if (max_new_tokens < 0) throw py::value_error("max_new_tokens must be >= 0, got " + std::to_string(max_new_tokens));
   GenerateOptions gen;
   gen.max_new_tokens = max_new_tokens;
@@ -276,6 +277,7 @@ py::dict generate(Model& m, const std::variant<std::string, std::vector<std::int
     if (s.empty()) throw py::value_error("stop strings must not be empty");
   gen.stop_strings = stop;
   gen.echo_prompt = false;
+  if (keep_cache) gen.conversation = &m.conversation;
   // Each piece: to the callback, and a chance for Ctrl-C (error_already_set ends generate by unwinding).
   const auto piece = [&on_text](std::string_view text) {
     py::gil_scoped_acquire locked;
@@ -298,6 +300,7 @@ py::dict generate(Model& m, const std::variant<std::string, std::vector<std::int
   out["stop_token"] = r.stop_token >= 0 ? py::object(py::int_(r.stop_token)) : py::object(py::none());
   out["stop_string"] = r.stop_string.empty() ? py::object(py::none()) : py::object(py::str(r.stop_string));
   out["context_full"] = r.context_full;
+  out["cached_tokens"] = r.cached_tokens;
   out["prefill_seconds"] = r.prefill_seconds;
   out["decode_seconds"] = r.decode_seconds;
   return out;
@@ -420,7 +423,7 @@ PYBIND11_MODULE(_woq, mod) {
       .def_property_readonly("config_json", [](const Model& m) { return hf_config_json(m.model->config(), "float32").dump(); })
       .def("generate", &generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("stop"), py::arg("penalties"),
-           py::arg("on_text"))
+           py::arg("on_text"), py::arg("keep_cache") = false)
       .def("logits", &logits, py::arg("ids"))
       .def("save_pretrained", &save_pretrained, py::arg("out_dir"), py::arg("force"))
       .def("chat_prompt", &chat_prompt, py::arg("messages_json"), py::arg("add_generation_prompt") = true);

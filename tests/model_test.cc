@@ -169,36 +169,46 @@ TEST(Stories260K, StopStringsCutTheTextWhereTheyBegin) {
   EXPECT_EQ(streamed, full);
 }
 
-// Continuous batching: one decode step of several sequences (different
-// lengths) gives each exactly the logits of its own forward().
-TEST(Stories260K, DecodeBatchRowsEqualEachSequenceAlone) {
+// Continuous batching with chunked prefill: one pass of several sequences (different lengths), each
+// continued by one token (a decode step) or several (a prompt's chunk), gives each exactly the logits of
+// its own forward().
+TEST(Stories260K, BatchedPassRowsEqualEachSequenceAlone) {
   ThreadPool pool(2);
   // sym_int8 takes the bf16 path by default (amx's tiles for every token count).
   for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}, QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}}) {
     auto model = load(pool, spec);
     const std::vector<std::vector<std::int32_t>> prompts = {{1, 403, 407, 261}, {1, 9}, {1, 66, 67, 68, 69, 70, 71}};
-    const std::vector<std::int32_t> next = {300, 301, 302};
     std::vector<KVCache> caches, alone;
     std::vector<float> logits;
     for (const auto& p : prompts) {
-      caches.push_back(model->make_cache(32));
+      caches.push_back(model->make_cache(64));
       model->forward(p, caches.back(), false, logits);
-      alone.push_back(model->make_cache(32));
+      alone.push_back(model->make_cache(64));
       model->forward(p, alone.back(), false, logits);
     }
     std::vector<KVCache*> ptrs = {&caches[0], &caches[1], &caches[2]};
     std::vector<float> batched;
-    for (int step = 0; step < 3; ++step) {
-      model->decode_batch(next, ptrs, batched);
+    for (const std::vector<std::int64_t>& rows : {std::vector<std::int64_t>{1, 1, 1}, {5, 1, 2}, {1, 17, 1}}) {
+      std::vector<std::int32_t> tokens;
+      std::vector<std::vector<std::int32_t>> each(3);
+      for (std::size_t i = 0; i < 3; ++i)
+        for (std::int64_t r = 0; r < rows[i]; ++r) {
+          each[i].push_back(static_cast<std::int32_t>(300 + 7 * i + 3 * r));
+          tokens.push_back(each[i].back());
+        }
+      model->forward_batch(tokens, rows, ptrs, batched);
       ASSERT_EQ(batched.size(), 3u * 512);
       for (std::size_t i = 0; i < 3; ++i) {
-        model->forward(std::span(&next[i], 1), alone[i], false, logits);
+        model->forward(each[i], alone[i], false, logits);
         EXPECT_EQ(caches[i].size(), alone[i].size());
-        for (std::size_t v = 0; v < 512; ++v) ASSERT_EQ(batched[i * 512 + v], logits[v]) << "seq " << i << " step " << step;
+        for (std::size_t v = 0; v < 512; ++v) ASSERT_EQ(batched[i * 512 + v], logits[v]) << "seq " << i << " rows " << rows[i];
       }
     }
-    EXPECT_THROW(model->decode_batch(next, std::vector<KVCache*>{&caches[0], &caches[0], &caches[1]}, batched), Error);
-    EXPECT_THROW(model->decode_batch(std::vector<std::int32_t>{1, 2}, ptrs, batched), Error);
+    const std::vector<std::int32_t> three = {300, 301, 302};
+    const std::vector<std::int64_t> ones = {1, 1, 1};
+    EXPECT_THROW(model->forward_batch(three, ones, std::vector<KVCache*>{&caches[0], &caches[0], &caches[1]}, batched), Error);
+    EXPECT_THROW(model->forward_batch(std::vector<std::int32_t>{1, 2}, ones, ptrs, batched), Error);
+    EXPECT_THROW(model->forward_batch(three, std::vector<std::int64_t>{2, 1, 0}, ptrs, batched), Error);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -91,6 +92,51 @@ TEST_F(ServerTest, GreedyTokensDoNotDependOnTheBatch) {
   const Result a = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
   const Result b = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
   EXPECT_EQ(a.ids, b.ids);
+}
+
+// A story from the held-out text, cut to about `chars` characters.
+std::string story(std::size_t chars) {
+  std::ifstream in(WOQ_TEST_DATA "/tinystories_heldout.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.substr(0, std::min(chars, text.size()));
+}
+
+// Prefix caching and chunked prefill change no token: prompts sharing a long prefix with an earlier
+// request (its prompt, or its prompt and generated text, as a chat's next turn) and with each other,
+// run 4 at a time with prefills cut in chunks of 5 tokens between decode steps, give exactly the tokens
+// each gets alone on an engine without a prefix cache; the reused tokens are reported per request and
+// in /metrics.
+TEST_F(ServerTest, PrefixCacheAndChunkedPrefillGiveTheColdTokens) {
+  const std::string base = story(900);
+  std::vector<std::string> prompts = {base, base + " The end.", base + " Then", base.substr(0, 600) + " Tom was sad."};
+  EngineOptions cold_options{.parallel = 1, .prefill_chunk = 0, .cache_bytes = 0};
+  Engine cold(*model_, tok_, metrics_, cold_options);
+  const Result first = submit(cold, tok_, base, 24, 0.0f, 0).get();
+  EXPECT_EQ(first.finish.cached_tokens, 0);
+  prompts.push_back(base + first.text + " Next day");  // a chat's next turn: the generated tokens' KV reused
+  std::vector<Result> alone;
+  for (const std::string& p : prompts) alone.push_back(submit(cold, tok_, p, 24, 0.0f, 0).get());
+
+  Metrics metrics;
+  Engine warm(*model_, tok_, metrics, {.parallel = 4, .prefill_chunk = 5});
+  EXPECT_GT(warm.cache_bytes(), 0);
+  const Result again = submit(warm, tok_, base, 24, 0.0f, 0).get();
+  EXPECT_EQ(again.ids, first.ids);
+  EXPECT_EQ(again.finish.cached_tokens, 0);
+  std::vector<std::future<Result>> futures;
+  for (const std::string& p : prompts) futures.push_back(submit(warm, tok_, p, 24, 0.0f, 0));
+  const auto base_tokens = static_cast<std::int64_t>(tok_.encode(base).size());
+  std::int64_t hits = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const Result r = futures[i].get();
+    EXPECT_EQ(r.ids, alone[i].ids) << i;
+    EXPECT_EQ(r.text, alone[i].text) << i;
+    EXPECT_GT(r.finish.cached_tokens, i == 3 ? base_tokens / 2 : base_tokens - 3) << i;
+    EXPECT_LT(r.finish.cached_tokens, r.finish.prompt_tokens) << i;
+    hits += r.finish.cached_tokens;
+  }
+  EXPECT_NE(metrics.text().find(fmt::format("woq_prefix_cache_hit_tokens_total {}\n", hits)), std::string::npos)
+      << metrics.text();
 }
 
 // The first generated piece keeps its leading space: the same text as woq generate.

@@ -1,32 +1,74 @@
 #!/usr/bin/env python3
-"""Load generator for `woq serve`: CLIENTS threads each send REQUESTS
-non-streaming /v1/completions requests (greedy, max_tokens TOKENS, distinct
-prompts) and the script prints total generated tokens per second of wall time
-and the mean request latency. Python standard library only.
+"""Load generator for `woq serve` (or any OpenAI-compatible server, e.g. llama-server):
+CLIENTS threads each send REQUESTS streaming /v1/completions requests (greedy,
+max_tokens TOKENS, distinct prompts) and the script prints generated tokens per
+second of wall time, time to first token (TTFT) and time per output token
+(TPOT: the gaps between streamed pieces) at p50 and p99, and the prompt tokens
+the server reports it took from its prefix cache. Python standard library only.
 
-Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS [--api-key KEY] [--model NAME]
+Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS [--shared-prefix WORDS]
+       [--prompt-words WORDS] [--api-key KEY] [--model NAME] [--json FILE]
 URL is the server's address, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
+--shared-prefix starts every prompt with the same text of WORDS words (a shared
+system prompt); --prompt-words sets the length of each request's own part.
 """
 import argparse
 import json
+import random
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
+WORDS = ("once upon a time there was a little dog named max who liked to run in the park with his friend "
+         "lily and her big red ball one day the sun was hot and the birds sang in the tall green trees").split()
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("url")
-    parser.add_argument("clients", type=int)
-    parser.add_argument("requests", type=int)
-    parser.add_argument("tokens", type=int)
-    parser.add_argument("--api-key", default="")
-    parser.add_argument("--model", default="")
-    args = parser.parse_args()
-    if min(args.clients, args.requests, args.tokens) < 1:
-        parser.error("clients, requests and tokens must be at least 1")
+
+def text_of(words, seed):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Streamed:
+    """A streamed completion: when it was sent (time.monotonic()), when each text piece came (seconds after
+    that), its text and the usage the server reported (None without one)."""
+
+    def __init__(self, start):
+        self.start, self.pieces, self.text, self.usage = start, [], "", None
+
+
+def stream_completion(base, headers, body, timeout=600):
+    """Sends a streaming /v1/completions request (body["stream"] set) and reads it to the end: a Streamed."""
+    req = urllib.request.Request(f"{base}/v1/completions", json.dumps(body).encode(), headers)
+    out = Streamed(time.monotonic())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        for raw in resp:
+            line = raw.decode(errors="replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                out.usage = chunk["usage"]
+            text = "".join(c.get("text") or "" for c in chunk.get("choices", []))
+            if text:
+                out.pieces.append(time.monotonic() - out.start)
+                out.text += text
+    return out
+
+
+def connection(parser, args):
+    """The server's base address and request headers from args.url and args.api_key."""
     if not args.url.startswith(("http://", "https://")):
         parser.error(f"URL must start with http:// (got {args.url!r})")
     base = args.url.rstrip("/")
@@ -35,30 +77,52 @@ def main():
     headers = {"Content-Type": "application/json"}
     if args.api_key:
         headers["Authorization"] = f"Bearer {args.api_key}"
-    words = ["Once", "upon", "a", "time", "there", "was", "a", "little", "dog", "named", "Max"]
-    totals = {"tokens": 0, "latency": 0.0, "requests": 0, "errors": []}
+    return base, headers
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("clients", type=int)
+    parser.add_argument("requests", type=int)
+    parser.add_argument("tokens", type=int)
+    parser.add_argument("--shared-prefix", type=int, default=0, metavar="WORDS")
+    parser.add_argument("--prompt-words", type=int, default=12, metavar="WORDS")
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--json", default="", metavar="FILE", help="also write the figures to FILE")
+    args = parser.parse_args()
+    if min(args.clients, args.requests, args.tokens, args.prompt_words) < 1 or args.shared_prefix < 0:
+        parser.error("clients, requests, tokens and --prompt-words must be at least 1, --shared-prefix at least 0")
+    base, headers = connection(parser, args)
+    system = text_of(args.shared_prefix, 0) + "\n" if args.shared_prefix else ""
+    totals = {"tokens": 0, "cached": 0, "prompt": 0, "latency": 0.0, "requests": 0, "errors": [], "ttft": [], "tpot": []}
     lock = threading.Lock()
 
     def client(c):
         for r in range(args.requests):
-            prompt = " ".join(words[(c + r) % len(words):] + words[: (c + r) % len(words)])
-            request = {"prompt": prompt, "max_tokens": args.tokens, "temperature": 0}
+            body = {"prompt": system + text_of(args.prompt_words, 1 + c * args.requests + r), "max_tokens": args.tokens,
+                    "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
             if args.model:
-                request["model"] = args.model
-            start = time.monotonic()
+                body["model"] = args.model
             try:
-                req = urllib.request.Request(f"{base}/v1/completions", json.dumps(request).encode(), headers)
-                with urllib.request.urlopen(req, timeout=600) as resp:
-                    usage = json.load(resp)["usage"]
-            except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+                got = stream_completion(base, headers, body)
+            except (urllib.error.URLError, OSError, ValueError) as e:
                 detail = e.read().decode(errors="replace") if isinstance(e, urllib.error.HTTPError) else ""
                 with lock:
                     totals["errors"].append(f"{e} {detail}".strip())
                 return
+            pieces = got.pieces
             with lock:
-                totals["tokens"] += usage["completion_tokens"]
-                totals["latency"] += time.monotonic() - start
+                usage = got.usage or {}
+                totals["tokens"] += usage.get("completion_tokens", len(pieces))
+                totals["prompt"] += usage.get("prompt_tokens", 0)
+                totals["cached"] += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                totals["latency"] += pieces[-1] if pieces else 0.0
                 totals["requests"] += 1
+                if pieces:
+                    totals["ttft"].append(pieces[0])
+                    totals["tpot"].extend(b - a for a, b in zip(pieces, pieces[1:]))
 
     start = time.monotonic()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
@@ -70,8 +134,20 @@ def main():
     if totals["errors"]:
         print(f"{len(totals['errors'])} request(s) failed; first: {totals['errors'][0]}", file=sys.stderr)
         sys.exit(1)
-    print(f"clients {args.clients}: {totals['requests']} requests, {totals['tokens']} tokens in {wall:.1f} s = "
-          f"{totals['tokens'] / wall:.1f} tokens/s; mean latency {totals['latency'] / totals['requests']:.2f} s")
+    figures = {
+        "clients": args.clients, "requests": totals["requests"], "completion_tokens": totals["tokens"],
+        "prompt_tokens": totals["prompt"], "cached_tokens": totals["cached"], "seconds": wall,
+        "tokens_per_second": totals["tokens"] / wall, "mean_latency": totals["latency"] / totals["requests"],
+        "ttft_p50": percentile(totals["ttft"], 0.5), "ttft_p99": percentile(totals["ttft"], 0.99),
+        "tpot_p50": percentile(totals["tpot"], 0.5), "tpot_p99": percentile(totals["tpot"], 0.99)}
+    print(f"clients {args.clients}: {figures['requests']} requests, {figures['completion_tokens']} tokens in {wall:.1f} s = "
+          f"{figures['tokens_per_second']:.1f} tokens/s; mean latency {figures['mean_latency']:.2f} s; "
+          f"TTFT p50 {figures['ttft_p50']:.3f} s p99 {figures['ttft_p99']:.3f} s; "
+          f"TPOT p50 {1000 * figures['tpot_p50']:.1f} ms p99 {1000 * figures['tpot_p99']:.1f} ms; "
+          f"prompt tokens {figures['prompt_tokens']}, {figures['cached_tokens']} from the prefix cache")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

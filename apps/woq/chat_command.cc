@@ -45,6 +45,8 @@ int run_chat(const ChatArgs& a) {
   if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
   const std::size_t kept = messages.size();
   int turn = 0;  // replies so far (/clear, empty lines and refused messages are not turns)
+  ConversationCache conversation;  // the history's KV cache: a turn prefills only what the last one did not hold
+  gen.conversation = &conversation;
   for (;;) {
     if (tty) fmt::print("> ");
     std::fflush(stdout);
@@ -61,7 +63,7 @@ int run_chat(const ChatArgs& a) {
     }
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
-    // Each turn renders the whole history with the template and runs it as one prompt (no KV cache carried over).
+    // Each turn renders the whole history with the template; the KV cache already holds its start.
     std::vector<std::int32_t> ids;
     try {
       ids = tokenizer.encode_with_special(chat.render(messages, true));
@@ -87,8 +89,8 @@ int run_chat(const ChatArgs& a) {
     const std::size_t prompt_messages = messages.size() - 1;
     // The reply ran into the end of the context (not ended by -n below it or by the end-of-turn token).
     const bool full = r.context_full || (!r.stopped && static_cast<std::int64_t>(r.generated_ids.size()) >= room);
-    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} message{}), reply {} tokens{}\n", ++turn, ids.size(),
-               prompt_messages, prompt_messages == 1 ? "" : "s", r.generated_ids.size(),
+    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} message{}, {} of them cached), reply {} tokens{}\n", ++turn,
+               ids.size(), prompt_messages, prompt_messages == 1 ? "" : "s", r.cached_tokens, r.generated_ids.size(),
                full ? " (the context is full: the reply was cut; /clear to start again)" : "");
   }
   return 0;

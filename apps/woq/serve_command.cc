@@ -36,6 +36,8 @@ struct ServeArgs {
   std::int64_t max_connections = 4096;
   std::int64_t max_queue = 256;
   std::int64_t max_prompt_bytes = 8 << 20;
+  std::int64_t prefill_chunk = server::kAutoPrefillChunk;
+  double cache_gb = -1;
 };
 
 // SIGINT/SIGTERM write their number to a pipe (async-signal-safe) that a
@@ -61,7 +63,13 @@ int run_serve(const ServeArgs& a) {
   const ChatTemplate& chat = *session.chat_template;
   LlamaModel* const model = session.model.get();
   server::Metrics metrics;
-  server::Engine engine(*model, tokenizer, metrics, {a.parallel, a.ctx_size, 0, a.max_queue});
+  server::EngineOptions options;
+  options.parallel = a.parallel;
+  options.ctx_size = a.ctx_size;
+  options.max_queued = a.max_queue;
+  options.prefill_chunk = a.prefill_chunk;
+  options.cache_bytes = a.cache_gb < 0 ? -1 : static_cast<std::int64_t>(a.cache_gb * (1 << 30));
+  server::Engine engine(*model, tokenizer, metrics, options);
   if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
     fmt::print(stderr, "woq: context lowered from the model's {} to {} tokens: {} such KV caches fit in the memory available\n",
                model->context_limit(), engine.ctx_size(), engine.parallel());
@@ -83,8 +91,9 @@ int run_serve(const ServeArgs& a) {
   for (const std::int32_t id : end_of_generation_ids(model->config(), tokenizer))
     stops += fmt::format("{}{} {}", stops.empty() ? "" : ", ", id, tokenizer.token_text(id));
   fmt::print(stderr, "woq: tokenizer: {}; stop tokens: {}\n", tokenizer.describe(), stops.empty() ? "none" : stops);
-  fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each{})\n",
+  fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each, prefix cache {}{})\n",
              http.served_model_name, a.host, port, engine.parallel(), engine.ctx_size(),
+             engine.cache_bytes() == 0 ? std::string("off") : fmt::format("{:.2f} GiB", static_cast<double>(engine.cache_bytes()) / (1 << 30)),
              a.api_key.empty() ? "" : ", API key required");
   std::thread waiter([&] {
     char sig = 0;
@@ -124,6 +133,16 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for a sequence slot at most; more get a 503")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  cmd->add_option("--prefill-chunk", args->prefill_chunk,
+                  "Prompt tokens prefilled per step between the decode steps of running sequences (chunked prefill); "
+                  "0 = each prompt whole; -1 = as many as take about 3/4 of a decode step (the streams' time per "
+                  "output token stays under 2x)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 30));
+  cmd->add_option("--cache-gb", args->cache_gb,
+                  "Memory for the prefix cache (KV of earlier prompts, reused by prompts that start the same); 0 = off; "
+                  "default: what the memory budget leaves beside the --parallel caches, at most as much as they take")
+      ->check(CLI::Range(0.0, 1048576.0));
   cmd->add_option("--max-prompt-bytes", args->max_prompt_bytes,
                   "A prompt's (or chat messages') bytes at most; more is a 400. Bounds the time one request spends "
                   "tokenizing")

@@ -221,17 +221,22 @@ class Model:
         """
         args = self._args(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop, repeat_penalty,
                           repeat_last_n, presence_penalty, frequency_penalty)
-        if stream:
-            return self._stream(args)
-        return self._engine.generate(*args, None)["text"]
+        return self._stream(args, False) if stream else self._engine.generate(*args, None)["text"]
 
     def chat(self, messages, max_new_tokens=256, temperature=0.6, top_k=40, top_p=0.9, seed=None, stop=None,
              stream=False, **penalties):
         """Replies to `messages` ([{"role": ..., "content": ...}, ...]) rendered with the model's chat template
         (ChatML when it has none) with the generation prompt, as woq serve and woq chat do. Returns the reply
-        (or, with stream=True, an iterator of its pieces); the sampling defaults are the Llama model cards'."""
+        (or, with stream=True, an iterator of its pieces); the sampling defaults are the Llama model cards'.
+        The model keeps the conversation's KV cache between calls: messages that extend the last call's (and
+        its reply) prefill only what was added, with the same result as a fresh prefill."""
         ids = self.tokenizer.encode_with_special(self.chat_prompt(messages))  # BOS unless the template wrote it
-        return self.generate(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, stream, **penalties)
+        args = self._args(ids, max_new_tokens, temperature, top_k, top_p, seed, stop,
+                          penalties.pop("repeat_penalty", 1.0), penalties.pop("repeat_last_n", 64),
+                          penalties.pop("presence_penalty", 0.0), penalties.pop("frequency_penalty", 0.0))
+        if penalties:
+            raise TypeError(f"chat() got unexpected keyword arguments {sorted(penalties)}")
+        return self._stream(args, True) if stream else self._engine.generate(*args, None, True)["text"]
 
     def chat_prompt(self, messages):
         """The text `messages` render to with the model's chat template and the generation prompt."""
@@ -273,9 +278,9 @@ class Model:
                 _int(top_k, "top_k", _INT32), _float(top_p, "top_p"), None if seed is None else int(seed), stop,
                 penalties)
 
-    def _stream(self, args):
-        """Runs generate on a worker thread; yields its pieces as they come. Closing the iterator (or Ctrl-C while
-        waiting) stops the worker at its next piece."""
+    def _stream(self, args, keep_cache):
+        """Runs generate on a worker thread (keep_cache: on the conversation's KV cache); yields its pieces as they
+        come. Closing the iterator (or Ctrl-C while waiting) stops the worker at its next piece."""
         pieces = queue.Queue()
         cancel = threading.Event()
         done = object()
@@ -292,7 +297,7 @@ class Model:
 
         def work():
             try:
-                self._engine.generate(*args, on_text)
+                self._engine.generate(*args, on_text, keep_cache)
             except _Cancelled:
                 pass
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread

@@ -61,10 +61,22 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
   };
   if (options.max_new_tokens == 0) return result;
 
-  KVCache cache = model.make_cache(needed);
+  std::optional<KVCache> own;
+  ConversationCache* conv = options.conversation;
+  if (conv && !conv->cache) conv->cache.emplace(model.make_cache(context));
+  KVCache& cache = conv ? *conv->cache : own.emplace(model.make_cache(needed));
+  if (conv) {  // keep what this prompt starts with (at least one token to prefill for the logits)
+    const auto [held, mine] = std::mismatch(conv->tokens.begin(), conv->tokens.end(), result.prompt_ids.begin(),
+                                            result.prompt_ids.end() - 1);
+    result.cached_tokens = held - conv->tokens.begin();
+    cache.truncate(result.cached_tokens);
+    conv->tokens.resize(static_cast<std::size_t>(result.cached_tokens));
+  }
   std::vector<float> logits;
   auto t0 = Clock::now();
-  model.forward(result.prompt_ids, cache, /*all_logits=*/false, logits);
+  model.forward(std::span(result.prompt_ids).subspan(static_cast<std::size_t>(result.cached_tokens)), cache,
+                /*all_logits=*/false, logits);
+  if (conv) conv->tokens = result.prompt_ids;
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   for (;;) {
@@ -82,6 +94,7 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
       break;
     }
     model.forward(std::span(&next.id, 1), cache, false, logits);
+    if (conv) conv->tokens.push_back(next.id);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!step.stopped_by_string()) emit(step.finish());

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,14 @@
 #include "tokenizer/tokenizer.h"
 
 namespace woq {
+
+/// The KV cache a conversation keeps between turns (woq chat, Python's Model.chat): a generate() given it
+/// prefills only the prompt tokens after the longest prefix it holds (the earlier turns, as the chat template
+/// renders them again), with the bits of a cold prefill (LlamaModel::forward in any split gives the same).
+struct ConversationCache {
+  std::optional<KVCache> cache;       ///< of the model's context, allocated by the first turn
+  std::vector<std::int32_t> tokens;  ///< the tokens whose keys and values it holds
+};
 
 struct GenerateOptions {
   std::int64_t max_new_tokens = 128;  ///< tokens generated, not counting the prompt
@@ -30,6 +39,8 @@ struct GenerateOptions {
   Penalties penalties;
   /// Stream the prompt's text to on_text before the generated text (as llama-cli prints it).
   bool echo_prompt = true;
+  /// Continue this conversation's KV cache (and leave this turn in it); null: a cache of this call only.
+  ConversationCache* conversation = nullptr;
 };
 
 struct GenerateResult {
@@ -42,6 +53,7 @@ struct GenerateResult {
   /// Generation ended because prompt + generated tokens reached the model's
   /// context, before max_new_tokens.
   bool context_full = false;
+  std::int64_t cached_tokens = 0;           ///< prompt tokens the conversation's cache already held
   double prefill_seconds = 0;               ///< the prompt's forward pass (first-token latency)
   double decode_seconds = 0;                ///< every later forward pass
 };

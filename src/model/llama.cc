@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <array>
+#include <numeric>
 #include <cmath>
 #include <numbers>
 
@@ -254,27 +255,37 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
   cache.grow(pos0 + t_count);
   const Segment whole{&cache, pos0, t_count};
-  run(tokens, std::span(&whole, 1), all_logits ? 0 : t_count - 1, logits);
+  std::vector<std::int64_t> logit_rows(all_logits ? static_cast<std::size_t>(t_count) : 1);
+  std::iota(logit_rows.begin(), logit_rows.end(), all_logits ? 0 : t_count - 1);
+  run(tokens, std::span(&whole, 1), logit_rows, logits);
 }
 
-void LlamaModel::decode_batch(std::span<const std::int32_t> tokens, std::span<KVCache* const> caches,
-                              std::vector<float>& logits) {
-  if (tokens.empty() || tokens.size() != caches.size())
-    fail("decode_batch: {} tokens for {} caches (one each, at least one)", tokens.size(), caches.size());
+void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<const std::int64_t> rows,
+                               std::span<KVCache* const> caches, std::vector<float>& logits) {
+  if (caches.empty() || rows.size() != caches.size())
+    fail("forward_batch: {} row counts for {} caches (one each, at least one)", rows.size(), caches.size());
   std::vector<Segment> segments;
-  for (KVCache* cache : caches) {
-    if (cache->size() + 1 > cache->capacity)
-      fail("context full: {} cached + 1 new token exceed the cache of {}", cache->size(), cache->capacity);
-    cache->grow(cache->size() + 1);
+  std::vector<std::int64_t> logit_rows;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    KVCache* cache = caches[i];
+    if (rows[i] < 1) fail("forward_batch: sequence {} has {} tokens (at least one)", i, rows[i]);
+    if (cache->size() + rows[i] > cache->capacity)
+      fail("context full: {} cached + {} new tokens exceed the cache of {}", cache->size(), rows[i], cache->capacity);
     for (const Segment& seg : segments)
-      if (seg.cache == cache) fail("decode_batch: a cache appears twice");
-    segments.push_back({cache, cache->size(), 1});
+      if (seg.cache == cache) fail("forward_batch: a cache appears twice");
+    segments.push_back({cache, cache->size(), rows[i]});
+    total += rows[i];
+    logit_rows.push_back(total - 1);
   }
-  run(tokens, segments, 0, logits);
+  if (total != static_cast<std::int64_t>(tokens.size()))
+    fail("forward_batch: {} tokens for {} rows", tokens.size(), total);
+  for (const Segment& seg : segments) seg.cache->grow(seg.pos0 + seg.rows);
+  run(tokens, segments, logit_rows, logits);
 }
 
-void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,
-                     std::vector<float>& logits) {
+void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
+                     std::span<const std::int64_t> logit_rows, std::vector<float>& logits) {
   const ModelConfig& c = config_;
   const auto t_count = static_cast<std::int64_t>(tokens.size());
   const std::int64_t hidden = c.hidden_size;
@@ -285,10 +296,10 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x, segments, l, s, nullptr);
   for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
 
-  const std::int64_t rows = t_count - first_logit;
-  for (std::int64_t t = first_logit; t < t_count; ++t)
-    rms_norm(x + t * hidden, final_norm_.data(), hidden, static_cast<float>(c.rms_norm_eps),
-             s.xn.data() + (t - first_logit) * hidden);
+  const auto rows = static_cast<std::int64_t>(logit_rows.size());
+  for (std::int64_t i = 0; i < rows; ++i)
+    rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
+             static_cast<float>(c.rms_norm_eps), s.xn.data() + i * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
   matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
   if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it

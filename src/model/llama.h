@@ -169,13 +169,16 @@ class LlamaModel {
   void forward(std::span<const std::int32_t> tokens, KVCache& cache, bool all_logits,
                std::vector<float>& logits);
 
-  /// One decode step of several sequences in one batched pass (continuous
-  /// batching): token i continues the sequence in caches[i]. Writes logits
-  /// [n, vocab]. Each row equals what forward() gives that sequence alone,
-  /// bit for bit (the kernels' sums do not depend on the batch). Throws
-  /// woq::Error for a size mismatch, a cache given twice, a bad id or a full cache.
-  void decode_batch(std::span<const std::int32_t> tokens, std::span<KVCache* const> caches,
-                    std::vector<float>& logits);
+  /// One batched pass over several sequences (continuous batching, with
+  /// chunked prefill): sequence i continues caches[i] with the next rows[i]
+  /// tokens of `tokens` (the sequences' tokens one after another; rows[i] >= 1:
+  /// a decode step's token or a chunk of a prompt). Writes logits [n, vocab],
+  /// row i after sequence i's last token. Each row equals what forward() gives
+  /// that sequence alone, bit for bit (the kernels' sums do not depend on the
+  /// batch). Throws woq::Error for a size mismatch, a cache given twice, a bad
+  /// id or a full cache.
+  void forward_batch(std::span<const std::int32_t> tokens, std::span<const std::int64_t> rows,
+                     std::span<KVCache* const> caches, std::vector<float>& logits);
 
   // Block-by-block access, for calibration (GPTQ).
 
@@ -212,9 +215,9 @@ class LlamaModel {
   void block(std::int64_t layer, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
              Scratch& scratch, const LinearObserver* observe, const LinearCompute* compute = nullptr);
   /// Embeds `tokens` (the segments' rows in order), runs every block and
-  /// writes logits for rows [first_logit, T).
-  void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments, std::int64_t first_logit,
-           std::vector<float>& logits);
+  /// writes logits [logit_rows.size(), vocab] for those rows of the pass.
+  void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
+           std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);
   void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t cache_layer,
                  std::int64_t window, KVCache& cache, float* out);

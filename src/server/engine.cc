@@ -18,6 +18,9 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// An exponential moving average over the last few samples (the first sets it).
+void average(double& mean, double sample) { mean = mean <= 0 ? sample : 0.75 * mean + 0.25 * sample; }
+
 // log-softmax of the chosen token (as woq eval computes it: token_nll) and, when asked, the `top` most likely tokens.
 void logprobs_of(const float* logits, std::int64_t vocab, std::int32_t chosen, int top, TokenEvent& ev) {
   const double log_z = log_sum_exp(logits, vocab);
@@ -53,6 +56,11 @@ struct Engine::Slot {
   std::shared_ptr<EngineRequest> req;
   DecodeStep step;
   std::optional<KVCache> cache;
+  /// The tokens fed so far: the prompt, then each generated token once a decode step wrote its keys and
+  /// values (the cache holds the first cache->size()).
+  std::vector<std::int32_t> tokens{req->prompt};
+  bool prefilling = true;
+  std::int64_t cached = 0;  ///< prompt tokens the prefix cache gave
   std::int64_t generated = 0;
   std::int32_t next = -1;  ///< the token the next decode step feeds
   Clock::time_point submitted = Clock::now(), last_token;
@@ -61,7 +69,7 @@ struct Engine::Slot {
 };
 
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
-    : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
+    : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options), prefix_cache_(0) {
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
   if (options_.max_queued < 0) fail("--max-queue must be >= 0, got {}", options_.max_queued);
   if (options_.prompt_logit_floats < 1) fail("prompt_logit_floats must be >= 1, got {}", options_.prompt_logit_floats);
@@ -84,6 +92,16 @@ Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, 
            gib(budget));
     options_.ctx_size = fits;
   }
+  const std::int64_t caches = options_.parallel * KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim());
+  if (options_.cache_bytes < 0) {
+    options_.cache_bytes = std::clamp<std::int64_t>(budget - caches, 0, caches);
+  } else if (options_.cache_bytes > budget - caches) {
+    fail("--cache-gb {:.2f} does not fit: the {} KV caches take {:.2f} GiB of the {:.2f} GiB available; lower --cache-gb, "
+         "--ctx-size or --parallel", gib(options_.cache_bytes), options_.parallel, gib(caches), gib(budget));
+  }
+  if (options_.prefill_chunk < kAutoPrefillChunk)
+    fail("--prefill-chunk must be >= 0 (or {} for auto), got {}", kAutoPrefillChunk, options_.prefill_chunk);
+  prefix_cache_ = PrefixCache(options_.cache_bytes);
   eos_ = end_of_generation_ids(model.config(), tokenizer);
   thread_ = std::thread([this] { loop(); });
 }
@@ -136,12 +154,17 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   // What the detokenizer and the stop strings still hold ends the text, unless a stop string cut it (as generate()).
   if (ev.reason == "length" || (ev.reason == "stop" && !slot.step.stopped_by_string())) ev.text = slot.step.finish();
   ev.prompt_tokens = static_cast<std::int64_t>(slot.req->prompt.size());
+  ev.cached_tokens = slot.cached;
   ev.completion_tokens = slot.generated;
   ev.first_token_seconds = slot.first_token_seconds;
   ev.seconds = since(slot.submitted);
   if (ev.reason != "cancelled" && ev.reason != "error") ev.prompt = std::move(slot.prompt);
   if (ev.reason == "cancelled") metrics_.cancelled();
   metrics_.tokens(ev.prompt_tokens, ev.completion_tokens);
+  if (slot.cache && ev.reason != "error") {  // an error may have left the cache's last pass half written
+    prefix_cache_.keep(std::span(slot.tokens).first(static_cast<std::size_t>(slot.cache->size())), *slot.cache);
+    metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
+  }
   slot.cache.reset();
   if (slot.req->on_finish) slot.req->on_finish(ev);
 }
@@ -183,48 +206,122 @@ bool Engine::advance(Slot& slot, const float* logits) {
   return true;
 }
 
-bool Engine::start(Slot& slot) {
+void Engine::start(Slot& slot) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
-  std::vector<float> logits;
-  if (r.prompt_logprobs) {
-    score_prompt(slot, logits);
-  } else {
-    model_.forward(r.prompt, *slot.cache, false, logits);
-  }
-  if (r.max_tokens <= 0) {
-    finish(slot, "length");
-    return false;
-  }
-  return advance(slot, logits.data());
+  // A scored prompt needs the logits of every position: nothing of it can be skipped.
+  if (r.prompt_logprobs) return;
+  slot.cached = prefix_cache_.reuse(r.prompt, n - 1, *slot.cache);
+  if (slot.cached > 0) metrics_.prefix_hit(slot.cached);
 }
 
-void Engine::score_prompt(Slot& slot, std::vector<float>& last) {
+bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   const std::int64_t vocab = model_.config().vocab_size;
-  const std::int64_t chunk = std::max<std::int64_t>(1, options_.prompt_logit_floats / vocab);
-  const std::span<const std::int32_t> prompt(r.prompt);
+  const std::int64_t begin = slot.cache->size();
+  const std::int64_t count = std::min({n - begin, budget, std::max<std::int64_t>(1, options_.prompt_logit_floats / vocab)});
   std::vector<float> logits;
+  model_.forward(std::span(r.prompt).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+                 *slot.cache, true, logits);
+  budget -= count;
   slot.prompt.reserve(static_cast<std::size_t>(n - 1));
-  for (std::int64_t begin = 0; begin < n; begin += chunk) {
-    const std::int64_t end = std::min(n, begin + chunk);
-    model_.forward(prompt.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)), *slot.cache,
-                   true, logits);
-    for (std::int64_t i = begin; i < end && i + 1 < n; ++i) {
-      TokenEvent ev;
-      logprobs_of(logits.data() + (i - begin) * vocab, vocab, r.prompt[static_cast<std::size_t>(i + 1)], r.top_logprobs, ev);
-      slot.prompt.push_back(std::move(ev));
+  for (std::int64_t i = begin; i < begin + count && i + 1 < n; ++i) {
+    TokenEvent ev;
+    logprobs_of(logits.data() + (i - begin) * vocab, vocab, r.prompt[static_cast<std::size_t>(i + 1)], r.top_logprobs, ev);
+    slot.prompt.push_back(std::move(ev));
+  }
+  return begin + count < n || prompt_done(slot, logits.data() + (count - 1) * vocab);
+}
+
+bool Engine::prompt_done(Slot& slot, const float* logits) {
+  slot.prefilling = false;
+  prefix_cache_.keep(slot.req->prompt, *slot.cache);  // later prompts may share it while this one decodes
+  metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
+  if (slot.req->max_tokens <= 0) {
+    finish(slot, "length");
+    return false;
+  }
+  return advance(slot, logits);
+}
+
+std::int64_t Engine::prefill_budget(bool decoding) const {
+  constexpr std::int64_t kWhole = INT64_MAX;
+  if (options_.prefill_chunk != kAutoPrefillChunk) return options_.prefill_chunk > 0 ? options_.prefill_chunk : kWhole;
+  if (!decoding) return kWhole;
+  if (decode_seconds_ <= 0 || prefill_token_seconds_ <= 0) return 16;  // before the first measurements
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(0.75 * decode_seconds_ / prefill_token_seconds_));
+}
+
+void Engine::step() {
+  std::vector<Slot*> seqs;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> rows;
+  std::vector<KVCache*> caches;
+  for (const auto& s : active_)
+    if (!s->prefilling) {
+      seqs.push_back(s.get());
+      tokens.push_back(s->next);
+      rows.push_back(1);
+      caches.push_back(&*s->cache);
     }
-    if (end == n) last.assign(logits.end() - vocab, logits.end());
+  const std::size_t decoders = seqs.size();
+  std::int64_t budget = prefill_budget(decoders > 0), prompt_tokens = 0;
+  for (const auto& s : active_) {
+    if (!s->prefilling || budget <= 0) continue;
+    if (s->req->prompt_logprobs) {
+      try {
+        if (!score_chunk(*s, budget)) s->req.reset();
+      } catch (const std::exception& e) {
+        finish(*s, "error", e.what());
+        s->req.reset();
+      }
+      continue;
+    }
+    const std::span<const std::int32_t> prompt(s->req->prompt);
+    const std::int64_t begin = s->cache->size();
+    const std::int64_t count = std::min(static_cast<std::int64_t>(prompt.size()) - begin, budget);
+    tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
+    seqs.push_back(s.get());
+    rows.push_back(count);
+    caches.push_back(&*s->cache);
+    budget -= count;
+    prompt_tokens += count;
+  }
+  if (seqs.empty()) return;
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  try {
+    model_.forward_batch(tokens, rows, caches, logits);
+  } catch (const std::exception& e) {
+    for (Slot* s : seqs) {
+      finish(*s, "error", e.what());
+      s->req.reset();
+    }
+    return;
+  }
+  // The cost of a prompt token beside the decode tokens, at least a quarter of the pass's mean (the
+  // chunk grows at most 3x a step when the measured decode time is stale).
+  const double seconds = since(t0);
+  if (prompt_tokens == 0) average(decode_seconds_, seconds);
+  else
+    average(prefill_token_seconds_, std::max(seconds - (decoders > 0 ? decode_seconds_ : 0), 0.25 * seconds) /
+                                        static_cast<double>(prompt_tokens));
+  const std::int64_t vocab = model_.config().vocab_size;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    Slot& s = *seqs[i];
+    const float* row = logits.data() + static_cast<std::int64_t>(i) * vocab;
+    if (i < decoders) {
+      s.tokens.push_back(s.next);
+      if (!advance(s, row)) s.req.reset();
+    } else if (s.cache->size() == static_cast<std::int64_t>(s.req->prompt.size()) && !prompt_done(s, row)) {
+      s.req.reset();
+    }
   }
 }
 
 void Engine::loop() {
-  std::vector<float> logits;
-  std::vector<std::int32_t> tokens;
-  std::vector<KVCache*> caches;
   for (;;) {
     std::vector<std::unique_ptr<Slot>> admitted;
     {
@@ -244,49 +341,25 @@ void Engine::loop() {
       running_ = static_cast<std::int64_t>(active_.size() + admitted.size());
       metrics_.set_load(static_cast<std::int64_t>(queue_.size()), running_);
     }
-    // New sequences: each prefills alone (as it would if it were the only one).
     for (auto& slot : admitted) {
       if (slot->req->cancelled) {
         finish(*slot, "cancelled");
         continue;
       }
-      bool running = false;
       try {
-        running = start(*slot);
+        start(*slot);
+        active_.push_back(std::move(slot));
       } catch (const std::exception& e) {
         finish(*slot, "error", e.what());
       }
-      if (running) active_.push_back(std::move(slot));
     }
     std::erase_if(active_, [&](std::unique_ptr<Slot>& s) {
       if (!s->req->cancelled) return false;
       finish(*s, "cancelled");
       return true;
     });
-    if (active_.empty()) {
-      std::lock_guard lock(mu_);
-      running_ = 0;
-      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), 0);
-      continue;
-    }
-    tokens.clear();
-    caches.clear();
-    for (const auto& s : active_) {
-      tokens.push_back(s->next);
-      caches.push_back(&*s->cache);
-    }
-    try {
-      model_.decode_batch(tokens, caches, logits);
-    } catch (const std::exception& e) {
-      for (auto& s : active_) finish(*s, "error", e.what());
-      active_.clear();
-      continue;
-    }
-    const std::int64_t vocab = model_.config().vocab_size;
-    std::vector<std::unique_ptr<Slot>> still;
-    for (std::size_t i = 0; i < active_.size(); ++i)
-      if (advance(*active_[i], logits.data() + static_cast<std::int64_t>(i) * vocab)) still.push_back(std::move(active_[i]));
-    active_ = std::move(still);
+    step();
+    std::erase_if(active_, [](const std::unique_ptr<Slot>& s) { return !s->req; });  // ended
     {
       std::lock_guard lock(mu_);
       running_ = static_cast<std::int64_t>(active_.size());

@@ -1,12 +1,18 @@
-// Continuous batching: up to `parallel` sequences decode together, one
-// batched forward pass (LlamaModel::decode_batch) per step; new requests
-// join between steps after their own prefill, and a finished or cancelled
-// sequence frees its slot at once (the scheduling of Orca, Yu et al. 2022,
-// and vLLM, without paged attention: each sequence owns a KV cache).
+// Continuous batching: up to `parallel` sequences run together, one batched
+// forward pass (LlamaModel::forward_batch) per step holding a decode token of
+// every sequence past its prompt and chunks of the prompts still prefilling
+// (vLLM's chunked prefill, Agrawal et al. 2024 "Sarathi-Serve"): a long
+// prompt joins the running streams a chunk per step instead of stalling them.
+// New requests join between steps and a finished or cancelled sequence frees
+// its slot at once (the scheduling of Orca, Yu et al. 2022, and vLLM). Each
+// sequence's KV cache is its own pages, some of them shared read-only with
+// the prefix cache: a prompt that starts like an earlier or running sequence
+// prefills only the rest.
 //
-// Batch invariance: a sequence's prefill runs alone, and decode_batch's rows
-// are bit-identical to single-sequence decoding, so a greedy request returns
-// the same tokens whatever else is running.
+// Batch invariance: forward_batch's rows are bit-identical to running each
+// sequence alone, and a prefill split in chunks or resumed after reused
+// positions gives the same bits as one prefill, so a greedy request returns
+// the same tokens whatever else is running and whatever the prefix cache held.
 #pragma once
 
 #include <atomic>
@@ -26,6 +32,7 @@
 #include "core/error.h"
 #include "generate/sampler.h"
 #include "model/llama.h"
+#include "model/prefix_cache.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,6 +58,7 @@ struct FinishEvent {
   std::string text;    ///< text held back until the end (may be empty)
   std::string error;   ///< what went wrong, for "error"
   std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;  ///< prompt tokens taken from the prefix cache, not prefilled
   std::int64_t completion_tokens = 0;
   double first_token_seconds = 0;  ///< from submit to the first generated token
   double seconds = 0;              ///< from submit to the end
@@ -82,6 +90,9 @@ struct EngineRequest {
 /// Logits held at once while scoring a prompt (256 MiB): a 128k vocabulary prefills 512 tokens per chunk.
 inline constexpr std::int64_t kMaxPromptLogitFloats = std::int64_t{64} << 20;
 
+/// EngineOptions::prefill_chunk sized by the engine from measured times.
+inline constexpr std::int64_t kAutoPrefillChunk = -1;
+
 struct EngineOptions {
   std::int64_t parallel = 4;  ///< sequences decoded together
   /// Tokens per sequence (prompt + generated); 0 = the model's context, lowered (to whole KV
@@ -92,6 +103,14 @@ struct EngineOptions {
   std::int64_t max_queued = 256;  ///< requests waiting for a slot; submit() refuses more (EngineBusy)
   /// Logits a scored prompt (prompt_logprobs) holds at once: it prefills in chunks of this / vocab tokens.
   std::int64_t prompt_logit_floats = kMaxPromptLogitFloats;
+  /// Prompt tokens prefilled per step between decode steps at most (all prefilling sequences together);
+  /// 0 = each prompt whole in one step; kAutoPrefillChunk = as many as take about 3/4 of a decode step's
+  /// time while sequences decode (their time per output token stays under twice what it is without the
+  /// prefill), a whole prompt when none does.
+  std::int64_t prefill_chunk = kAutoPrefillChunk;
+  /// KV bytes the prefix cache may hold; 0 = no prefix caching; -1 = what the memory budget leaves beside
+  /// the `parallel` caches, at most as much as they take.
+  std::int64_t cache_bytes = -1;
 };
 
 /// submit() when max_queued requests already wait: try again later (an HTTP 503).
@@ -133,15 +152,27 @@ class Engine {
   /// Token ids a prompt may hold: [0, vocab_size()) (the model's vocabulary).
   std::int64_t vocab_size() const { return model_.config().vocab_size; }
   std::int64_t parallel() const { return options_.parallel; }
+  /// The prefix cache's bound in bytes (0: off).
+  std::int64_t cache_bytes() const { return options_.cache_bytes; }
 
  private:
   struct Slot;
   void loop();
-  /// Prefills the slot's prompt and samples its first token; false when the sequence already ended.
-  bool start(Slot& slot);
-  /// start()'s prefill with every position's logits: the prompt's log-probabilities into the
-  /// slot, the last position's logits into `last` [vocab].
-  void score_prompt(Slot& slot, std::vector<float>& last);
+  /// Gives a newly admitted slot its KV cache, with the longest prefix of its prompt the prefix cache holds.
+  void start(Slot& slot);
+  /// One pass of the sequences past their prompt (a decode token each) and of chunks of the prompts
+  /// waiting, oldest first, within prefill_budget(); a scored prompt prefills alone (score_chunk).
+  void step();
+  /// The next chunk of a scored prompt's prefill (prompt_logprobs: its logits for every position, at
+  /// most prompt_logit_floats of them and `budget` tokens), alone; lowers `budget`. False when the
+  /// sequence ended.
+  bool score_chunk(Slot& slot, std::int64_t& budget);
+  /// The prompt is in: keeps it in the prefix cache and samples the first token from `logits` (the last
+  /// prompt position's). False when the sequence ended.
+  bool prompt_done(Slot& slot, const float* logits);
+  /// Prompt tokens the next step may prefill (EngineOptions::prefill_chunk); `decoding`: whether
+  /// sequences wait for that step's decode.
+  std::int64_t prefill_budget(bool decoding) const;
   /// Samples from `logits` and emits; returns false when the sequence ended.
   bool advance(Slot& slot, const float* logits);
   void finish(Slot& slot, const char* reason, std::string error = {});
@@ -151,6 +182,10 @@ class Engine {
   Metrics& metrics_;
   EngineOptions options_;
   std::vector<std::int32_t> eos_;
+  PrefixCache prefix_cache_;  ///< engine thread only
+  /// Moving averages of the last decode-only steps' seconds and of the seconds a prompt token adds to a
+  /// step (engine thread).
+  double decode_seconds_ = 0, prefill_token_seconds_ = 0;
 
   std::mutex mu_;
   std::condition_variable wake_;

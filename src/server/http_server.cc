@@ -53,8 +53,8 @@ std::chrono::steady_clock::duration after(double seconds) {
 
 void log_request(const std::string& id, const FinishEvent& f) {
   const double decode = f.seconds - f.first_token_seconds;
-  fmt::print(stderr, "woq: {} prompt {} tokens, completion {} tokens, first token {:.3f} s, {:.1f} tokens/s, finish {}{}\n",
-             id, f.prompt_tokens, f.completion_tokens, f.first_token_seconds,
+  fmt::print(stderr, "woq: {} prompt {} tokens ({} cached), completion {} tokens, first token {:.3f} s, {:.1f} tokens/s, finish {}{}\n",
+             id, f.prompt_tokens, f.cached_tokens, f.completion_tokens, f.first_token_seconds,
              f.completion_tokens > 1 && decode > 0 ? static_cast<double>(f.completion_tokens - 1) / decode : 0.0, f.reason,
              f.error.empty() ? "" : " (" + f.error + ")");
 }
@@ -582,6 +582,7 @@ class Session : public std::enable_shared_from_this<Session> {
       g.finish_reason = f.reason;
       g.prompt_tokens = f.prompt_tokens;
       g.completion_tokens = f.completion_tokens;
+      g.cached_tokens = f.cached_tokens;
     }
     if (first_end_) cancel_all();
     if (++gen_->finished < gen_->g.size()) return;
@@ -611,6 +612,7 @@ class Session : public std::enable_shared_from_this<Session> {
         Generated g;
         g.prompt_tokens = f.prompt_tokens;
         g.completion_tokens = f.completion_tokens;
+        g.cached_tokens = f.cached_tokens;
         out += sse(usage_chunk(r, gen_->id, gen_->created, name, g));
       }
     }

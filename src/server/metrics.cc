@@ -51,6 +51,16 @@ void Metrics::set_load(std::int64_t queued, std::int64_t active) {
   active_ = active;
 }
 
+void Metrics::prefix_hit(std::int64_t tokens) {
+  std::lock_guard lock(mu_);
+  hit_tokens_ += static_cast<std::uint64_t>(tokens);
+}
+
+void Metrics::set_prefix_cache_bytes(std::int64_t bytes) {
+  std::lock_guard lock(mu_);
+  prefix_cache_bytes_ = bytes;
+}
+
 std::int64_t Metrics::queued() const {
   std::lock_guard lock(mu_);
   return queued_;
@@ -74,9 +84,11 @@ std::string Metrics::text() const {
   counter("woq_request_errors_total", "API requests answered with an error.", errors_);
   counter("woq_prompt_tokens_total", "Prompt tokens processed.", prompt_tokens_);
   counter("woq_completion_tokens_total", "Tokens generated.", completion_tokens_);
+  counter("woq_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache, not prefilled.", hit_tokens_);
   counter("woq_cancelled_total", "Generations cancelled by a client that went away.", cancelled_);
   gauge("woq_queue_depth", "Requests waiting for a sequence slot.", queued_);
-  gauge("woq_active_sequences", "Sequences decoding now.", active_);
+  gauge("woq_active_sequences", "Sequences prefilling or decoding now.", active_);
+  gauge("woq_prefix_cache_bytes", "KV cache bytes the prefix cache holds.", prefix_cache_bytes_);
   out += "# HELP woq_time_to_first_token_seconds From request to first generated token.\n"
          "# TYPE woq_time_to_first_token_seconds histogram\n";
   out += ttft_.text("woq_time_to_first_token_seconds");

@@ -33,6 +33,10 @@ class Metrics {
   void inter_token(double seconds);      ///< between consecutive generated tokens
   void cancelled();
   void set_load(std::int64_t queued, std::int64_t active);
+  /// Prompt tokens a request took from the prefix cache instead of prefilling them.
+  void prefix_hit(std::int64_t tokens);
+  /// KV bytes the prefix cache holds now.
+  void set_prefix_cache_bytes(std::int64_t bytes);
   std::int64_t active() const;
   std::int64_t queued() const;  ///< requests waiting for a slot (woq_queue_depth)
   /// The Prometheus exposition text.
@@ -40,8 +44,8 @@ class Metrics {
 
  private:
   mutable std::mutex mu_;
-  std::uint64_t requests_ = 0, errors_ = 0, prompt_tokens_ = 0, completion_tokens_ = 0, cancelled_ = 0;
-  std::int64_t queued_ = 0, active_ = 0;
+  std::uint64_t requests_ = 0, errors_ = 0, prompt_tokens_ = 0, completion_tokens_ = 0, cancelled_ = 0, hit_tokens_ = 0;
+  std::int64_t queued_ = 0, active_ = 0, prefix_cache_bytes_ = 0;
   Histogram ttft_, itl_;
 };
 

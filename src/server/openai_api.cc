@@ -21,7 +21,8 @@ using namespace fields;
 Json usage_of(const Generated& g) {
   return {{"prompt_tokens", g.prompt_tokens},
           {"completion_tokens", g.completion_tokens},
-          {"total_tokens", g.prompt_tokens + g.completion_tokens}};
+          {"total_tokens", g.prompt_tokens + g.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
 Json token_bytes(const std::string& s) {
@@ -224,6 +225,7 @@ nlohmann::ordered_json response_body(const ApiRequest& r, const std::string& id,
     const Generated& g = gs[i];
     total.prompt_tokens += g.prompt_tokens;
     total.completion_tokens += g.completion_tokens;
+    total.cached_tokens += g.cached_tokens;
     if (r.chat) {
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", g.text}}},

@@ -73,6 +73,7 @@ struct Generated {
   std::vector<TokenEvent> tokens;  ///< kept when logprobs were asked for
   std::string finish_reason;       ///< "stop" or "length"
   std::int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::int64_t cached_tokens = 0;  ///< prompt tokens the prefix cache gave (usage.prompt_tokens_details)
 };
 
 /// The non-streaming response body: one choice per generation (one per

@@ -134,6 +134,21 @@ def test_chat_replies_as_woq_serve(fp32):
     assert "".join(fp32.chat(messages, max_new_tokens=30, temperature=0, stream=True)) == reply
 
 
+def test_chat_keeps_the_conversations_kv_cache_with_a_fresh_prefills_result(fp32):
+    """The second turn prefills only what the first did not hold, and replies as a cold prefill does."""
+    first = [{"role": "user", "content": "Tell me a story about a dog."}]
+    reply = fp32.chat(first, max_new_tokens=20, temperature=0)
+    second = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
+    ids = fp32.tokenizer.encode_with_special(fp32.chat_prompt(second))
+    args = fp32._args(ids, 20, 0.0, 40, 0.95, None, None, 1.0, 64, 0.0, 0.0)
+    warm = fp32._engine.generate(*args, None, True)
+    assert warm["cached_tokens"] >= len(fp32.tokenizer.encode_with_special(fp32.chat_prompt(first)))
+    cold = fp32._engine.generate(*args, None)
+    assert cold["cached_tokens"] == 0
+    assert warm["generated_ids"] == cold["generated_ids"] and warm["text"] == cold["text"]
+    assert fp32.chat(second, max_new_tokens=20, temperature=0) == cold["text"]  # a whole prompt held: one token prefilled
+
+
 def test_save_pretrained_loads_in_the_cli_with_the_same_greedy_output(tmp_path):
     m = woq.optimize_model(MODEL, low_bit="asym_int4", group_size=64, progress=False)
     out = tmp_path / "gptq"

@@ -77,7 +77,8 @@ describe('woq serve (fp32, --parallel 8)', () => {
     assert.equal(r.object, 'text_completion');
     assert.equal(r.choices[0].text, reference.text.slice(PROMPT.length));
     assert.equal(r.choices[0].finish_reason, 'length');
-    assert.deepEqual(r.usage, { prompt_tokens: 5, completion_tokens: 60, total_tokens: 65 });
+    assert.deepEqual(r.usage, { prompt_tokens: 5, completion_tokens: 60, total_tokens: 65,
+                                 prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   test('completions: stop strings, logprobs, seed', async () => {
