@@ -26,9 +26,10 @@ struct Result {
   FinishEvent finish;
 };
 
-// Submits a request and returns a future of its result.
-std::future<Result> submit(Engine& engine, const Tokenizer& tok, const std::string& prompt, std::int64_t max_tokens,
-                           float temperature, std::uint64_t seed, std::shared_ptr<EngineRequest>* handle = nullptr) {
+// A request and a future of its result.
+std::pair<std::shared_ptr<EngineRequest>, std::future<Result>> make_request(const Tokenizer& tok, const std::string& prompt,
+                                                                            std::int64_t max_tokens, float temperature,
+                                                                            std::uint64_t seed) {
   auto promise = std::make_shared<std::promise<Result>>();
   auto result = std::make_shared<Result>();
   auto r = std::make_shared<EngineRequest>();
@@ -44,9 +45,16 @@ std::future<Result> submit(Engine& engine, const Tokenizer& tok, const std::stri
     result->finish = f;
     promise->set_value(*result);
   };
+  return {r, promise->get_future()};
+}
+
+// Submits a request and returns a future of its result.
+std::future<Result> submit(Engine& engine, const Tokenizer& tok, const std::string& prompt, std::int64_t max_tokens,
+                           float temperature, std::uint64_t seed, std::shared_ptr<EngineRequest>* handle = nullptr) {
+  auto [r, result] = make_request(tok, prompt, max_tokens, temperature, seed);
   if (handle) *handle = r;
   engine.submit(r);
-  return promise->get_future();
+  return std::move(result);
 }
 
 class ServerTest : public ::testing::Test {
@@ -137,6 +145,25 @@ TEST_F(ServerTest, PrefixCacheAndChunkedPrefillGiveTheColdTokens) {
   }
   EXPECT_NE(metrics.text().find(fmt::format("woq_prefix_cache_hit_tokens_total {}\n", hits)), std::string::npos)
       << metrics.text();
+
+  // Prompts with the same start arriving together: the first prefills it, the others wait for it to be kept
+  // and take it (as 8 clients behind one system prompt), with the same tokens.
+  Engine together(*model_, tok_, metrics, {.parallel = 4});
+  std::vector<std::future<Result>> wave;
+  std::vector<std::shared_ptr<EngineRequest>> requests;
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto [r, result] = make_request(tok_, prompts[i], 24, 0.0f, 0);
+    requests.push_back(r);
+    wave.push_back(std::move(result));
+  }
+  together.submit_all(requests);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Result r = wave[i].get();
+    EXPECT_EQ(r.ids, alone[i].ids) << i;
+    if (i > 0) {
+      EXPECT_GT(r.finish.cached_tokens, base_tokens / 2) << i;
+    }
+  }
 }
 
 // The first generated piece keeps its leading space: the same text as woq generate.

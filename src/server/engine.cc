@@ -210,10 +210,34 @@ void Engine::start(Slot& slot) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
+  reuse_prefix(slot);
+}
+
+void Engine::reuse_prefix(Slot& slot) {
+  const EngineRequest& r = *slot.req;
   // A scored prompt needs the logits of every position: nothing of it can be skipped.
-  if (r.prompt_logprobs) return;
-  slot.cached = prefix_cache_.reuse(r.prompt, n - 1, *slot.cache);
-  if (slot.cached > 0) metrics_.prefix_hit(slot.cached);
+  if (r.prompt_logprobs || slot.cache->size() != slot.cached) return;
+  const auto n = static_cast<std::int64_t>(r.prompt.size());
+  KVCache fresh = model_.make_cache(slot.cache->capacity);
+  const std::int64_t reused = prefix_cache_.reuse(r.prompt, n - 1, fresh);
+  if (reused <= slot.cached) return;
+  slot.cache.emplace(std::move(fresh));
+  slot.cached = reused;
+}
+
+bool Engine::waits_for_leader(const Slot& slot) const {
+  const std::vector<std::int32_t>& prompt = slot.req->prompt;
+  const auto block = static_cast<std::ptrdiff_t>(PrefixCache::kBlockTokens);
+  if (slot.req->prompt_logprobs || slot.cache->size() != slot.cached || std::ssize(prompt) <= block) return false;
+  for (const auto& s : active_) {
+    if (s.get() == &slot) return false;  // only earlier prompts lead
+    if (!s->req) continue;  // ended in this step
+    const std::vector<std::int32_t>& other = s->req->prompt;
+    if (s->prefilling && !s->req->prompt_logprobs && std::ssize(other) > block &&
+        s->cache->size() < std::ssize(other) && std::equal(prompt.begin(), prompt.begin() + block, other.begin()))
+      return true;
+  }
+  return false;
 }
 
 bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
@@ -237,6 +261,7 @@ bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
 
 bool Engine::prompt_done(Slot& slot, const float* logits) {
   slot.prefilling = false;
+  if (slot.cached > 0) metrics_.prefix_hit(slot.cached);
   prefix_cache_.keep(slot.req->prompt, *slot.cache);  // later prompts may share it while this one decodes
   metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
   if (slot.req->max_tokens <= 0) {
@@ -269,7 +294,10 @@ void Engine::step() {
   const std::size_t decoders = seqs.size();
   std::int64_t budget = prefill_budget(decoders > 0), prompt_tokens = 0;
   for (const auto& s : active_) {
-    if (!s->prefilling || budget <= 0) continue;
+    if (!s->req || !s->prefilling || budget <= 0) continue;
+    // A prompt that starts like one prefilling before it waits for that one's keys and values to be kept.
+    if (waits_for_leader(*s)) continue;
+    reuse_prefix(*s);  // the prefix cache may hold more of it than when it was admitted
     if (s->req->prompt_logprobs) {
       try {
         if (!score_chunk(*s, budget)) s->req.reset();

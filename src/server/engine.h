@@ -160,6 +160,12 @@ class Engine {
   void loop();
   /// Gives a newly admitted slot its KV cache, with the longest prefix of its prompt the prefix cache holds.
   void start(Slot& slot);
+  /// Before a slot prefills any token itself: takes a longer prefix of its prompt when the prefix cache now
+  /// holds one (a prompt before it with the same start was kept meanwhile).
+  void reuse_prefix(Slot& slot);
+  /// Whether the slot, not started, shares its first PrefixCache::kBlockTokens tokens with a prompt before
+  /// it still prefilling: then it waits for that prompt to be kept rather than prefilling the same tokens.
+  bool waits_for_leader(const Slot& slot) const;
   /// One pass of the sequences past their prompt (a decode token each) and of chunks of the prompts
   /// waiting, oldest first, within prefill_budget(); a scored prompt prefills alone (score_chunk).
   void step();
