@@ -6,11 +6,12 @@ second of wall time, time to first token (TTFT) and time per output token
 (TPOT: the gaps between streamed pieces) at p50 and p99, and the prompt tokens
 the server reports it took from its prefix cache. Python standard library only.
 
-Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS [--shared-prefix WORDS]
+Usage: tools/serve_throughput.py URL CLIENTS REQUESTS TOKENS [--shared-prefix WORDS [--prefixes K]]
        [--prompt-words WORDS] [--api-key KEY] [--model NAME] [--json FILE]
 URL is the server's address, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
 --shared-prefix starts every prompt with the same text of WORDS words (a shared
-system prompt); --prompt-words sets the length of each request's own part.
+system prompt; with --prefixes, one of K such texts at random); --prompt-words
+sets the length of each request's own part.
 """
 import argparse
 import json
@@ -87,6 +88,8 @@ def main():
     parser.add_argument("requests", type=int)
     parser.add_argument("tokens", type=int)
     parser.add_argument("--shared-prefix", type=int, default=0, metavar="WORDS")
+    parser.add_argument("--prefixes", type=int, default=1, metavar="K",
+                        help="with --shared-prefix: K different shared prefixes, one drawn at random per request")
     parser.add_argument("--prompt-words", type=int, default=12, metavar="WORDS")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--model", default="")
@@ -95,13 +98,17 @@ def main():
     if min(args.clients, args.requests, args.tokens, args.prompt_words) < 1 or args.shared_prefix < 0:
         parser.error("clients, requests, tokens and --prompt-words must be at least 1, --shared-prefix at least 0")
     base, headers = connection(parser, args)
-    system = text_of(args.shared_prefix, 0) + "\n" if args.shared_prefix else ""
+    if args.prefixes < 1:
+        parser.error("--prefixes must be at least 1")
+    systems = [text_of(args.shared_prefix, -1 - k) + "\n" if args.shared_prefix else "" for k in range(args.prefixes)]
     totals = {"tokens": 0, "cached": 0, "prompt": 0, "latency": 0.0, "requests": 0, "errors": [], "ttft": [], "tpot": []}
     lock = threading.Lock()
 
     def client(c):
         for r in range(args.requests):
-            body = {"prompt": system + text_of(args.prompt_words, 1 + c * args.requests + r), "max_tokens": args.tokens,
+            seed = 1 + c * args.requests + r
+            body = {"prompt": systems[random.Random(seed).randrange(args.prefixes)] + text_of(args.prompt_words, seed),
+                    "max_tokens": args.tokens,
                     "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
             if args.model:
                 body["model"] = args.model

@@ -93,7 +93,9 @@ int run_serve(const ServeArgs& a) {
   fmt::print(stderr, "woq: tokenizer: {}; stop tokens: {}\n", tokenizer.describe(), stops.empty() ? "none" : stops);
   fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each, prefix cache {}{})\n",
              http.served_model_name, a.host, port, engine.parallel(), engine.ctx_size(),
-             engine.cache_bytes() == 0 ? std::string("off") : fmt::format("{:.2f} GiB", static_cast<double>(engine.cache_bytes()) / (1 << 30)),
+             engine.cache_bytes() == 0 ? std::string("off")
+             : engine.cache_bytes() < (1 << 30) ? fmt::format("{:.1f} MiB", static_cast<double>(engine.cache_bytes()) / (1 << 20))
+                                                 : fmt::format("{:.2f} GiB", static_cast<double>(engine.cache_bytes()) / (1 << 30)),
              a.api_key.empty() ? "" : ", API key required");
   std::thread waiter([&] {
     char sig = 0;
