@@ -359,6 +359,20 @@ TEST_F(ServerTest, KvCacheBudgetIsCheckedAtStartup) {
   EXPECT_THROW(Engine(*model_, tok_, metrics_, {4, 0, 3 * page}), Error);  // not one page each
   Engine roomy(*model_, tok_, metrics_, {4, 0, 0});                         // 90 % of what the machine has
   EXPECT_EQ(roomy.ctx_size(), model_->context_limit());
+  // The prefix cache: by default what the budget leaves (none here); a bound given comes out of the budget
+  // first, lowering a default context, and one beyond the budget is refused.
+  EXPECT_EQ(Engine(*model_, tok_, metrics_, {4, 0, 4 * page}).cache_bytes(), 0);
+  ASSERT_EQ(model_->context_limit(), 2 * KVCache::kPageTokens);  // 4 full caches: 8 pages
+  EXPECT_EQ(Engine(*model_, tok_, metrics_, {4, 0, 12 * page}).cache_bytes(), 4 * page);
+  EXPECT_EQ(Engine(*model_, tok_, metrics_, {4, 0, 20 * page}).cache_bytes(), 8 * page);  // at most what the caches take
+  {
+    Engine given(*model_, tok_, metrics_, {.parallel = 4, .memory_bytes = 8 * page, .cache_bytes = 4 * page});
+    EXPECT_EQ(given.ctx_size(), KVCache::kPageTokens);
+    EXPECT_EQ(given.cache_bytes(), 4 * page);
+  }
+  EXPECT_THROW(Engine(*model_, tok_, metrics_, {.parallel = 4, .memory_bytes = 8 * page, .cache_bytes = 9 * page}), Error);
+  EXPECT_THROW(Engine(*model_, tok_, metrics_, {.parallel = 4, .ctx_size = 2 * KVCache::kPageTokens,
+                                                .memory_bytes = 8 * page, .cache_bytes = 4 * page}), Error);
 }
 
 // At most max_queued requests wait for a slot; more are refused with EngineBusy.

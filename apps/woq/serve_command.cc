@@ -143,7 +143,8 @@ Run add_serve(CLI::App& app) {
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 30));
   cmd->add_option("--cache-gb", args->cache_gb,
                   "Memory for the prefix cache (KV of earlier prompts, reused by prompts that start the same); 0 = off; "
-                  "default: what the memory budget leaves beside the --parallel caches, at most as much as they take")
+                  "default: what the memory budget leaves beside the --parallel caches, at most as much as they take; a size "
+                  "given is taken from the budget first")
       ->check(CLI::Range(0.0, 1048576.0));
   cmd->add_option("--max-prompt-bytes", args->max_prompt_bytes,
                   "A prompt's (or chat messages') bytes at most; more is a 400. Bounds the time one request spends "

@@ -80,25 +80,24 @@ Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, 
   // Caches grow as sequences do, but all `parallel` of them may reach ctx_size at once.
   std::int64_t budget = options_.memory_bytes;
   if (budget == 0) budget = static_cast<std::int64_t>(0.9 * static_cast<double>(available_memory_bytes().value_or(INT64_MAX / 2)));
+  const auto gib = [](std::int64_t b) { return static_cast<double>(b) / (1 << 30); };
+  // A prefix cache bound given comes out of the budget first; the sequences' caches get the rest.
+  if (options_.cache_bytes > budget)
+    fail("--cache-gb {:.2f} exceeds the {:.2f} GiB of memory available", gib(options_.cache_bytes), gib(budget));
+  const std::int64_t kv_budget = budget - std::max<std::int64_t>(options_.cache_bytes, 0);
   const ModelConfig& c = model.config();
   const std::int64_t per_token = KVCache::bytes_for(c.num_hidden_layers, KVCache::kPageTokens, c.kv_dim()) / KVCache::kPageTokens;
-  const auto gib = [](std::int64_t b) { return static_cast<double>(b) / (1 << 30); };
-  if (KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim()) > budget / options_.parallel) {
-    const std::int64_t fits = budget / options_.parallel / per_token / KVCache::kPageTokens * KVCache::kPageTokens;
+  if (KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim()) > kv_budget / options_.parallel) {
+    const std::int64_t fits = kv_budget / options_.parallel / per_token / KVCache::kPageTokens * KVCache::kPageTokens;
     if (!defaulted || fits < 1)
-      fail("--parallel {} x --ctx-size {} needs {:.2f} GiB of KV cache, but {:.2f} GiB of memory is available for it; "
+      fail("--parallel {} x --ctx-size {} needs {:.2f} GiB of KV cache, but {:.2f} GiB of memory is available for it{}; "
            "lower --ctx-size or --parallel",
            options_.parallel, options_.ctx_size, gib(options_.parallel * KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim())),
-           gib(budget));
+           gib(kv_budget), options_.cache_bytes > 0 ? " beside --cache-gb" : "");
     options_.ctx_size = fits;
   }
   const std::int64_t caches = options_.parallel * KVCache::bytes_for(c.num_hidden_layers, options_.ctx_size, c.kv_dim());
-  if (options_.cache_bytes < 0) {
-    options_.cache_bytes = std::clamp<std::int64_t>(budget - caches, 0, caches);
-  } else if (options_.cache_bytes > budget - caches) {
-    fail("--cache-gb {:.2f} does not fit: the {} KV caches take {:.2f} GiB of the {:.2f} GiB available; lower --cache-gb, "
-         "--ctx-size or --parallel", gib(options_.cache_bytes), options_.parallel, gib(caches), gib(budget));
-  }
+  if (options_.cache_bytes < 0) options_.cache_bytes = std::clamp<std::int64_t>(budget - caches, 0, caches);
   if (options_.prefill_chunk < kAutoPrefillChunk)
     fail("--prefill-chunk must be >= 0 (or {} for auto), got {}", kAutoPrefillChunk, options_.prefill_chunk);
   prefix_cache_ = PrefixCache(options_.cache_bytes);
