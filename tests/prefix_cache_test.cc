@@ -93,7 +93,9 @@ TEST(PrefixCache, ReusesTheLongestSharedPrefix) {
   std::vector<std::int32_t> prompt = tokens(400);
   prompt[290] = 9999;  // shares 290 with ta, 150 with tb2
   KVCache c(kLayers, 4 * kPage, kDim);
-  EXPECT_EQ(pc.reuse(prompt, 399, c), 290);
+  EXPECT_EQ(pc.reuse(prompt, 399, c, 290), 0);  // nothing longer than 290 tokens: the cache is left alone
+  EXPECT_EQ(c.page_count(), 0u);
+  EXPECT_EQ(pc.reuse(prompt, 399, c, 289), 290);
   EXPECT_TRUE(holds(c, 1, 0, 290));
   // The limit keeps tokens to prefill; under one block nothing is reused.
   KVCache d(kLayers, 4 * kPage, kDim);

@@ -51,7 +51,8 @@ std::vector<PrefixCache::Entries::iterator> PrefixCache::deepest(const std::vect
   return found;
 }
 
-std::int64_t PrefixCache::reuse(std::span<const std::int32_t> tokens, std::int64_t limit, KVCache& cache) {
+std::int64_t PrefixCache::reuse(std::span<const std::int32_t> tokens, std::int64_t limit, KVCache& cache,
+                               std::int64_t longer_than) {
   if (lru_.empty()) return 0;
   const std::span<const std::int32_t> head = tokens.first(static_cast<std::size_t>(std::clamp<std::int64_t>(limit, 0, static_cast<std::int64_t>(tokens.size()))));
   std::size_t blocks = 0;
@@ -62,7 +63,9 @@ std::int64_t PrefixCache::reuse(std::span<const std::int32_t> tokens, std::int64
     const std::size_t len = common_prefix(head, e->tokens);
     if (len > best_len) best = e, best_len = len;
   }
-  if (best == lru_.end() || best_len < static_cast<std::size_t>(kBlockTokens)) return 0;
+  if (best == lru_.end() || best_len < static_cast<std::size_t>(kBlockTokens) ||
+      static_cast<std::int64_t>(best_len) <= longer_than)
+    return 0;
   cache.share_prefix(best->cache, static_cast<std::int64_t>(best_len));
   lru_.splice(lru_.begin(), lru_, best);
   return static_cast<std::int64_t>(best_len);

@@ -33,9 +33,11 @@ class PrefixCache {
   explicit PrefixCache(std::int64_t max_bytes) : max_bytes_(max_bytes) {}
 
   /// Shares into the empty `cache` the longest kept prefix of `tokens` of at least one block, at most
-  /// `limit` tokens long (so that a prompt keeps tokens to prefill), and returns its length (0: nothing
-  /// reused, `cache` untouched). The entry becomes the most recently used. Throws std::bad_alloc.
-  std::int64_t reuse(std::span<const std::int32_t> tokens, std::int64_t limit, KVCache& cache);
+  /// `limit` tokens long (so that a prompt keeps tokens to prefill) and longer than `longer_than`, and
+  /// returns its length (0: nothing reused, `cache` untouched). The entry becomes the most recently used.
+  /// Throws std::bad_alloc.
+  std::int64_t reuse(std::span<const std::int32_t> tokens, std::int64_t limit, KVCache& cache,
+                     std::int64_t longer_than = 0);
 
   /// Keeps positions [0, tokens.size()) of `cache` (which hold `tokens`; tokens.size() <= cache.size()),
   /// sharing its pages, then evicts the least recently used entries while the bytes exceed the bound. An

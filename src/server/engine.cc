@@ -154,6 +154,7 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   if (ev.reason == "length" || (ev.reason == "stop" && !slot.step.stopped_by_string())) ev.text = slot.step.finish();
   ev.prompt_tokens = static_cast<std::int64_t>(slot.req->prompt.size());
   ev.cached_tokens = slot.cached;
+  if (slot.cached > 0) metrics_.prefix_hit(slot.cached);
   ev.completion_tokens = slot.generated;
   ev.first_token_seconds = slot.first_token_seconds;
   ev.seconds = since(slot.submitted);
@@ -218,8 +219,8 @@ void Engine::reuse_prefix(Slot& slot) {
   if (r.prompt_logprobs || slot.cache->size() != slot.cached) return;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   KVCache fresh = model_.make_cache(slot.cache->capacity);
-  const std::int64_t reused = prefix_cache_.reuse(r.prompt, n - 1, fresh);
-  if (reused <= slot.cached) return;
+  const std::int64_t reused = prefix_cache_.reuse(r.prompt, n - 1, fresh, slot.cached);
+  if (reused == 0) return;
   slot.cache.emplace(std::move(fresh));
   slot.cached = reused;
 }
@@ -232,7 +233,9 @@ bool Engine::waits_for_leader(const Slot& slot) const {
     if (s.get() == &slot) return false;  // only earlier prompts lead
     if (!s->req) continue;  // ended in this step
     const std::vector<std::int32_t>& other = s->req->prompt;
-    if (s->prefilling && !s->req->prompt_logprobs && std::ssize(other) > block &&
+    // Waiting gains nothing when the leader's prompt could not be kept.
+    const std::int64_t pages = KVCache::bytes_for(slot.cache->layers, std::ssize(other), slot.cache->kv_dim);
+    if (s->prefilling && !s->req->prompt_logprobs && std::ssize(other) > block && pages <= prefix_cache_.max_bytes() &&
         s->cache->size() < std::ssize(other) && std::equal(prompt.begin(), prompt.begin() + block, other.begin()))
       return true;
   }
@@ -260,7 +263,6 @@ bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
 
 bool Engine::prompt_done(Slot& slot, const float* logits) {
   slot.prefilling = false;
-  if (slot.cached > 0) metrics_.prefix_hit(slot.cached);
   prefix_cache_.keep(slot.req->prompt, *slot.cache);  // later prompts may share it while this one decodes
   metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
   if (slot.req->max_tokens <= 0) {
