@@ -825,7 +825,7 @@ TEST(Cli, ChatUnderAPseudoTerminal) {
   close(master);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << got;
   EXPECT_EQ(got.find("turn 4"), std::string::npos) << got;
-  EXPECT_NE(got.find("(1 message, 0 of them cached), reply"), std::string::npos) << got;  // turn 1: one message, singular
+  EXPECT_NE(got.find("(1 message; 0 tokens cached), reply"), std::string::npos) << got;  // turn 1: one message, singular
   EXPECT_EQ(got.find("(1 messages)"), std::string::npos) << got;
   EXPECT_EQ(got.back(), '\n') << got;
   auto tokens_of = [&](const std::string& turn) {
@@ -835,9 +835,9 @@ TEST(Cli, ChatUnderAPseudoTerminal) {
   const int first = tokens_of("turn 1: prompt "), second = tokens_of("turn 2: prompt ");
   EXPECT_GT(second, first + 12) << got;  // the first exchange (and its 12-token reply) is in the second prompt
   // The second turn's KV cache holds the first prompt at least (and the reply as the template renders it again).
-  const std::size_t cached_at = got.find(" of them cached", got.find("turn 2: prompt "));
+  const std::size_t cached_at = got.find(" tokens cached", got.find("turn 2: prompt "));
   ASSERT_NE(cached_at, std::string::npos) << got;
-  const std::size_t number_at = got.rfind(", ", cached_at) + 2;
+  const std::size_t number_at = got.rfind("; ", cached_at) + 2;
   EXPECT_GE(std::stoi(got.substr(number_at, cached_at - number_at)), first) << got;
   EXPECT_NE(got.find("reply 12 tokens"), std::string::npos) << got;
 }

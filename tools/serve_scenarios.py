@@ -1,26 +1,31 @@
 #!/usr/bin/env python3
 """Latency scenarios for `woq serve` (or another OpenAI-compatible server), streaming /v1/completions:
 
-  prefix URL [--words N] [--tokens T]
-      A two-turn conversation: a prompt of N words, then the same prompt followed by the first answer and
-      a new question. Prints both times to first token (TTFT), their ratio, the prompt tokens the server
-      took from its prefix cache, and a digest of the two answers (the same with the cache on and off).
-  chunked URL [--streams S] [--words N] [--tokens T]
-      S streams decode; after a few seconds a prompt of N words arrives. Prints the streams' time per
-      output token (TPOT, the gaps between streamed pieces) at p50 and p99 before it arrived and while it
-      was prefilled, and their ratio.
+  prefix URL [--words N] [--tokens T] [--seed S]
+      A two-turn conversation: a prompt of N words (default 800; text from --seed), then the same prompt
+      followed by the first answer and a new question. Prints both times to first token (TTFT), their
+      ratio, the prompt tokens the server took from its prefix cache per turn, and a digest of the two
+      answers (the same with the cache on and off: run it against both servers with the same --seed).
+  chunked URL [--streams S] [--words N] [--tokens T] [--delay D]
+      S streams (default 4) decode T tokens each (default 400); D seconds later (default 3) a prompt of N
+      new random words arrives. Prints the streams' time per output token (TPOT, the gaps between streamed
+      pieces) at p50 and p99 before it arrived and while it was prefilled, and their ratios. The streams
+      must still be decoding when it arrives: on a fast model raise T and lower D.
 
-Python standard library only; the helpers are serve_throughput.py's.
+Python standard library only; the helpers are serve_throughput.py's. Prompt tokens the server reports as
+cached (usage.prompt_tokens_details.cached_tokens, woq serve's prefix cache) are printed with each figure.
 """
 import argparse
 import hashlib
 import os
+import random
 import sys
 import threading
 import time
+import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_throughput import connection, percentile, stream_completion, text_of  # noqa: E402
+from serve_throughput import connection, ms, percentile, stream_completion, text_of  # noqa: E402
 
 
 def body(args, prompt, tokens):
@@ -36,13 +41,15 @@ def cached(got):
 
 
 def prefix(args, base, headers):
-    first_prompt = text_of(args.words, 0)
+    first_prompt = text_of(args.words, args.seed)
     first = stream_completion(base, headers, body(args, first_prompt, args.tokens))
-    second = stream_completion(base, headers, body(args, first_prompt + first.text + "\n" + text_of(20, 1), args.tokens))
+    second = stream_completion(base, headers,
+                               body(args, first_prompt + first.text + "\n" + text_of(20, args.seed + 1), args.tokens))
     if not first.pieces or not second.pieces:
         sys.exit("a turn generated no text")
     digest = hashlib.sha256((first.text + "\0" + second.text).encode()).hexdigest()[:16]
-    print(f"turn 1: {(first.usage or {}).get('prompt_tokens', '?')} prompt tokens, TTFT {first.pieces[0]:.3f} s; "
+    print(f"turn 1: {(first.usage or {}).get('prompt_tokens', '?')} prompt tokens ({cached(first)} cached), "
+          f"TTFT {first.pieces[0]:.3f} s; "
           f"turn 2: {(second.usage or {}).get('prompt_tokens', '?')} prompt tokens ({cached(second)} cached), "
           f"TTFT {second.pieces[0]:.3f} s = {100 * second.pieces[0] / first.pieces[0]:.1f} % of turn 1; "
           f"answers {digest}")
@@ -63,7 +70,7 @@ def chunked(args, base, headers):
         t.start()
     time.sleep(args.delay)
     long_sent = time.monotonic()
-    long = stream_completion(base, headers, body(args, text_of(args.words, 7), 1))
+    long = stream_completion(base, headers, body(args, text_of(args.words, random.randrange(1 << 30)), 1))
     long_done = long_sent + (long.pieces[0] if long.pieces else 0)
     for t in threads:
         t.join()
@@ -79,17 +86,19 @@ def chunked(args, base, headers):
                 during.append(b - a)
     if not before or not during:
         sys.exit("the long prompt did not arrive while the streams decoded: raise --tokens or lower --delay")
-    print(f"{args.streams} streams; a {(long.usage or {}).get('prompt_tokens', '?')}-token prompt prefilled in "
-          f"{long_done - long_sent:.2f} s. TPOT before: p50 {1000 * percentile(before, 0.5):.1f} ms, "
-          f"p99 {1000 * percentile(before, 0.99):.1f} ms; during: p50 {1000 * percentile(during, 0.5):.1f} ms, "
-          f"p99 {1000 * percentile(during, 0.99):.1f} ms ({percentile(during, 0.99) / percentile(before, 0.99):.2f}x)")
+    print(f"{args.streams} streams; a {(long.usage or {}).get('prompt_tokens', '?')}-token prompt ({cached(long)} "
+          f"cached) prefilled in {long_done - long_sent:.2f} s. TPOT before: p50 {ms(percentile(before, 0.5))}, "
+          f"p99 {ms(percentile(before, 0.99))}; during: p50 {ms(percentile(during, 0.5))}, "
+          f"p99 {ms(percentile(during, 0.99))} (p50 {percentile(during, 0.5) / percentile(before, 0.5):.2f}x, "
+          f"p99 {percentile(during, 0.99) / percentile(before, 0.99):.2f}x)")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", choices=["prefix", "chunked"])
     parser.add_argument("url")
-    parser.add_argument("--words", type=int, default=800, help="words of the long prompt")
+    parser.add_argument("--words", type=int, default=800, help="words of the first turn (prefix) or the long prompt")
+    parser.add_argument("--seed", type=int, default=0, help="prefix: the text's seed")
     parser.add_argument("--tokens", type=int, default=0, help="tokens per answer (default: 16 prefix, 400 chunked)")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--delay", type=float, default=3.0, help="chunked: seconds before the long prompt is sent")
@@ -100,7 +109,12 @@ def main():
         parser.error("--words and --streams must be at least 1, --tokens and --delay at least 0")
     args.tokens = args.tokens or (16 if args.scenario == "prefix" else 400)
     base, headers = connection(parser, args)
-    (prefix if args.scenario == "prefix" else chunked)(args, base, headers)
+    try:
+        (prefix if args.scenario == "prefix" else chunked)(args, base, headers)
+    except urllib.error.HTTPError as e:
+        sys.exit(f"the server answered {e.code}: {e.read().decode(errors='replace')}")
+    except (urllib.error.URLError, OSError) as e:
+        sys.exit(f"cannot reach {base}: {e}")
 
 
 if __name__ == "__main__":

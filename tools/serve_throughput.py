@@ -32,10 +32,16 @@ def text_of(words, seed):
 
 
 def percentile(values, q):
+    """The q-quantile of `values` (nearest rank); None when there are none."""
     if not values:
-        return float("nan")
+        return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds):
+    """Seconds as milliseconds for printing ("n/a" for None)."""
+    return "n/a" if seconds is None else f"{1000 * seconds:.1f} ms"
 
 
 class Streamed:
@@ -98,8 +104,8 @@ def main():
     if min(args.clients, args.requests, args.tokens, args.prompt_words) < 1 or args.shared_prefix < 0:
         parser.error("clients, requests, tokens and --prompt-words must be at least 1, --shared-prefix at least 0")
     base, headers = connection(parser, args)
-    if args.prefixes < 1:
-        parser.error("--prefixes must be at least 1")
+    if args.prefixes < 1 or (args.prefixes > 1 and not args.shared_prefix):
+        parser.error("--prefixes must be at least 1, and more than 1 only with --shared-prefix")
     systems = [text_of(args.shared_prefix, -1 - k) + "\n" if args.shared_prefix else "" for k in range(args.prefixes)]
     totals = {"tokens": 0, "cached": 0, "prompt": 0, "latency": 0.0, "requests": 0, "errors": [], "ttft": [], "tpot": []}
     lock = threading.Lock()
@@ -149,8 +155,8 @@ def main():
         "tpot_p50": percentile(totals["tpot"], 0.5), "tpot_p99": percentile(totals["tpot"], 0.99)}
     print(f"clients {args.clients}: {figures['requests']} requests, {figures['completion_tokens']} tokens in {wall:.1f} s = "
           f"{figures['tokens_per_second']:.1f} tokens/s; mean latency {figures['mean_latency']:.2f} s; "
-          f"TTFT p50 {figures['ttft_p50']:.3f} s p99 {figures['ttft_p99']:.3f} s; "
-          f"TPOT p50 {1000 * figures['tpot_p50']:.1f} ms p99 {1000 * figures['tpot_p99']:.1f} ms; "
+          f"TTFT p50 {ms(figures['ttft_p50'])} p99 {ms(figures['ttft_p99'])}; "
+          f"TPOT p50 {ms(figures['tpot_p50'])} p99 {ms(figures['tpot_p99'])}; "
           f"prompt tokens {figures['prompt_tokens']}, {figures['cached_tokens']} from the prefix cache")
     if args.json:
         with open(args.json, "w") as f:

@@ -89,7 +89,7 @@ int run_chat(const ChatArgs& a) {
     const std::size_t prompt_messages = messages.size() - 1;
     // The reply ran into the end of the context (not ended by -n below it or by the end-of-turn token).
     const bool full = r.context_full || (!r.stopped && static_cast<std::int64_t>(r.generated_ids.size()) >= room);
-    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} message{}, {} of them cached), reply {} tokens{}\n", ++turn,
+    fmt::print(stderr, "woq: turn {}: prompt {} tokens ({} message{}; {} tokens cached), reply {} tokens{}\n", ++turn,
                ids.size(), prompt_messages, prompt_messages == 1 ? "" : "s", r.cached_tokens, r.generated_ids.size(),
                full ? " (the context is full: the reply was cut; /clear to start again)" : "");
   }

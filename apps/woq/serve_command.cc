@@ -68,6 +68,7 @@ int run_serve(const ServeArgs& a) {
   options.ctx_size = a.ctx_size;
   options.max_queued = a.max_queue;
   options.prefill_chunk = a.prefill_chunk;
+  if (a.cache_gb < 0 && a.cache_gb != -1) fail("--cache-gb must be >= 0 or -1 (the default size), got {}", a.cache_gb);
   options.cache_bytes = a.cache_gb < 0 ? -1 : static_cast<std::int64_t>(a.cache_gb * (1 << 30));
   server::Engine engine(*model, tokenizer, metrics, options);
   if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
@@ -144,8 +145,9 @@ Run add_serve(CLI::App& app) {
   cmd->add_option("--cache-gb", args->cache_gb,
                   "Memory for the prefix cache (KV of earlier prompts, reused by prompts that start the same); 0 = off; "
                   "default: what the memory budget leaves beside the --parallel caches, at most as much as they take; a size "
-                  "given is taken from the budget first")
-      ->check(CLI::Range(0.0, 1048576.0));
+                  "given is taken from the budget first; -1 = that default")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 1048576.0));
   cmd->add_option("--max-prompt-bytes", args->max_prompt_bytes,
                   "A prompt's (or chat messages') bytes at most; more is a 400. Bounds the time one request spends "
                   "tokenizing")
