@@ -66,8 +66,8 @@ GenerateResult generate(LlamaModel& model, const Tokenizer& tokenizer, std::span
   if (conv && !conv->cache) conv->cache.emplace(model.make_cache(context));
   KVCache& cache = conv ? *conv->cache : own.emplace(model.make_cache(needed));
   if (conv) {  // keep what this prompt starts with (at least one token to prefill for the logits)
-    const auto [held, mine] = std::mismatch(conv->tokens.begin(), conv->tokens.end(), result.prompt_ids.begin(),
-                                            result.prompt_ids.end() - 1);
+    const auto held = std::mismatch(conv->tokens.begin(), conv->tokens.end(), result.prompt_ids.begin(),
+                                    result.prompt_ids.end() - 1).first;
     result.cached_tokens = held - conv->tokens.begin();
     cache.truncate(result.cached_tokens);
     conv->tokens.resize(static_cast<std::size_t>(result.cached_tokens));

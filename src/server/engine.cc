@@ -59,7 +59,8 @@ struct Engine::Slot {
   /// The tokens fed so far: the prompt, then each generated token once a decode step wrote its keys and
   /// values (the cache holds the first cache->size()).
   std::vector<std::int32_t> tokens{req->prompt};
-  bool prefilling = true;
+  /// Whether prompt tokens remain to prefill (once all are in, prompt_done samples the first token).
+  bool prefilling() const { return cache->size() < static_cast<std::int64_t>(req->prompt.size()); }
   std::int64_t cached = 0;  ///< prompt tokens the prefix cache gave
   std::int64_t generated = 0;
   std::int32_t next = -1;  ///< the token the next decode step feeds
@@ -210,7 +211,6 @@ void Engine::start(Slot& slot) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
   slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
-  reuse_prefix(slot);
 }
 
 void Engine::reuse_prefix(Slot& slot) {
@@ -235,8 +235,8 @@ bool Engine::waits_for_leader(const Slot& slot) const {
     const std::vector<std::int32_t>& other = s->req->prompt;
     // Waiting gains nothing when the leader's prompt could not be kept.
     const std::int64_t pages = KVCache::bytes_for(slot.cache->layers, std::ssize(other), slot.cache->kv_dim);
-    if (s->prefilling && !s->req->prompt_logprobs && std::ssize(other) > block && pages <= prefix_cache_.max_bytes() &&
-        s->cache->size() < std::ssize(other) && std::equal(prompt.begin(), prompt.begin() + block, other.begin()))
+    if (s->prefilling() && !s->req->prompt_logprobs && std::ssize(other) > block && pages <= prefix_cache_.max_bytes() &&
+        std::equal(prompt.begin(), prompt.begin() + block, other.begin()))
       return true;
   }
   return false;
@@ -262,7 +262,6 @@ bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
 }
 
 bool Engine::prompt_done(Slot& slot, const float* logits) {
-  slot.prefilling = false;
   prefix_cache_.keep(slot.req->prompt, *slot.cache);  // later prompts may share it while this one decodes
   metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
   if (slot.req->max_tokens <= 0) {
@@ -286,7 +285,7 @@ void Engine::step() {
   std::vector<std::int64_t> rows;
   std::vector<KVCache*> caches;
   for (const auto& s : active_)
-    if (!s->prefilling) {
+    if (!s->prefilling()) {
       seqs.push_back(s.get());
       tokens.push_back(s->next);
       rows.push_back(1);
@@ -295,10 +294,10 @@ void Engine::step() {
   const std::size_t decoders = seqs.size();
   std::int64_t budget = prefill_budget(decoders > 0), prompt_tokens = 0;
   for (const auto& s : active_) {
-    if (!s->req || !s->prefilling || budget <= 0) continue;
+    if (!s->req || !s->prefilling() || budget <= 0) continue;
     // A prompt that starts like one prefilling before it waits for that one's keys and values to be kept.
     if (waits_for_leader(*s)) continue;
-    reuse_prefix(*s);  // the prefix cache may hold more of it than when it was admitted
+    reuse_prefix(*s);  // before its first chunk: what the prefix cache holds of it now
     if (s->req->prompt_logprobs) {
       try {
         if (!score_chunk(*s, budget)) s->req.reset();
@@ -344,7 +343,7 @@ void Engine::step() {
     if (i < decoders) {
       s.tokens.push_back(s.next);
       if (!advance(s, row)) s.req.reset();
-    } else if (s.cache->size() == static_cast<std::int64_t>(s.req->prompt.size()) && !prompt_done(s, row)) {
+    } else if (!s.prefilling() && !prompt_done(s, row)) {
       s.req.reset();
     }
   }

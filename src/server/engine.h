@@ -158,10 +158,10 @@ class Engine {
  private:
   struct Slot;
   void loop();
-  /// Gives a newly admitted slot its KV cache, with the longest prefix of its prompt the prefix cache holds.
+  /// Gives a newly admitted slot its (empty) KV cache.
   void start(Slot& slot);
-  /// Before a slot prefills any token itself: takes a longer prefix of its prompt when the prefix cache now
-  /// holds one (a prompt before it with the same start was kept meanwhile).
+  /// Before a slot prefills any token itself: takes the longest prefix of its prompt the prefix cache holds
+  /// now, when longer than what it took before (a prompt before it with the same start was kept meanwhile).
   void reuse_prefix(Slot& slot);
   /// Whether the slot, not started, shares its first PrefixCache::kBlockTokens tokens with a prompt before
   /// it still prefilling: then it waits for that prompt to be kept rather than prefilling the same tokens.
