@@ -37,6 +37,8 @@
 #include "model/llama.h"
 #include "model/load_request.h"
 #include "quantize/quantize_checkpoint.h"
+#include "quantize/pareto.h"
+#include "quantize/plan_request.h"
 #include "quantize/quantize_request.h"
 #include "tokenizer/tokenizer.h"
 
@@ -256,6 +258,23 @@ void quantize(const QuantizeRequest& request, int threads, const py::object& log
   run_quantize_request(request, pool, callbacks);
 }
 
+void plan_search(const PlanRequest& request, int threads, const py::object& log) {
+  if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  const auto say = log_of(log);
+  py::gil_scoped_release unlocked;
+  ThreadPool pool(threads);
+  run_plan_request(request, pool, say);
+}
+
+// The points as pareto_json's text (parsed in Python).
+std::string pareto(const ParetoRequest& request, int threads, const py::object& log) {
+  if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  const auto say = log_of(log);
+  py::gil_scoped_release unlocked;
+  ThreadPool pool(threads);
+  return pareto_json(run_pareto(request, pool, say)).dump();
+}
+
 SamplingParams sampling(float temperature, std::int32_t top_k, float top_p, std::optional<std::uint64_t> seed) {
   SamplingParams p{temperature, top_k, top_p, seed.value_or(std::random_device{}())};
   argument_check([&] { validate(p); });
@@ -386,7 +405,8 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("int4_range", &LoadRequest::int4_range)
       .def_readwrite("rounding", &LoadRequest::rounding)
       .def_readwrite("lm_head_low_bit", &LoadRequest::lm_head_low_bit)
-      .def_readwrite("activations", &LoadRequest::activations);
+      .def_readwrite("activations", &LoadRequest::activations)
+      .def_readwrite("plan", &LoadRequest::plan);
 
   py::class_<Penalties>(mod, "Penalties")
       .def(py::init<>())
@@ -449,6 +469,7 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("format", &QuantizeRequest::format)
       .def_readwrite("recipe", &QuantizeRequest::recipe)
       .def_readwrite("low_bit", &QuantizeRequest::low_bit)
+      .def_readwrite("plan", &QuantizeRequest::plan)
       .def_readwrite("method", &QuantizeRequest::method)
       .def_readwrite("force", &QuantizeRequest::force)
       .def_readwrite("resume", &QuantizeRequest::resume)
@@ -468,8 +489,36 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("seqlen", &QuantizeRequest::seqlen)
       .def_readwrite("seed", &QuantizeRequest::seed);
 
+  py::class_<PlanRequest>(mod, "PlanRequest")
+      .def(py::init<>())
+      .def_readwrite("input", &PlanRequest::input)
+      .def_readwrite("output", &PlanRequest::output)
+      .def_readwrite("force", &PlanRequest::force)
+      .def_readwrite("measure_only", &PlanRequest::measure_only)
+      .def_readwrite("target_kl", &PlanRequest::target_kl)
+      .def_readwrite("target_bpw", &PlanRequest::target_bpw)
+      .def_readwrite("measurement", &PlanRequest::measurement)
+      .def_readwrite("calib_file", &PlanRequest::calib_file)
+      .def_readwrite("verify_file", &PlanRequest::verify_file)
+      .def_readwrite("ctx", &PlanRequest::ctx)
+      .def_readwrite("chunks", &PlanRequest::chunks)
+      .def_readwrite("refine", &PlanRequest::refine)
+      .def_readwrite("candidates", &PlanRequest::candidates);
+  py::class_<ParetoRequest>(mod, "ParetoRequest")
+      .def(py::init<>())
+      .def_readwrite("input", &ParetoRequest::input)
+      .def_readwrite("calib_file", &ParetoRequest::calib_file)
+      .def_readwrite("measurement", &ParetoRequest::measurement)
+      .def_readwrite("file", &ParetoRequest::file)
+      .def_readwrite("ctx", &ParetoRequest::ctx)
+      .def_readwrite("chunks", &ParetoRequest::chunks)
+      .def_readwrite("png", &ParetoRequest::png)
+      .def_readwrite("json", &ParetoRequest::json);
+
   mod.def("load", &load, py::arg("path"), py::arg("request"), py::arg("threads"), py::arg("progress"));
   mod.def("quantize", &quantize, py::arg("request"), py::arg("threads"), py::arg("log"), py::arg("progress"));
+  mod.def("plan_search", &plan_search, py::arg("request"), py::arg("threads"), py::arg("log"));
+  mod.def("pareto", &pareto, py::arg("request"), py::arg("threads"), py::arg("log"));
   mod.def("perplexity", &perplexity, py::arg("model"), py::arg("text"), py::arg("source"), py::arg("request"),
           py::arg("progress"));
   mod.def("compare", &compare, py::arg("model"), py::arg("reference"), py::arg("text"), py::arg("source"),

@@ -218,11 +218,11 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
   // A mistyped word or flag is named, before any missing required flag.
   const std::pair<std::string, std::string> typos[] = {
       {"genrate -m x", "unknown command 'genrate' (commands: generate, bench,"},
-      {"eval perplexty -m x", "unknown command 'perplexty' (commands: perplexity, compare, tasks, recovery)"},
+      {"eval perplexty -m x", "unknown command 'perplexty' (commands: perplexity, compare, tasks, recovery, pareto)"},
       {"eval perplexity -m " + kModel + " --bogus", "unknown flag '--bogus'\nRun 'woq eval perplexity --help'"},
       {"generate -m " + kModel + " -p hi extra", "unknown argument 'extra'"},
       {"", "a command is required (generate, bench, make-random,"},
-      {"eval", "a command is required (perplexity, compare, tasks, recovery)\nRun 'woq eval --help' for the commands."}};
+      {"eval", "a command is required (perplexity, compare, tasks, recovery, pareto)\nRun 'woq eval --help' for the commands."}};
   for (const auto& [args, expect] : typos) {
     const RunResult r = run(args);
     EXPECT_EQ(r.code, 2) << args;

@@ -50,6 +50,7 @@ struct ModelFlags {
   std::string rounding = "woq";  ///< woq or ggml (Q4_0 / Q8_0 reference rounding)
   std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
   std::string activations;      ///< int8, int16, f32 or bf16; empty: each format's default
+  std::string plan;             ///< a plan file or a llama-quantize file type; empty: none
   int threads = 0;
 };
 

@@ -1,4 +1,4 @@
-// woq eval perplexity | compare | tasks | recovery (the reports are eval/reports.h's).
+// woq eval perplexity | compare | tasks | recovery | pareto (the reports are eval/reports.h's).
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -18,6 +18,7 @@
 #include "eval/reports.h"
 #include "eval/tasks.h"
 #include "io/json_file.h"
+#include "quantize/pareto.h"
 
 namespace woq::cli {
 
@@ -199,6 +200,8 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
   if (variants.empty()) fail("--low-bit '{}' lists no format to compare with the baseline", a.low_bit);
   // With --ref the model is usually a saved checkpoint: one variant, as stored, unless --low-bit says otherwise.
   if (!a.ref_dir.empty() && !low_bit_given) variants = {"sym_int4"};
+  // With --plan: one variant, the plan (a --low-bit given beside it is refused by the plan's loading).
+  if (!a.model.plan.empty() && !low_bit_given) variants = {""};
   // Each column's model and the format its float layers are converted to.
   std::vector<std::string> low_bits = {a.baseline};
   std::vector<RecoveryColumn> columns = {{a.ref_dir.empty() ? a.model_dir : a.ref_dir, "", "", {}, {}}};
@@ -276,6 +279,35 @@ void add_task_flags(CLI::App* cmd, TasksArgs& a) {
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
 }
 
+struct ParetoArgs {
+  ParetoRequest request;
+  int threads = 0;
+};
+
+int run_pareto_command(const ParetoArgs& a) {
+  if (a.request.png.empty() && a.request.json.empty()) fail("eval pareto: give -o FILE.png and/or --json FILE");
+  if (a.request.calib_file.empty() == a.request.measurement.empty())
+    fail("eval pareto: give --calib-file (to measure) or --measurement (a saved woq quantize --measure), not both");
+  ThreadPool pool(a.threads);
+  run_pareto(a.request, pool, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
+  for (const std::string* out : {&a.request.png, &a.request.json})
+    if (!out->empty()) fmt::print(stderr, "woq: wrote {}\n", *out);
+  return 0;
+}
+
+void add_pareto_flags(CLI::App* cmd, ParetoArgs& a) {
+  ParetoRequest& r = a.request;
+  cmd->add_option("-m,--model", r.input, "A model with float linear layers (Hugging Face directory or .gguf)")->required();
+  cmd->add_option("-f,--file", r.file, "Held-out text every point is measured on")->required();
+  cmd->add_option("--calib-file", r.calib_file, "Calibration text for the per-layer measurement (not --file)");
+  cmd->add_option("--measurement", r.measurement, "A saved woq quantize --measure output instead of --calib-file");
+  cmd->add_option("-o,--output", r.png, "The plot (PNG, drawn by gnuplot)");
+  cmd->add_option("--json", r.json, "The points as JSON");
+  cmd->add_option("-c,--ctx-size,--ctx", r.ctx, "Tokens per chunk")->capture_default_str()->check(kPositive);
+  cmd->add_option("--chunks", r.chunks, "Chunks of each text at most")->capture_default_str()->check(kPositive);
+  add_threads_flag(cmd, a.threads);
+}
+
 }  // namespace
 
 Run add_eval(CLI::App& app) {
@@ -314,8 +346,13 @@ Run add_eval(CLI::App& app) {
   r->add_option("--ref", rec->ref_dir,
                 "The original (Hugging Face directory or .gguf file) as the baseline, when --model is a saved "
                 "checkpoint; --model is then one variant, as stored, unless --low-bit is given");
-  return [p, c, t, r, ppl, cmp, tasks, rec] {
+  auto par = std::make_shared<ParetoArgs>();
+  CLI::App* pa = eval->add_subcommand(
+      "pareto", "Size against KL for the uniform formats, llama-quantize's rule mixes and woq's solved plans (PNG, JSON)");
+  add_pareto_flags(pa, *par);
+  return [p, c, t, r, pa, ppl, cmp, tasks, rec, par] {
     if (p->parsed()) return run_perplexity(*ppl);
+    if (pa->parsed()) return run_pareto_command(*par);
     if (c->parsed()) return run_compare(*cmp);
     if (t->parsed()) return run_tasks_command(*tasks);
     return run_recovery_command(*rec, r->count("--low-bit") > 0);

@@ -65,16 +65,23 @@ void add_model_and_low_bit(CLI::App* cmd, std::string& model_dir, std::string& l
 }
 
 void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
-  cmd->add_option("--group-size", flags.group_size,
-                  "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
-      ->capture_default_str();
-  cmd->add_option("--int4-range", flags.int4_range,
-                  "sym_int4 range: full ([-8, 7], ggml Q4_0) or clip ([-7, 7])")
-      ->capture_default_str();
-  cmd->add_option("--rounding", flags.rounding,
-                  "sym_int4 / sym_int8 rounding: woq (fp16-rounded scale, nearest even) or ggml (llama-quantize's "
-                  "Q4_0 / Q8_0 reference rule; group size 32)")
-      ->capture_default_str();
+  CLI::Option* group = cmd->add_option("--group-size", flags.group_size,
+                                       "Weights per scale along the input dimension (even for 4-bit types); -1 = per "
+                                       "output channel")
+                           ->capture_default_str();
+  CLI::Option* range = cmd->add_option("--int4-range", flags.int4_range,
+                                       "sym_int4 range: full ([-8, 7], ggml Q4_0) or clip ([-7, 7])")
+                           ->capture_default_str();
+  CLI::Option* rounding = cmd->add_option("--rounding", flags.rounding,
+                                          "sym_int4 / sym_int8 rounding: woq (fp16-rounded scale, nearest even) or "
+                                          "ggml (llama-quantize's Q4_0 / Q8_0 reference rule; group size 32)")
+                              ->capture_default_str();
+  cmd->add_option("--plan", flags.plan,
+                  "Each linear layer's format from a plan: a JSON file (woq quantize --target-kl / --target-bpw writes "
+                  "one) or a llama-quantize file type (q4_k_m, ...: its rule); instead of --low-bit")
+      ->excludes(group)
+      ->excludes(range)
+      ->excludes(rounding);
   cmd->add_option("--lm-head-low-bit", flags.lm_head_low_bit,
                   "Also convert lm_head to this format (default: keep it as stored)");
   cmd->add_option("--activations", flags.activations,
@@ -92,13 +99,15 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   std::vector<std::string> notes;
   const LoadOptions options = parse_load_request(
-      {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations}, &notes);
+      {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations, flags.plan}, &notes);
   for (const std::string& line : notes) fmt::print(stderr, "woq: {}\n", line);
   return options;
 }
 
 LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit) {
-  LoadOptions options = load_options(flags, low_bit);
+  ModelFlags reference = flags;
+  reference.plan.clear();  // the candidate's
+  LoadOptions options = load_options(reference, low_bit);
   options.activations.reset();
   return options;
 }

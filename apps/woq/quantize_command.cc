@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "core/thread_pool.h"
+#include "quantize/plan_request.h"
 #include "quantize/quantize_request.h"
 
 namespace woq::cli {
@@ -28,6 +29,11 @@ struct QuantizeArgs {
   std::int64_t block_size = 128, nsamples = 32, seqlen = 512;
   std::uint64_t seed = 0;
   int threads = 0;
+  // Plan search (--measure / --target-kl / --target-bpw).
+  bool measure = false;
+  double target_kl = 0, target_bpw = 0;
+  std::string measurement, verify_file, candidates = "all", plan;
+  int refine = 3;
   CLI::App* cmd = nullptr;
 };
 
@@ -47,9 +53,39 @@ std::optional<T> given(const CLI::App* cmd, const char* flag, const T& value) {
   return cmd->count(flag) > 0 ? std::optional<T>(value) : std::nullopt;
 }
 
+// --measure / --target-kl / --target-bpw: a plan (or a measurement) instead of a checkpoint.
+int run_plan_search(const QuantizeArgs& a) {
+  const CLI::App* c = a.cmd;
+  for (const char* flag : {"--low-bit", "--group-size", "--method", "--recipe", "--format", "--int4-range", "--rounding",
+                           "--calib", "--gptq-format", "--max-shard-size", "--damp-percent", "--desc-act",
+                           "--static-groups", "--true-sequential", "--block-size", "--seed", "--resume", "--plan"})
+    if (c->count(flag) > 0) fail("{} does not apply to a plan search (--measure / --target-kl / --target-bpw)", flag);
+  PlanRequest p;
+  p.input = a.request.input;
+  p.output = a.request.output;
+  p.force = a.request.force;
+  p.measure_only = a.measure;
+  if (c->count("--target-kl") > 0) p.target_kl = a.target_kl;
+  if (c->count("--target-bpw") > 0) p.target_bpw = a.target_bpw;
+  p.measurement = a.measurement;
+  p.calib_file = a.calib_file;
+  p.verify_file = a.verify_file;
+  if (c->count("--seqlen") > 0) p.ctx = a.seqlen;
+  if (c->count("--nsamples") > 0) p.chunks = a.nsamples;
+  p.refine = a.refine;
+  p.candidates = a.candidates;
+  ThreadPool pool(a.threads);
+  run_plan_request(p, pool, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
+  return 0;
+}
+
 int run_quantize(QuantizeArgs& a) {
   QuantizeRequest& r = a.request;
   const CLI::App* c = a.cmd;
+  if (a.measure || c->count("--target-kl") > 0 || c->count("--target-bpw") > 0) return run_plan_search(a);
+  r.plan = given(c, "--plan", a.plan);
+  for (const char* flag : {"--measurement", "--verify-file", "--refine", "--candidates"})
+    if (c->count(flag) > 0) fail("{} belongs to a plan search: give --measure, --target-kl or --target-bpw", flag);
   r.recipe = given(c, "--recipe", a.recipe);
   r.low_bit = given(c, "--low-bit", a.low_bit);
   r.method = given(c, "--method", a.method);
@@ -115,7 +151,7 @@ Run add_quantize(CLI::App& app) {
       ->check(kPositive);
   cmd->add_option("--calib", args->calib, "GPTQ calibration: random (--nsamples x --seqlen) or random:NxL")
       ->capture_default_str();
-  cmd->add_option("--calib-file", args->calib_file, "GPTQ calibration from a text file: --nsamples windows of --seqlen tokens");
+  cmd->add_option("--calib-file", args->calib_file, "Calibration text (GPTQ: --nsamples windows of --seqlen tokens; plan search: at most --nsamples chunks of --seqlen tokens, default 16 x 128, each scored on its second half)");
   cmd->add_option("--nsamples", args->nsamples, "GPTQ: calibration sequences")->capture_default_str()->check(kPositive);
   cmd->add_option("--seqlen", args->seqlen, "GPTQ: tokens per calibration sequence (default: 512, or the context when shorter)")
                           ->capture_default_str()
@@ -134,6 +170,31 @@ Run add_quantize(CLI::App& app) {
   cmd->add_flag("--resume", r.resume,
                 "GPTQ: continue an interrupted run on this output (same input, options and calibration) from its "
                 "last finished decoder block, kept in .OUTPUT.partial beside it");
+  cmd->add_flag("--measure", args->measure,
+                "Plan search: measure each linear layer's KL contribution per candidate format on --calib-file text "
+                "and write the measurement (JSON) to --output");
+  cmd->add_option("--target-kl", args->target_kl,
+                  "Plan search: write to --output (JSON) the plan of fewest bytes whose mean KL (nats per token) on "
+                  "--verify-file text is at most this; measured first unless --measurement is given")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--target-bpw", args->target_bpw,
+                  "Plan search: the plan of least predicted KL within this many bits per weight (embeddings and "
+                  "lm_head counted)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--measurement", args->measurement, "Plan search: solve from this saved --measure output");
+  cmd->add_option("--candidates", args->candidates,
+                  "Plan search: the formats --measure tries: all (fp16, sym_int8, sym_int4 / asym_int4 at several "
+                  "group sizes, K-quants) or gguf (fp16, Q8_0, Q4_0, K-quants: a plan --plan can write as GGUF)")
+      ->capture_default_str();
+  cmd->add_option("--plan", args->plan,
+                  "Write each linear layer in its format from this plan file (GGUF output: Q4_0 = sym_int4 g32, "
+                  "Q8_0 = sym_int8 g32, K-quants, fp16; measure with --candidates gguf)");
+  cmd->add_option("--verify-file", args->verify_file,
+                  "Plan search: held-out text the plan is verified on (predicted against measured KL)");
+  cmd->add_option("--refine", args->refine,
+                  "Plan search: re-solves with a tighter target when the measured KL misses --target-kl")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--force", r.force, "Replace the output (directory or .gguf file) if it exists");
   add_threads_flag(cmd, args->threads);
   args->cmd = cmd;

@@ -372,7 +372,7 @@ _checked_tokenizer_methods()
 
 
 def optimize_model(path, low_bit=None, group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
-                   activations=None, threads=0, progress=True):
+                   activations=None, plan=None, threads=0, progress=True):
     """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
 
     path: a Hugging Face directory (float, GPTQ or compressed-tensors checkpoint) or a .gguf file.
@@ -382,11 +382,14 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
     group_size: weights per scale (32; -1 = per output channel). int4_range: "full" [-8, 7] or "clip" [-7, 7].
     rounding: "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule). lm_head_low_bit: also convert lm_head (None:
         keep it as stored). activations: None (each format's default), "int8", "int16", "f32" or "bf16".
+    plan: each linear layer's format from a plan file (woq.quantize(target_kl=...) writes one) or a llama-quantize
+        file type ("q4_k_m": its rule), instead of low_bit (the CLI's --plan).
     threads: worker threads (0: all cores). progress: print what loading did to stderr, as the CLI does.
     Raises woq.Error for files that cannot be loaded, ValueError for bad arguments.
     """
     path = _path(path, "path")
     request = _woq.LoadRequest()
+    request.plan = _path(plan, "plan", optional=True) or ""
     request.low_bit = _str(low_bit, "low_bit", optional=True) or ""
     if low_bit == "":
         raise ValueError('low_bit must be None (the default) or a format name, got ""')
@@ -406,7 +409,8 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
 def quantize(input, output, method=None, low_bit=None, group_size=None, int4_range=None, format=None, recipe=None,
              rounding=None, gptq_format=None, max_shard_gb=None, damp_percent=None, desc_act=None, static_groups=None,
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
-             force=False, resume=False, threads=0, progress=True):
+             force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
+             measurement=None, verify_file=None, refine=None, candidates=None, plan=None):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -426,13 +430,58 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     interruption (Ctrl-C raises KeyboardInterrupt after the current block, or the process was killed),
     resume=True continues from the last finished block with the same input, options and calibration. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
     a terminal (tqdm when installed); False: silent.
+    Plan search (woq quantize --measure / --target-kl / --target-bpw): measure=True writes to `output` (JSON) each
+        linear layer's KL contribution per candidate format on calib_file text; target_kl (mean KL, nats per token)
+        or target_bpw (bits per weight, embeddings counted) writes to `output` the plan that meets it, verified on
+        verify_file (held-out text) against the float model, from a saved `measurement` or measured first;
+        nsamples / seqlen: at most that many chunks of that many tokens (16 x 128); refine: re-solves when the
+        verified KL misses target_kl (3); candidates: "all" or "gguf" (formats a GGUF file holds). Load the plan
+        with optimize_model(path, plan=output); write it as GGUF with quantize(path, "out.gguf", plan=output).
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
+    if measure or target_kl is not None or target_bpw is not None:
+        given = {k: v for k, v in dict(method=method, low_bit=low_bit, group_size=group_size, int4_range=int4_range,
+                                        format=format, recipe=recipe, rounding=rounding, gptq_format=gptq_format,
+                                        max_shard_gb=max_shard_gb, damp_percent=damp_percent, desc_act=desc_act,
+                                        static_groups=static_groups, true_sequential=true_sequential,
+                                        block_size=block_size, calib=calib, seed=seed, plan=plan).items()
+                 if v is not None}
+        if given or resume:
+            raise ValueError(f"{', '.join(given) or 'resume'} does not apply to a plan search (measure / target_kl / "
+                             "target_bpw)")
+        p = _woq.PlanRequest()
+        p.input, p.output = _path(input, "input"), _path(output, "output")
+        p.force = _bool(force, "force")
+        p.measure_only = _bool(measure, "measure")
+        p.target_kl = _float(target_kl, "target_kl", optional=True)
+        p.target_bpw = _float(target_bpw, "target_bpw", optional=True)
+        p.measurement = _path(measurement, "measurement", optional=True) or ""
+        p.calib_file = _path(calib_file, "calib_file", optional=True) or ""
+        p.verify_file = _path(verify_file, "verify_file", optional=True) or ""
+        if seqlen is not None:
+            p.ctx = _int(seqlen, "seqlen")
+        if nsamples is not None:
+            p.chunks = _int(nsamples, "nsamples")
+        if refine is not None:
+            p.refine = _int(refine, "refine", _INT32)
+        if candidates is not None:
+            p.candidates = _str(candidates, "candidates")
+        for name, value in (("target_kl", p.target_kl), ("target_bpw", p.target_bpw)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        with _keyword_errors():
+            _woq.plan_search(p, _int(threads, "threads", _INT32), _log if progress else None)
+        return
+    for name, value in (("measurement", measurement), ("verify_file", verify_file), ("refine", refine),
+                        ("candidates", candidates)):
+        if value is not None:
+            raise ValueError(f"{name} belongs to a plan search: give measure=True, target_kl or target_bpw")
     r = _woq.QuantizeRequest()
     r.input, r.output = _path(input, "input"), _path(output, "output")
     r.format = _str(format, "format", optional=True) or ""
     r.recipe = _str(recipe, "recipe", optional=True)
     r.low_bit = _str(low_bit, "low_bit", optional=True)
+    r.plan = _path(plan, "plan", optional=True)
     r.method = _str(method, "method", optional=True)
     r.force = _bool(force, "force")
     r.resume = _bool(resume, "resume")

@@ -6,6 +6,7 @@
     woq.eval.compare(model, original, "wiki.test.raw")       # {"mean_kl": ..., "same_top": ..., "ppl_ratio": ...}
     woq.eval.tasks(model, ["arc_easy", "piqa"], limit=200)    # {"arc_easy": {"acc": ..., "acc_norm": ...}, ...}
     woq.eval.recovery(original, [model], ["arc_easy", "piqa"], limit=200)  # {"tasks": [...], "average_recovery": ...}
+    woq.eval.pareto(path, "heldout.txt", calib_file="calib.txt", output="pareto.png")  # [{"kind", "name", ...}, ...]
 
 Each function returns the dict `woq eval ... --json` writes; with print_report=True it also prints the CLI's table.
 """
@@ -15,7 +16,7 @@ import os
 
 from . import _INT32, _UINT64, ArgumentTypeError, _bool, _int, _path, _str, _woq
 
-__all__ = ["perplexity", "compare", "tasks", "recovery"]
+__all__ = ["perplexity", "compare", "tasks", "recovery", "pareto"]
 
 
 def _text(text_or_path):
@@ -148,3 +149,24 @@ def recovery(baseline, variants, tasks, data_dir=None, limit=None, num_fewshot=N
     return _result(_woq.recovery(baseline._engine, [v._engine for v in variants], specs, data_dir or "", options, text,
                                  source, _int(ctx, "ctx"), _log if progress else None, _progress(progress, "item")),
                    print_report)
+
+
+def pareto(path, file, calib_file=None, measurement=None, output=None, json_path=None, ctx=128, chunks=16, threads=0,
+           progress=True):
+    """Size against KL on `file` (held-out text) for the uniform formats, llama-quantize's rule mixes and woq's solved
+    plans, as `woq eval pareto` measures them: a list of {"kind", "name", "bytes", "bits_per_weight", "predicted_kl",
+    "mean_kl", "kl_stderr", "same_top", "ppl_ratio"}. path: a float model; calib_file (measured first) or
+    measurement (a saved woq.quantize(measure=True) output); output: a PNG drawn by gnuplot; json_path: the points."""
+    r = _woq.ParetoRequest()
+    r.input, r.file = _path(path, "path"), _path(file, "file")
+    r.calib_file = _path(calib_file, "calib_file", optional=True) or ""
+    r.measurement = _path(measurement, "measurement", optional=True) or ""
+    if bool(r.calib_file) == bool(r.measurement):
+        raise ValueError("give calib_file (to measure) or measurement (a saved measurement), not both")
+    r.png = _path(output, "output", optional=True) or ""
+    r.json = _path(json_path, "json_path", optional=True) or ""
+    r.ctx, r.chunks = _int(ctx, "ctx"), _int(chunks, "chunks")
+    if r.ctx < 4 or r.chunks < 1:
+        raise ValueError(f"ctx must be >= 4 and chunks >= 1, got {ctx!r} and {chunks!r}")
+    from . import _log
+    return json.loads(_woq.pareto(r, _int(threads, "threads", _INT32), _log if progress else None))

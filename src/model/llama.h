@@ -24,6 +24,7 @@
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
 #include "model/kv_cache.h"
+#include "model/quant_plan.h"
 
 namespace woq {
 
@@ -86,6 +87,10 @@ struct LoadOptions {
   /// (lm_head) take their rule's types too, as in the file llama-quantize
   /// writes, unless `lm_head` is set.
   const kquant::Mix* mix = nullptr;
+  /// A quantization plan (model/quant_plan.h): when set, each float block
+  /// linear converted takes the plan's format for it (`linear` is the plan's
+  /// base); load() throws woq::Error when the plan names layers the model lacks.
+  std::shared_ptr<const QuantPlan> plan = nullptr;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -118,6 +123,9 @@ struct LoadReport {
   /// gptq, damp_percent 0.01)", "GGUF Q4_0 (as sym_int4 group 32)",
   /// "sym_int4 (group_size 32, full range) from F32".
   std::string label;
+  /// What the converted block linears became: describe(linear), "Q4_K_M
+  /// (q4_K, q6_K)" or "plan FILE (sym_int4 g32 x20, sym_int8 per channel x15)".
+  std::string conversion;
   /// The linear layers are stored quantized in the checkpoint (GPTQ,
   /// compressed-tensors, GGUF Q4_0/Q8_0): there is no float original inside.
   bool prequantized() const { return linear_imported > 0; }
@@ -129,6 +137,15 @@ struct LoadReport {
   std::vector<std::string> warnings;        ///< oddities of the checkpoint that were tolerated
   double seconds = 0;                     ///< wall time of loading and quantizing
 };
+
+/// Sets how the matrix `w` multiplies its inputs, `requested` or else its
+/// format's default (int8 for a GGUF file's blocks, `ggml_blocks`), and lays
+/// it out for those kernels (prepare_for_kernels), as load() does. A group
+/// size the integer kernels cannot take falls back to f32 activations: the
+/// returned warning says so (else empty). Float formats are left as they are.
+/// Throws woq::Error for a K-quant with activations other than int8 or f32.
+std::string ready_for_kernels(QuantMatrix& w, std::optional<Activations> requested, bool ggml_blocks,
+                              ThreadPool& pool);
 
 /// A loaded model. One caller at a time: passes share the model's thread pool,
 /// kernel workspace and activation buffers (Python's Model holds a mutex, the

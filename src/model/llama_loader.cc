@@ -143,6 +143,7 @@ struct Conversion {
 
 Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output,
                           const kquant::MixTensor& tensor, LoadReport& rep) {
+  if (options.plan) return {options.plan->linear(tensor.layer, tensor.role), nullptr, {}};
   if (options.mix == nullptr) return {options.linear, nullptr, {}};
   const ArchitectureSpec& spec = *find_architecture(c.architecture);
   const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output,
@@ -214,37 +215,19 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
   return v;
 }
 
-// Sets how an integer-format matrix multiplies its inputs, and lays it out
-// for that path's kernels.
+// Sets how an integer-format matrix multiplies its inputs and lays it out for
+// that path's kernels (ready_for_kernels); notes what it did in `used` and `rep`.
 void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
                      ThreadPool& pool, bool ggml_blocks = false) {
-  if (is_kquant(w.type)) {
-    // K-quants take Q8_K activations (int8, ggml's), or f32 ones on request.
-    const Activations a = options.activations.value_or(Activations::kInt8);
-    if (a != Activations::kInt8 && a != Activations::kF32)
-      fail("--activations {}: {} layers (GGUF K-quants) take int8 (Q8_K, as llama.cpp) or f32 activations",
-           activations_name(a), low_bit_name(w.type));
-    w.activations = a;
-    rep.rounded_activations |= a != Activations::kF32;
-    const std::string what = fmt::format("{} {}", low_bit_name(w.type), a == Activations::kF32 ? "f32" : "q8_K");
-    if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
-    return;
-  }
-  if (!is_quantized(w.type)) return;
-  // A GGUF file's blocks meet int8 activations by default, as llama.cpp's (Q8_0 blocks of 32) do.
-  w.activations = options.activations.value_or(ggml_blocks ? Activations::kInt8 : default_activations(w.type));
-  if (w.activations != Activations::kF32 && !can_interleave(w)) {
-    // The integer and bf16 kernels need groups of whole 32-blocks: these layers multiply in f32 (and say so).
-    const std::string slow = fmt::format(
-        "group_size {} is not a multiple of 32: {} layers with it take the f32 kernels instead of the {} ones "
-        "(several times slower); use a multiple of 32, or -1",
-        w.group_size, low_bit_name(w.type), w.activations == Activations::kBf16 ? "bf16" : "integer");
-    w.activations = Activations::kF32;
-    if (std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end()) rep.warnings.push_back(slow);
-  }
-  prepare_for_kernels(w, &pool);
+  if (!is_quantized(w.type) && !is_kquant(w.type)) return;
+  const std::string slow = ready_for_kernels(w, options.activations, ggml_blocks, pool);
+  if (!slow.empty() && std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end())
+    rep.warnings.push_back(slow);
   rep.rounded_activations |= w.activations != Activations::kF32;
-  const std::string what = fmt::format("{} {}", low_bit_name(w.type), activations_name(w.activations));
+  const std::string what = fmt::format("{} {}", low_bit_name(w.type),
+                                       is_kquant(w.type) && w.activations == Activations::kInt8
+                                           ? std::string_view("q8_K")
+                                           : activations_name(w.activations));
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
 }
 
@@ -274,13 +257,22 @@ void label_report(LlamaModel& m, const LoadOptions& options, LoadReport& rep) {
   std::transform(stored.begin(), stored.end(), stored.begin(), [](unsigned char ch) { return std::tolower(ch); });
   if (stored == "f32") stored = "fp32";
   if (stored == "f16") stored = "fp16";
+  if (options.mix) {
+    rep.conversion = fmt::format("{} ({})", options.mix->llama_name, rep.low_bit);
+  } else if (options.plan) {
+    std::vector<std::pair<std::string, int>> counts;
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+      for (const LinearSpec& spec : kBlockLinears) count_format(counts, spec_name(options.plan->linear(l, spec.role)));
+    std::vector<std::string> parts;
+    for (const auto& [name, n] : counts) parts.push_back(fmt::format("{} x{}", name, n));
+    rep.conversion = fmt::format("plan {} ({})", options.plan->source, fmt::join(parts, ", "));
+  } else {
+    rep.conversion = describe(options.linear);
+  }
   const std::string converted = rep.linear_matrices == 0 ? std::string()
-                                : stored == low_bit_name(options.linear.type)
+                                : stored == low_bit_name(options.linear.type) && !options.plan
                                     ? stored + " as stored"
-                                    : fmt::format("{} from {}",
-                                                  options.mix ? fmt::format("{} ({})", options.mix->llama_name, rep.low_bit)
-                                                              : describe(options.linear),
-                                                  rep.source_dtype);
+                                    : fmt::format("{} from {}", rep.conversion, rep.source_dtype);
   rep.label = rep.imported_format.empty() ? converted
               : converted.empty()         ? rep.imported_format
                                           : rep.imported_format + "; the other linears " + converted;
@@ -400,6 +392,33 @@ struct BlockLinearLoader {
 
 }  // namespace
 
+std::string ready_for_kernels(QuantMatrix& w, std::optional<Activations> requested, bool ggml_blocks,
+                              ThreadPool& pool) {
+  if (is_kquant(w.type)) {
+    // K-quants take Q8_K activations (int8, ggml's), or f32 ones on request.
+    const Activations a = requested.value_or(Activations::kInt8);
+    if (a != Activations::kInt8 && a != Activations::kF32)
+      fail("--activations {}: {} layers (GGUF K-quants) take int8 (Q8_K, as llama.cpp) or f32 activations",
+           activations_name(a), low_bit_name(w.type));
+    w.activations = a;
+    return {};
+  }
+  if (!is_quantized(w.type)) return {};
+  // A GGUF file's blocks meet int8 activations by default, as llama.cpp's (Q8_0 blocks of 32) do.
+  w.activations = requested.value_or(ggml_blocks ? Activations::kInt8 : default_activations(w.type));
+  std::string slow;
+  if (w.activations != Activations::kF32 && !can_interleave(w)) {
+    // The integer and bf16 kernels need groups of whole 32-blocks: these layers multiply in f32 (and say so).
+    slow = fmt::format(
+        "group_size {} is not a multiple of 32: {} layers with it take the f32 kernels instead of the {} ones "
+        "(several times slower); use a multiple of 32, or -1",
+        w.group_size, low_bit_name(w.type), w.activations == Activations::kBf16 ? "bf16" : "integer");
+    w.activations = Activations::kF32;
+  }
+  prepare_for_kernels(w, &pool);
+  return slow;
+}
+
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& options,
                                              ThreadPool& pool, LoadReport* report) {
   const auto start = std::chrono::steady_clock::now();
@@ -413,6 +432,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     split_fused_projections(store, config);
   }
   validate_checkpoint(store, config, quantized.has_value());
+  if (options.plan) options.plan->check_layers(config.num_hidden_layers);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;

@@ -14,11 +14,38 @@ namespace {
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// The options of a plan file: its base and per-layer formats, and its lm_head
+// unless --lm-head-low-bit names one.
+LoadOptions plan_load_options(const LoadRequest& request) {
+  LoadOptions options;
+  auto plan = std::make_shared<QuantPlan>(read_plan(request.plan));
+  options.linear = plan->base;
+  options.lm_head = plan->lm_head();
+  if (!request.lm_head_low_bit.empty()) {
+    options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size,
+                                parse_int4_range(request.int4_range), parse_rounding(request.rounding)};
+    validate(*options.lm_head);
+  }
+  options.activations = request.activations.empty() ? plan->activations
+                                                    : std::optional<Activations>(parse_activations(request.activations));
+  options.plan = std::move(plan);
+  return options;
+}
+
 }  // namespace
 
 LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes) {
   const Int4Range range = parse_int4_range(request.int4_range);
   const Rounding rounding = parse_rounding(request.rounding);
+  if (!request.plan.empty()) {
+    if (!request.low_bit.empty())
+      fail("--plan {} sets every linear layer's format: leave out --low-bit {}", request.plan, request.low_bit);
+    if (kquant::find_mix(request.plan) == nullptr) return plan_load_options(request);
+    LoadRequest named = request;
+    named.low_bit = request.plan;
+    named.plan.clear();
+    return parse_load_request(named, notes);
+  }
   LoadOptions options;
   options.linear_is_default = request.low_bit.empty();
   options.mix = kquant::find_mix(request.low_bit);
@@ -61,8 +88,7 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   const std::string converted =
       r.linear_matrices > 0 ? fmt::format("{} linear layers ({}) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
                                           r.linear_matrices, fmt::join(r.converted_roles, "/"), r.source_dtype,
-                                          options.mix ? fmt::format("{} ({})", options.mix->llama_name, r.low_bit)
-                                                      : describe(options.linear),
+                                          r.conversion,
                                           mib(r.linear_source_bytes), mib(r.linear_bytes))
                             : std::string();
   if (r.linear_kept_float > 0)

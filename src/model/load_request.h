@@ -26,12 +26,15 @@ struct LoadRequest {
   std::string rounding = "woq";
   std::string lm_head_low_bit;
   std::string activations;
+  /// A plan file (model/quant_plan.h) or a llama-quantize file type name
+  /// ("q4_k_m": its rule); empty = none. Excludes low_bit.
+  std::string plan;
 };
 
 /// The LoadOptions `request` names. Appends to `notes` (when given) what is
 /// ignored (--int4-range for a format without int4). Throws woq::Error for an
 /// unknown name or an invalid group size (formats/low_bit.h's parse_* and
-/// validate).
+/// validate), a plan given with a low_bit, or read_plan's errors.
 LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes = nullptr);
 
 /// What loading with `options` did, one line each: the report's warnings

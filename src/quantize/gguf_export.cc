@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "formats/format_traits.h"
 #include "formats/ggml_types.h"
+#include "formats/kquant.h"
 #include "formats/kquant_mix.h"
 #include "formats/sym_int4.h"
 #include "formats/sym_int8.h"
@@ -281,23 +282,33 @@ class TypePlan {
  public:
   TypePlan(const GgufExportOptions& o, const ModelConfig& c, const ArchitectureSpec& spec, bool has_output,
            std::vector<std::string>& notes)
-      : mix_(o.mix), target_(o.mix ? GgmlType::kF32 : ggml_type_of(o.type)), notes_(notes) {
+      : mix_(o.mix), plan_(o.plan), target_(o.mix ? GgmlType::kF32 : o.plan ? GgmlType::kF16 : ggml_type_of(o.type)),
+        notes_(notes) {
+    if (plan_) plan_->check_layers(c.num_hidden_layers);
     model_ = {c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output, spec.gguf_architecture,
               spec.fused_projections};
   }
-  std::uint32_t file_type() const { return mix_ ? mix_->file_type : gguf_file_type_of(target_); }
+  std::uint32_t file_type() const {
+    return mix_ ? mix_->file_type : gguf_file_type_of(plan_ ? planned(plan_->base, "base", 0) : target_);
+  }
   GgmlType linear(LinearRole role, std::int64_t layer, std::int64_t k) {
+    if (plan_) return planned(plan_->linear(layer, role), plan_module(layer, role), k);
     if (mix_ == nullptr) return target_;
     return ruled({kquant::MixTensor::kBlockLinear, role, layer, k});
   }
   GgmlType big(const TensorView& t, bool output) {
+    if (plan_ && output && plan_->lm_head()) return planned(*plan_->lm_head(), "lm_head", t.shape.back());
     if (mix_ != nullptr)
       return ruled({output ? kquant::MixTensor::kOutput : kquant::MixTensor::kTokenEmbd, LinearRole::kQ, 0,
                     t.shape.back()});
     if (t.ggml != nullptr) return t.ggml->type;
+    if (plan_)  // as loaded with the plan: in the input's float type
+      return t.dtype == DType::kF32 ? GgmlType::kF32 : t.dtype == DType::kBF16 ? GgmlType::kBF16 : GgmlType::kF16;
     return target_ == GgmlType::kQ4_0 || target_ == GgmlType::kQ8_0 ? GgmlType::kF16 : target_;
   }
-  std::string_view name() const { return mix_ ? mix_->llama_name : ggml_type_traits(target_).name; }
+  std::string_view name() const {
+    return mix_ ? mix_->llama_name : plan_ ? std::string_view(plan_->source) : ggml_type_traits(target_).name;
+  }
   // One note per fallback: which tensors llama-quantize's rule could not give their type, and what they got.
   void note_fallbacks() const {
     for (const Fallback& f : fallbacks_) {
@@ -329,6 +340,18 @@ class TypePlan {
     }
     return choice.type;
   }
+  // The ggml type of a planned format (`module` and K, when known, name the tensor in errors).
+  GgmlType planned(const QuantSpec& spec, const std::string& module, std::int64_t k) const {
+    const bool q4_0 = spec.type == LowBit::kSymInt4 && spec.group_size == ggml::kQK && spec.int4_range == Int4Range::kFull;
+    const bool q8_0 = spec.type == LowBit::kSymInt8 && spec.group_size == ggml::kQK;
+    if (!q4_0 && !q8_0 && (is_quantized(spec.type) || !format_traits(spec.type).ggml))
+      fail("{}: {}: {} has no GGUF type (Q4_0 = sym_int4 g32, Q8_0 = sym_int8 g32, the K-quants, fp16, bf16, fp32); "
+           "measure with --candidates gguf for a plan that can be written as GGUF", plan_->source, module,
+           spec_name(spec));
+    if (is_kquant(spec.type) && k % kquant::kSuperBlock != 0)
+      fail("{}: {}: {} needs K to be a multiple of 256, K = {}", plan_->source, module, spec_name(spec), k);
+    return *format_traits(spec.type).ggml;
+  }
   static std::uint32_t gguf_file_type_of(GgmlType t) {
     for (const FormatTraits& f : weight_formats())
       if (f.ggml == t && f.llama_ftype) return *f.llama_ftype;
@@ -342,6 +365,7 @@ class TypePlan {
   };
 
   const kquant::Mix* mix_;
+  std::shared_ptr<const QuantPlan> plan_;
   GgmlType target_;
   std::vector<Fallback> fallbacks_;
   kquant::MixModel model_;
@@ -376,7 +400,7 @@ void add_model_tensors(GgufTensorExporter& e, const TensorStore& store, const Mo
 GgufExportReport export_gguf(const std::string& in, const std::string& out, const GgufExportOptions& options,
                              ThreadPool& pool) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.mix == nullptr) ggml_type_of(options.type);  // refuses a type GGUF has none for, before reading
+  if (options.mix == nullptr && !options.plan) ggml_type_of(options.type);  // refuses a type GGUF has none for, before reading
   check_output_path(in, out, options.force);
 
   const ModelConfig c = read_model_config(in);

@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "formats/kquant_mix.h"
 #include "formats/low_bit.h"
+#include "model/quant_plan.h"
 
 namespace woq {
 
@@ -24,6 +25,12 @@ struct GgufExportOptions {
   /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, every tensor's
   /// type comes from its rule (kquant::mix_type) and `type` is not read.
   const kquant::Mix* mix = nullptr;
+  /// A quantization plan (model/quant_plan.h): when set, each block linear
+  /// (and output, if the plan names lm_head) is written in the ggml type of its
+  /// planned format: sym_int4 g32 full range -> Q4_0, sym_int8 g32 -> Q8_0,
+  /// the K-quants, fp16 / bf16 / fp32; any other format is refused naming the
+  /// tensor. `type` is not read.
+  std::shared_ptr<const QuantPlan> plan = nullptr;
   Rounding rounding = Rounding::kWoq;  ///< woq (the blocks equal woq's in-memory sym_int4/sym_int8 g32) or ggml (llama-quantize's bytes)
   bool force = false;  ///< replace an existing output file
   /// Receives one line per decoder block written.

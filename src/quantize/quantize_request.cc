@@ -87,8 +87,10 @@ std::string output_format(const QuantizeRequest& r) {
 GgufExportOptions gguf_export_options(const QuantizeRequest& r) {
   GgufExportOptions options;
   const std::string low_bit = r.low_bit.value_or("sym_int4");
-  options.mix = kquant::find_mix(low_bit);
-  if (options.mix == nullptr) {
+  options.mix = r.plan ? nullptr : kquant::find_mix(low_bit);
+  if (r.plan) {
+    options.plan = std::make_shared<QuantPlan>(read_plan(*r.plan));
+  } else if (options.mix == nullptr) {
     options.type = parse_low_bit(low_bit);
     gguf_file_type(options.type);  // throws for a format GGUF has no file type for
   }
@@ -107,9 +109,13 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
   for (const auto& note : rep.notes) say(cb, "note: " + note);
   std::vector<std::string> types;
   for (const auto& [name, count] : rep.linear_types) types.push_back(fmt::format("{} x{}", name, count));
-  const bool rounded = options.mix != nullptr || is_quantized(options.type);  // fp16/bf16/fp32 have no rounding rule
+  // fp16/bf16/fp32 have no rounding rule
+  const bool rounded = options.mix != nullptr || options.plan != nullptr || is_quantized(options.type);
   say(cb, fmt::format("wrote {} (GGUF {}{}; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
-                      r.output, options.mix ? options.mix->llama_name : r.low_bit.value_or("sym_int4"),
+                      r.output,
+                      options.mix    ? std::string(options.mix->llama_name)
+                      : options.plan ? "plan " + *r.plan
+                                     : r.low_bit.value_or("sym_int4"),
                       rounded ? fmt::format(", {} rounding", rounding_name(options.rounding)) : std::string(),
                       fmt::join(types, ", "), mib(rep.bytes_before), mib(rep.bytes_after), rep.seconds));
   say(cb, peak_rss_line());
@@ -143,6 +149,10 @@ void validate(const QuantizeRequest& request) {
   const std::string low_bit = r.low_bit.value_or("sym_int4");
   const std::string format = output_format(r);
   std::vector<const char*> given = given_gptq_options(r);
+  if (r.plan && r.low_bit) fail("--plan {} sets every linear layer's format: leave out --low-bit {}", *r.plan, *r.low_bit);
+  if (r.plan && format != "gguf")
+    fail("--plan: a GPTQ checkpoint with per-layer formats (GPTQModel's `dynamic`) is not written yet; write the plan "
+         "as GGUF (-o FILE.gguf)");
   if (format == "gguf") {
     if (r.group_size) given.push_back("--group-size");
     if (r.int4_range) given.push_back("--int4-range");

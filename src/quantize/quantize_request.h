@@ -30,6 +30,9 @@ struct QuantizeRequest {
   /// and group_size come from it.
   std::optional<std::string> recipe;
   std::optional<std::string> low_bit;  ///< default sym_int4
+  /// A plan file (model/quant_plan.h) instead of low_bit: each linear layer's
+  /// format (GGUF output only, in the formats GGUF has).
+  std::optional<std::string> plan;
   std::optional<std::string> method;   ///< rtn (default) or gptq
   bool force = false;                  ///< replace an existing output
   /// GPTQ: continue the interrupted run on this output from its last finished

@@ -383,3 +383,63 @@ def test_the_readme_notebook_example_runs(tmp_path):
     gptq_kl = float(r.stdout.strip().splitlines()[-1])
     rtn_kl = float(r.stdout.split("mean KL ")[1].split()[0])
     assert 0 < gptq_kl < rtn_kl  # what the README says: GPTQ on text has the smaller error
+
+
+CALIB = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
+
+
+def test_plan_search_writes_the_plan_the_cli_writes_and_it_loads(tmp_path):
+    common = dict(calib_file=CALIB, verify_file=TEXT, nsamples=3, seqlen=64)
+    woq.quantize(MODEL, tmp_path / "m.json", measure=True, calib_file=CALIB, nsamples=3, seqlen=64, progress=False)
+    woq.quantize(MODEL, tmp_path / "py.json", target_kl=0.05, measurement=tmp_path / "m.json", verify_file=TEXT,
+                 nsamples=3, seqlen=64, progress=False)
+    r = cli("quantize", "-m", MODEL, "-o", str(tmp_path / "cli.json"), "--target-kl", "0.05", "--calib-file", CALIB,
+            "--verify-file", TEXT, "--nsamples", "3", "--seqlen", "64")
+    assert r.returncode == 0, r.stderr
+    py, cl = json.loads((tmp_path / "py.json").read_text()), json.loads((tmp_path / "cli.json").read_text())
+    assert py["tensors"] == cl["tensors"] and py["base"] == cl["base"] and py["verify"] == cl["verify"]
+    assert 0 < py["verify"]["mean_kl"] and py["solve"]["predicted_kl"] <= py["solve"]["solved_for_kl"]
+    m = woq.optimize_model(MODEL, plan=tmp_path / "py.json", progress=False)
+    fp32 = woq.optimize_model(MODEL, low_bit="fp32", progress=False)
+    # The plan loaded here measures what the search verified (same text, same chunks).
+    got = woq.eval.compare(m, fp32, TEXT, ctx=64, chunks=3)
+    assert got["mean_kl"] == pytest.approx(py["verify"]["mean_kl"], rel=1e-9)
+    with pytest.raises(ValueError, match="low_bit does not apply to a plan search"):
+        woq.quantize(MODEL, tmp_path / "x.json", target_kl=0.05, low_bit="sym_int4", **common)
+    with pytest.raises(ValueError, match="target_kl must be positive"):
+        woq.quantize(MODEL, tmp_path / "x.json", target_kl=-1.0, **common)
+    with pytest.raises(ValueError, match="measurement belongs to a plan search"):
+        woq.quantize(MODEL, tmp_path / "x", measurement=tmp_path / "m.json")
+
+
+def test_pareto_points_are_the_clis(tmp_path):
+    woq.quantize(MODEL, tmp_path / "m.json", measure=True, calib_file=CALIB, nsamples=3, seqlen=64, progress=False)
+    points = woq.eval.pareto(MODEL, TEXT, measurement=tmp_path / "m.json", ctx=64, chunks=3, progress=False)
+    r = cli("eval", "pareto", "-m", MODEL, "-f", TEXT, "--measurement", str(tmp_path / "m.json"), "--ctx", "64",
+            "--chunks", "3", "--json", str(tmp_path / "p.json"), "-o", str(tmp_path / "p.png"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "p.json").read_text()) == points
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    kinds = {p["kind"] for p in points}
+    assert kinds == {"uniform", "rule", "plan"}
+    # A solved plan never predicts more KL than a uniform format of its size or less.
+    for u in (p for p in points if p["kind"] == "uniform"):
+        at = [p for p in points if p["kind"] == "plan" and p["bits_per_weight"] <= u["bits_per_weight"] + 1e-9]
+        assert min(p["predicted_kl"] for p in at) <= u["predicted_kl"] + 1e-12
+
+
+def test_a_gguf_plan_is_written_as_the_cli_writes_it_and_scores_what_was_verified(tmp_path):
+    woq.quantize(MODEL, tmp_path / "g.json", target_kl=0.05, candidates="gguf", calib_file=CALIB, verify_file=TEXT,
+                 nsamples=3, seqlen=64, progress=False)
+    plan = json.loads((tmp_path / "g.json").read_text())
+    assert plan["activations"] == "int8"
+    woq.quantize(MODEL, tmp_path / "py.gguf", plan=tmp_path / "g.json", progress=False)
+    r = cli("quantize", "-m", MODEL, "--plan", str(tmp_path / "g.json"), "-o", str(tmp_path / "cli.gguf"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "cli.gguf").read_bytes()
+    got = woq.eval.compare(woq.optimize_model(tmp_path / "py.gguf", progress=False),
+                           woq.optimize_model(MODEL, low_bit="fp32", progress=False), TEXT, ctx=64, chunks=3)
+    assert got["mean_kl"] == pytest.approx(plan["verify"]["mean_kl"], rel=1e-9)
+    with pytest.raises(ValueError, match="plan does not apply to a plan search"):
+        woq.quantize(MODEL, tmp_path / "x.json", target_kl=0.05, plan=tmp_path / "g.json", calib_file=CALIB,
+                     verify_file=TEXT)

@@ -1,0 +1,191 @@
+#include "quantize/plan_request.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "eval/compare.h"
+#include "eval/reports.h"
+#include "generate/model_session.h"
+#include "io/json_file.h"
+#include "quantize/plan_search.h"
+
+namespace woq {
+
+namespace {
+
+void check(const PlanRequest& r) {
+  const int modes = (r.measure_only ? 1 : 0) + (r.target_kl ? 1 : 0) + (r.target_bpw ? 1 : 0);
+  if (modes != 1) fail("give one of --measure, --target-kl and --target-bpw");
+  if (r.measure_only && !r.measurement.empty()) fail("--measurement is a saved --measure: give one or the other");
+  if (!r.measurement.empty() && r.candidates != "all")
+    fail("--candidates chooses what --measure tries; a saved --measurement has its own");
+  if (r.measurement.empty() && r.calib_file.empty())
+    fail("measuring needs calibration text: --calib-file FILE (or --measurement FILE from an earlier --measure)");
+  if (!r.measure_only && r.verify_file.empty())
+    fail("a plan is verified on held-out text: give --verify-file FILE (not the calibration text)");
+  if (!r.measure_only && !r.verify_file.empty() && !r.calib_file.empty()) {
+    std::error_code e1, e2;
+    if (std::filesystem::weakly_canonical(r.verify_file, e1) == std::filesystem::weakly_canonical(r.calib_file, e2))
+      fail("--verify-file is the calibration text: verify on held-out text");
+  }
+  if (r.ctx < 4) fail("--seqlen must be at least 4, got {}", r.ctx);
+  if (r.chunks < 1) fail("--nsamples must be positive, got {}", r.chunks);
+  if (r.refine < 0) fail("--refine must be >= 0, got {}", r.refine);
+  if (std::filesystem::exists(r.output) && !r.force) fail("{} exists (use --force to replace it)", r.output);
+  require_writable_path(r.output);
+}
+
+// The weights a plan leaves as loaded: embeddings, lm_head when untied, the RMSNorm weights.
+std::int64_t other_params(const ModelConfig& c) {
+  const std::int64_t embed = c.vocab_size * c.hidden_size;
+  return embed * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size * (2 * c.num_hidden_layers + 1);
+}
+
+struct Verified {
+  CompareStats stats;
+  bool meets = false;
+};
+
+std::string describe_plan(const SolvedPlan& p) {
+  std::string s = fmt::format("base {}", spec_name(p.plan.base));
+  std::map<std::string, int> others;
+  for (const auto& [name, spec] : p.plan.tensors) ++others[spec_name(spec)];
+  for (const auto& [name, n] : others) s += fmt::format(", {} x{}", name, n);
+  return s;
+}
+
+}  // namespace
+
+PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
+                             const std::string& heldout, std::int64_t ctx, std::int64_t chunks, ThreadPool& pool,
+                             const std::function<void(const std::string&)>& log, const Progress& progress,
+                             const std::string& candidates) {
+  if (candidates != "all" && candidates != "gguf") fail("--candidates '{}' is not one of: all, gguf", candidates);
+  const auto say = [&](const std::string& line) {
+    if (log) log(line);
+  };
+  if (measurement.empty() && calib_file.empty())
+    fail("measuring needs calibration text: --calib-file FILE (or --measurement FILE from an earlier --measure)");
+  session_.open(input, std::shared_ptr<ThreadPool>(&pool, [](ThreadPool*) {}), ModelSession::Parts::kTokenizer);
+  LoadOptions fp32;
+  fp32.linear = QuantSpec{LowBit::kFp32};
+  session_.load(fp32);
+  if (session_.report.prequantized())
+    fail("{}: its linear layers are quantized ({}): a plan is measured on a float model", input,
+         session_.report.imported_format);
+  const std::int64_t limit = session_.config.context_limit();
+  const auto text_plan = [&](const std::string& file) {
+    ScoringRequest r;
+    r.ctx = ctx;
+    r.chunks = chunks;
+    return scoring_plan(*session_.tokenizer, read_text_file(file), file, r, limit);
+  };
+  if (!measurement.empty()) {
+    sensitivity_ = parse_sensitivity(read_json_file(measurement), measurement);
+    const std::size_t expected = static_cast<std::size_t>(session_.config.num_hidden_layers) * kBlockLinears.size();
+    if (sensitivity_.layers.size() != expected)
+      fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement,
+           sensitivity_.layers.size(), input, expected);
+    say(fmt::format("measurement {}: {} layers, {} calibration positions", measurement, sensitivity_.layers.size(),
+                    sensitivity_.positions));
+  } else {
+    sensitivity_ = measure_sensitivity(*session_.model, text_plan(calib_file), 0, pool,
+                                       session_.report.other_bytes + session_.report.lm_head_bytes,
+                                       other_params(session_.config),
+                                       candidates == "gguf" ? gguf_candidates : default_candidates,
+                                       candidates == "gguf" ? std::optional<Activations>(Activations::kInt8)
+                                                            : std::nullopt,
+                                       progress);
+    sensitivity_.model = input;
+    say(fmt::format("measured {} layers x {} candidates on {} positions of {} in {:.1f} s", sensitivity_.layers.size(),
+                    sensitivity_.layers.front().candidates.size(), sensitivity_.positions, calib_file,
+                    sensitivity_.seconds));
+  }
+  if (!heldout.empty()) {
+    held_ = text_plan(heldout);
+    ref_.emplace(RefLogprobFile::create("", held_, session_.config.vocab_size));
+    write_reference(*session_.model, held_, 0, *ref_);
+  }
+  session_.model.reset();
+}
+
+CompareStats PlanEvaluator::measure(const QuantPlan& plan) {
+  if (!ref_) fail("PlanEvaluator::measure: no held-out text was given");
+  LoadOptions o;
+  o.linear = plan.base;
+  o.lm_head = plan.lm_head();
+  o.activations = plan.activations;
+  o.plan = std::make_shared<QuantPlan>(plan);
+  session_.load(o);
+  const CompareStats stats = compare_with_reference(*session_.model, held_, 0, *ref_);
+  session_.model.reset();
+  return stats;
+}
+
+void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::function<void(const std::string&)>& log,
+                      const Progress& progress) {
+  check(r);
+  const auto say = [&](const std::string& line) {
+    if (log) log(line);
+  };
+  PlanEvaluator eval(r.input, r.calib_file, r.measurement, r.measure_only ? std::string() : r.verify_file, r.ctx,
+                     r.chunks, pool, log, progress, r.candidates);
+  const Sensitivity& s = eval.sensitivity();
+  if (r.measure_only) {
+    write_json_file(r.output, sensitivity_json(s));
+    say(fmt::format("wrote {}", r.output));
+    return;
+  }
+
+  const double target = r.target_kl.value_or(0);
+  double solve_target = target;
+  SolvedPlan solved;
+  Verified v;
+  for (int round = 0;; ++round) {
+    solved = r.target_kl ? solve_for_kl(s, solve_target) : solve_for_bpw(s, *r.target_bpw);
+    v.stats = eval.measure(solved.plan);
+    v.meets = !r.target_kl || v.stats.mean_kl <= target;
+    say(fmt::format("plan {}: {} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.5f} +/- {:.5f}, measured on {} "
+                    "{:.5f} +/- {:.5f}{}",
+                    round + 1, describe_plan(solved), solved.bits_per_weight, static_cast<double>(solved.bytes) / 1048576.0,
+                    solved.predicted_kl, solved.predicted_kl_stderr, r.verify_file, v.stats.mean_kl,
+                    v.stats.kl_stderr, r.target_kl ? fmt::format(" (target {})", target) : std::string()));
+    if (v.meets || round >= r.refine) break;
+    // Aim lower by the ratio the prediction missed by, and 3 % more (the measured KL has its own noise).
+    solve_target *= 0.97 * target / v.stats.mean_kl;
+  }
+  solved.plan.info["solve"] = {{"target_kl", r.target_kl ? nlohmann::json(target) : nlohmann::json(nullptr)},
+                               {"target_bpw", r.target_bpw ? nlohmann::json(*r.target_bpw) : nlohmann::json(nullptr)},
+                               {"solved_for_kl", r.target_kl ? nlohmann::json(solve_target) : nlohmann::json(nullptr)},
+                               {"predicted_kl", solved.predicted_kl},
+                               {"predicted_kl_stderr", solved.predicted_kl_stderr},
+                               {"bytes", solved.bytes},
+                               {"bits_per_weight", solved.bits_per_weight},
+                               {"model", r.input},
+                               {"measurement", r.measurement.empty() ? r.calib_file : r.measurement},
+                               {"positions", s.positions}};
+  solved.plan.info["verify"] = {{"file", r.verify_file},
+                                {"positions", v.stats.positions},
+                                {"mean_kl", v.stats.mean_kl},
+                                {"kl_stderr", v.stats.kl_stderr},
+                                {"same_top", v.stats.same_top},
+                                {"same_top_stderr", v.stats.same_top_stderr},
+                                {"ppl_ratio", v.stats.ppl_ratio},
+                                {"meets_target", v.meets}};
+  write_plan(solved.plan, r.output);
+  say(fmt::format("verified on {} positions of {}: mean KL {:.5f} +/- {:.5f}, same top token {:.2f} +/- {:.2f} %, PPL "
+                  "ratio {:.4f}",
+                  v.stats.positions, r.verify_file, v.stats.mean_kl, v.stats.kl_stderr, 100 * v.stats.same_top,
+                  100 * v.stats.same_top_stderr, v.stats.ppl_ratio));
+  if (!v.meets)
+    say(fmt::format("warning: the measured KL {:.5f} misses the target {} by {:.1f} % after {} refinements; the plan is "
+                    "written with verify.meets_target false",
+                    v.stats.mean_kl, target, 100 * (v.stats.mean_kl / target - 1), r.refine));
+  say(fmt::format("wrote {} (load it with --plan {})", r.output, r.output));
+}
+
+}  // namespace woq

@@ -1,0 +1,367 @@
+#include "quantize/plan_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "eval/compare.h"
+#include "eval/reports.h"
+#include "formats/kquant.h"
+#include "io/json_file.h"
+
+namespace woq {
+
+namespace {
+
+// Index of the chosen candidate of every layer.
+using Choice = std::vector<std::size_t>;
+
+struct Totals {
+  std::uint64_t bytes = 0;
+  double kl = 0;
+};
+
+Totals totals(const Sensitivity& s, const Choice& choice) {
+  Totals t{s.other_bytes, 0};
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const CandidateCost& c = s.layers[i].candidates[choice[i]];
+    t.bytes += c.bytes;
+    t.kl += c.kl;
+  }
+  return t;
+}
+
+// The least predicted KL for every byte budget: a multiple-choice knapsack by
+// dynamic programming over the block linears' bytes in units of `unit` (their
+// gcd, or coarser so that at most kMaxUnits budgets are tracked; each layer's
+// bytes rounded up, so a budget is never exceeded). Exact when unit is the gcd.
+class Knapsack {
+ public:
+  static constexpr std::uint64_t kMaxUnits = 100000;
+
+  explicit Knapsack(const Sensitivity& s) : s_(s) {
+    std::uint64_t g = 0, most = 0;
+    for (const LayerCost& l : s.layers) {
+      std::uint64_t top = 0;
+      for (const CandidateCost& c : l.candidates) {
+        g = std::gcd(g, c.bytes);
+        top = std::max(top, c.bytes);
+      }
+      most += top;
+    }
+    unit_ = std::max<std::uint64_t>({g, 1, (most + kMaxUnits - 1) / kMaxUnits});
+    std::vector<double> best(1, 0.0);  // least KL within b units, for b < best.size()
+    for (const LayerCost& l : s.layers) {
+      std::uint64_t top = 0;
+      for (const CandidateCost& c : l.candidates) top = std::max(top, units(c.bytes));
+      std::vector<double> next(best.size() + top, std::numeric_limits<double>::infinity());
+      std::vector<std::uint16_t> arg(next.size(), 0);
+      for (std::size_t j = 0; j < l.candidates.size(); ++j) {
+        const std::uint64_t w = units(l.candidates[j].bytes);
+        for (std::size_t b = 0; b < best.size(); ++b) {
+          const double kl = best[b] + l.candidates[j].kl;
+          if (kl < next[b + w]) {
+            next[b + w] = kl;
+            arg[b + w] = static_cast<std::uint16_t>(j);
+          }
+        }
+      }
+      // "Within b units": carry the better smaller budget forward (and its choice).
+      for (std::size_t b = 1; b < next.size(); ++b)
+        if (next[b - 1] <= next[b]) {
+          next[b] = next[b - 1];
+          arg[b] = kCarried;
+        }
+      best = std::move(next);
+      args_.push_back(std::move(arg));
+    }
+    best_ = std::move(best);
+  }
+
+  /// The fewest units whose least KL is <= kl, or nullopt.
+  std::optional<std::uint64_t> units_for_kl(double kl) const {
+    for (std::size_t b = 0; b < best_.size(); ++b)
+      if (best_[b] <= kl) return b;
+    return std::nullopt;
+  }
+  /// Units within `bytes` of block linears (rounded down), or nullopt when none fit.
+  std::optional<std::uint64_t> units_within(std::uint64_t bytes) const {
+    const std::uint64_t b = std::min<std::uint64_t>(bytes / unit_, best_.size() - 1);
+    if (!std::isfinite(best_[b])) return std::nullopt;
+    return b;
+  }
+  /// The choice of least KL within `b` units.
+  Choice choice(std::uint64_t b) const {
+    Choice c(s_.layers.size());
+    for (std::size_t i = s_.layers.size(); i-- > 0;) {
+      while (args_[i][b] & kCarried) --b;  // the budget that was carried forward
+      c[i] = args_[i][b];
+      b -= units(s_.layers[i].candidates[c[i]].bytes);
+    }
+    return c;
+  }
+
+ private:
+  static constexpr std::uint16_t kCarried = 0x8000;
+  std::uint64_t units(std::uint64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
+  const Sensitivity& s_;
+  std::uint64_t unit_ = 1;
+  std::vector<double> best_;
+  std::vector<std::vector<std::uint16_t>> args_;
+};
+
+// The plan of `choice`: its most common format as the base, the others by module.
+SolvedPlan make_plan(const Sensitivity& s, const Choice& choice) {
+  std::map<std::string, std::pair<int, QuantSpec>> counts;
+  std::vector<std::string> order;
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const QuantSpec& spec = s.layers[i].candidates[choice[i]].spec;
+    const std::string key = spec_json(spec).dump();
+    if (!counts.contains(key)) order.push_back(key);
+    auto& [n, kept] = counts[key];
+    ++n;
+    kept = spec;
+  }
+  std::string base_key = order.front();
+  for (const std::string& key : order)
+    if (counts[key].first > counts[base_key].first) base_key = key;
+  SolvedPlan out;
+  out.plan.base = counts[base_key].second;
+  out.plan.activations = s.activations;
+  double var = 0;
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const CandidateCost& c = s.layers[i].candidates[choice[i]];
+    if (spec_json(c.spec).dump() != base_key) out.plan.tensors[plan_module(s.layers[i].layer, s.layers[i].role)] = c.spec;
+    var += c.kl_stderr * c.kl_stderr;
+  }
+  const Totals t = totals(s, choice);
+  out.bytes = t.bytes;
+  out.predicted_kl = t.kl;
+  out.predicted_kl_stderr = std::sqrt(var);
+  out.bits_per_weight = 8.0 * static_cast<double>(t.bytes) / static_cast<double>(s.total_params());
+  return out;
+}
+
+void require_measured(const Sensitivity& s) {
+  if (s.layers.empty()) fail("the sensitivity measurement holds no layers");
+  for (const LayerCost& l : s.layers)
+    if (l.candidates.empty() || l.candidates.size() >= 0x8000)
+      fail("the sensitivity measurement has {} candidates for {} (1 to 32767)", l.candidates.size(),
+           plan_module(l.layer, l.role));
+}
+
+}  // namespace
+
+std::int64_t Sensitivity::total_params() const {
+  std::int64_t n = other_params;
+  for (const LayerCost& l : layers) n += l.params;
+  return n;
+}
+
+std::vector<QuantSpec> default_candidates(std::int64_t k) {
+  std::vector<QuantSpec> out{QuantSpec{LowBit::kFp16}, QuantSpec{LowBit::kSymInt8, -1}};
+  if (k > 32) out.push_back({LowBit::kSymInt8, 32});
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kAsymInt4}) {
+    for (const std::int64_t g : {32, 64, 128})
+      if (g < k) out.push_back({type, g});
+    out.push_back({type, -1});
+  }
+  if (k % kquant::kSuperBlock == 0)
+    for (const LowBit type : {LowBit::kQ6_K, LowBit::kQ5_K, LowBit::kQ4_K, LowBit::kQ3_K, LowBit::kQ2_K})
+      out.push_back({type, kquant::kSuperBlock});
+  return out;
+}
+
+std::vector<QuantSpec> gguf_candidates(std::int64_t k) {
+  std::vector<QuantSpec> out{QuantSpec{LowBit::kFp16}};
+  if (k % 32 == 0) {  // else GGUF's Q4_0 / Q8_0 blocks do not fit: F16 only
+    out.push_back({LowBit::kSymInt8, 32});
+    out.push_back({LowBit::kSymInt4, 32});
+  }
+  if (k % kquant::kSuperBlock == 0)
+    for (const LowBit type : {LowBit::kQ6_K, LowBit::kQ5_K, LowBit::kQ4_K, LowBit::kQ3_K, LowBit::kQ2_K})
+      out.push_back({type, kquant::kSuperBlock});
+  return out;
+}
+
+Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+                                std::uint64_t other_bytes, std::int64_t other_params,
+                                const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
+                                std::optional<Activations> activations, const Progress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelConfig& c = model.config();
+  RefLogprobFile ref = RefLogprobFile::create("", calib, c.vocab_size);
+  write_reference(model, calib, batch, ref);
+  Sensitivity s;
+  s.positions = calib.scored_tokens();
+  s.other_bytes = other_bytes;
+  s.other_params = other_params;
+  s.activations = activations;
+  const std::int64_t total = c.num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size());
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const LinearSpec& role : kBlockLinears) {
+      QuantMatrix& slot = model.block_linear(l, role.role);
+      if (is_quantized(slot.type) || is_kquant(slot.type))
+        fail("{}: is {}, not float: measure the float model (--low-bit fp32)", plan_module(l, role.role),
+             low_bit_name(slot.type));
+      LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
+      QuantMatrix original = std::move(slot);
+      const RowReader read = [&original](std::int64_t r, float* out) { dequantize_row(original, r, out); };
+      try {
+        for (const QuantSpec& spec : candidates(original.cols)) {
+          QuantMatrix w = quantize_matrix(read, original.rows, original.cols, spec, &pool);
+          ready_for_kernels(w, activations, false, pool);
+          const std::uint64_t bytes = w.bytes();
+          slot = std::move(w);
+          const CompareStats st = compare_with_reference(model, calib, batch, ref);
+          cost.candidates.push_back({spec, bytes, st.mean_kl, st.kl_stderr});
+        }
+      } catch (...) {
+        slot = std::move(original);
+        throw;
+      }
+      slot = std::move(original);
+      s.layers.push_back(std::move(cost));
+      if (progress) progress(static_cast<std::int64_t>(s.layers.size()), total);
+    }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+nlohmann::ordered_json sensitivity_json(const Sensitivity& s) {
+  nlohmann::ordered_json j;
+  j["woq_sensitivity"] = 1;
+  j["model"] = s.model;
+  if (s.activations) j["activations"] = std::string(activations_name(*s.activations));
+  j["positions"] = s.positions;
+  j["other_bytes"] = s.other_bytes;
+  j["other_params"] = s.other_params;
+  j["seconds"] = s.seconds;
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const LayerCost& l : s.layers) {
+    nlohmann::ordered_json cs = nlohmann::ordered_json::array();
+    for (const CandidateCost& c : l.candidates)
+      cs.push_back({{"format", spec_json(c.spec)}, {"bytes", c.bytes}, {"kl", c.kl}, {"kl_stderr", c.kl_stderr}});
+    layers.push_back({{"module", plan_module(l.layer, l.role)}, {"params", l.params}, {"candidates", std::move(cs)}});
+  }
+  j["layers"] = std::move(layers);
+  return j;
+}
+
+Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object() || !j.contains("woq_sensitivity") || j["woq_sensitivity"] != 1)
+    fail("{}: not a woq sensitivity measurement (field 'woq_sensitivity' must be 1)", source);
+  const JsonFields f(j, source);
+  Sensitivity s;
+  s.model = f.string("model", "");
+  if (f.has("activations")) {
+    try {
+      s.activations = parse_activations(f.string("activations", ""));
+    } catch (const Error& e) {
+      fail("{}: activations: {}", source, e.what());
+    }
+  }
+  s.positions = f.integer("positions");
+  s.other_params = f.integer("other_params");
+  const std::int64_t other_bytes = f.integer("other_bytes");
+  if (s.positions <= 0 || s.other_params < 0 || other_bytes < 0)
+    fail("{}: positions, other_bytes and other_params must be non-negative (positions positive)", source);
+  s.other_bytes = static_cast<std::uint64_t>(other_bytes);
+  s.seconds = f.number("seconds", 0.0);
+  if (!j.contains("layers") || !j["layers"].is_array()) fail("{}: 'layers' must be an array", source);
+  for (std::size_t i = 0; i < j["layers"].size(); ++i) {
+    const std::string what = fmt::format("{}: layers[{}]", source, i);
+    const JsonFields lf(j["layers"][i], what);
+    const std::string module = lf.string("module", "");
+    const auto parsed = parse_module(module);
+    if (!parsed) fail("{}.module: '{}' is not a block linear", what, module);
+    LayerCost l{parsed->first, parsed->second, lf.integer("params"), {}};
+    if (l.params <= 0) fail("{}.params: must be positive", what);
+    if (!lf.json().contains("candidates") || !lf.json()["candidates"].is_array() || lf.json()["candidates"].empty())
+      fail("{}.candidates: must be a non-empty array", what);
+    for (std::size_t k = 0; k < lf.json()["candidates"].size(); ++k) {
+      const std::string cw = fmt::format("{}.candidates[{}]", what, k);
+      const JsonFields cf(lf.json()["candidates"][k], cw);
+      CandidateCost c;
+      if (!cf.has("format")) fail("{}: 'format' is missing", cw);
+      c.spec = parse_spec(cf.json()["format"], cw + ".format");
+      const std::int64_t bytes = cf.integer("bytes");
+      c.kl = cf.number("kl");
+      c.kl_stderr = cf.number("kl_stderr", 0.0);
+      if (bytes <= 0 || !std::isfinite(c.kl) || c.kl < 0 || !std::isfinite(c.kl_stderr) || c.kl_stderr < 0)
+        fail("{}: bytes must be positive and kl, kl_stderr finite and >= 0", cw);
+      c.bytes = static_cast<std::uint64_t>(bytes);
+      l.candidates.push_back(c);
+    }
+    s.layers.push_back(std::move(l));
+  }
+  require_measured(s);
+  return s;
+}
+
+SolvedPlan solve_for_kl(const Sensitivity& s, double target_kl) {
+  require_measured(s);
+  if (!(target_kl > 0)) fail("--target-kl must be positive, got {}", target_kl);
+  const Knapsack k(s);
+  const std::optional<std::uint64_t> units = k.units_for_kl(target_kl);
+  if (!units) {
+    double least = 0;
+    for (const LayerCost& l : s.layers) {
+      double m = std::numeric_limits<double>::infinity();
+      for (const CandidateCost& c : l.candidates) m = std::min(m, c.kl);
+      least += m;
+    }
+    fail("--target-kl {}: even the most accurate candidates predict a KL of {:.4g}", target_kl, least);
+  }
+  return make_plan(s, k.choice(*units));
+}
+
+SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw) {
+  require_measured(s);
+  if (!(target_bpw > 0)) fail("--target-bpw {}: must be positive", target_bpw);
+  // Bytes the budget allows (a hair over, so that a bits-per-weight printed from a plan's bytes buys that plan).
+  const double budget = target_bpw * static_cast<double>(s.total_params()) / 8.0 * (1 + 1e-12) -
+                        static_cast<double>(s.other_bytes);
+  std::uint64_t smallest = s.other_bytes;
+  for (const LayerCost& l : s.layers) {
+    std::uint64_t m = std::numeric_limits<std::uint64_t>::max();
+    for (const CandidateCost& c : l.candidates) m = std::min(m, c.bytes);
+    smallest += m;
+  }
+  const auto too_small = [&] {
+    fail("--target-bpw {}: even the smallest candidates need {:.3f} bits per weight", target_bpw,
+         8.0 * static_cast<double>(smallest) / static_cast<double>(s.total_params()));
+  };
+  if (budget < 0) too_small();
+  const Knapsack k(s);
+  const std::optional<std::uint64_t> units = k.units_within(static_cast<std::uint64_t>(budget));
+  if (!units) too_small();
+  return make_plan(s, k.choice(*units));
+}
+
+SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan) {
+  require_measured(s);
+  Choice choice(s.layers.size());
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerCost& l = s.layers[i];
+    const nlohmann::ordered_json want = spec_json(plan.linear(l.layer, l.role));
+    const auto it = std::find_if(l.candidates.begin(), l.candidates.end(),
+                                 [&](const CandidateCost& c) { return spec_json(c.spec) == want; });
+    if (it == l.candidates.end())
+      fail("{}: the plan gives {} {}, which the measurement did not try", plan.source, plan_module(l.layer, l.role),
+           spec_name(plan.linear(l.layer, l.role)));
+    choice[i] = static_cast<std::size_t>(it - l.candidates.begin());
+  }
+  SolvedPlan out = make_plan(s, choice);
+  out.plan = plan;
+  return out;
+}
+
+}  // namespace woq

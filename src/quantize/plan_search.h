@@ -1,0 +1,110 @@
+// Finding a quantization plan for an accuracy budget (woq quantize --measure,
+// --target-kl, --target-bpw).
+//
+// Sensitivity: with the model in float, each block linear in turn is
+// quantized to each candidate format (every other layer float) and the
+// model's next-token distributions on calibration text are compared with the
+// float model's: that layer's KL contribution per candidate (the
+// one-at-a-time measure; cf. exllamav2's per-layer error measurement, here on
+// the model's output). The plan's predicted KL is the sum of its layers'
+// contributions. Solve: the plan of fewest bytes whose predicted KL is within
+// the target (or of least predicted KL within a bits-per-weight budget): a
+// multiple-choice knapsack solved exactly by dynamic programming over bytes
+// (in their gcd, or in units of 1/100000 of the largest model when that is
+// coarser); deterministic.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/progress.h"
+#include "eval/perplexity.h"
+#include "model/llama.h"
+#include "model/quant_plan.h"
+
+namespace woq {
+
+/// One candidate format of one layer, as measured.
+struct CandidateCost {
+  QuantSpec spec;
+  std::uint64_t bytes = 0;  ///< the layer's weight storage in this format (QuantMatrix::bytes)
+  double kl = 0;            ///< mean KL (nats per token) of the model with only this layer in this format
+  double kl_stderr = 0;
+};
+
+/// A block linear and what each candidate costs.
+struct LayerCost {
+  std::int64_t layer = 0;
+  LinearRole role = LinearRole::kQ;
+  std::int64_t params = 0;  ///< rows x cols
+  std::vector<CandidateCost> candidates;
+};
+
+/// What --measure finds (saved as JSON and reused by later solves).
+struct Sensitivity {
+  std::string model;                ///< the model path it was measured on
+  /// What the candidates' integer layers multiplied their inputs as (int8 for
+  /// GGUF candidates, as llama.cpp's dot products); unset: each format's default.
+  std::optional<Activations> activations;
+  std::int64_t positions = 0;       ///< scored calibration positions
+  std::uint64_t other_bytes = 0;    ///< embeddings, norms and lm_head as loaded (not planned)
+  std::int64_t other_params = 0;    ///< their weights
+  std::vector<LayerCost> layers;    ///< every block linear, layer-major, in LinearRole order
+  double seconds = 0;               ///< wall time of the measurement
+
+  /// Total weights (block linears + the others): the bits-per-weight denominator.
+  std::int64_t total_params() const;
+};
+
+/// The default candidates for a layer whose rows are `k` long: fp16; sym_int8
+/// per channel and group 32; sym_int4 and asym_int4 at group 32, 64, 128
+/// and per channel (groups of k or more counted once, as per channel); the
+/// K-quants q6_k ... q2_k when k is a multiple of 256.
+std::vector<QuantSpec> default_candidates(std::int64_t k);
+/// The candidates a GGUF file holds (woq quantize --plan P -o F.gguf writes
+/// them): fp16, and when k is a multiple of 32 Q8_0 (sym_int8 g32) and Q4_0
+/// (sym_int4 g32), and the K-quants when it is one of 256.
+std::vector<QuantSpec> gguf_candidates(std::int64_t k);
+
+/// Measures every block linear of `model` (loaded with float linears; each is
+/// restored after its turn) under `candidates(k)` on `calib` against the
+/// model's own distributions; `other_bytes` / `other_params`: the weights it
+/// does not plan (embeddings, norms, lm_head); `activations`: the integer
+/// layers' (unset: each format's default). `progress(done, total)` after
+/// each layer. Throws woq::Error when a block linear is not float, or what
+/// quantize_matrix and forward throw.
+Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+                                std::uint64_t other_bytes, std::int64_t other_params,
+                                const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
+                                std::optional<Activations> activations,
+                                const Progress& progress = nullptr);
+
+nlohmann::ordered_json sensitivity_json(const Sensitivity& s);
+/// Throws woq::Error naming `source` and the field for a malformed measurement.
+Sensitivity parse_sensitivity(const nlohmann::json& json, const std::string& source);
+
+/// A solved plan with its predicted cost.
+struct SolvedPlan {
+  QuantPlan plan;
+  std::uint64_t bytes = 0;     ///< block linears + the others
+  double bits_per_weight = 0;  ///< bytes * 8 / Sensitivity::total_params()
+  double predicted_kl = 0;     ///< sum of the chosen candidates' KL
+  double predicted_kl_stderr = 0;  ///< sqrt of the sum of their squared standard errors
+};
+
+/// The plan of fewest bytes whose predicted KL <= target_kl. Throws
+/// woq::Error when even the most accurate candidates predict more.
+SolvedPlan solve_for_kl(const Sensitivity& s, double target_kl);
+/// The plan of least predicted KL within target_bpw bits per weight. Throws
+/// woq::Error when even the smallest candidates need more.
+SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw);
+/// The predicted cost of `plan` under `s`; throws woq::Error when the plan
+/// gives a layer a format `s` did not measure for it.
+SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan);
+
+}  // namespace woq

@@ -1,0 +1,249 @@
+// Quantization plans (model/quant_plan.h) and the plan search
+// (quantize/plan_search.h): the file format and its errors, the loader
+// applying a plan per layer, the solver against brute force, and the
+// measurement's prediction against the KL measured on held-out text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "eval/compare.h"
+#include "eval/reports.h"
+#include "io/json_file.h"
+#include "model/llama.h"
+#include "model/load_request.h"
+#include "model/quant_plan.h"
+#include "quantize/gguf_export.h"
+#include "quantize/plan_search.h"
+#include "test_files.h"
+#include "tokenizer/tokenizer.h"
+
+namespace woq {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(QuantPlan, FileRoundTripsAndNamesEachLayersFormat) {
+  const nlohmann::json j = nlohmann::json::parse(R"({"woq_plan": 1,
+    "base": {"low_bit": "sym_int4", "group_size": 32},
+    "tensors": {"model.layers.2.mlp.down_proj": {"low_bit": "sym_int8", "group_size": -1},
+                "model.layers.0.self_attn.v_proj": {"low_bit": "q4_k"},
+                "lm_head": {"low_bit": "asym_int4", "group_size": 64}},
+    "verify": {"mean_kl": 0.01}})");
+  const QuantPlan p = parse_plan(j, "p.json");
+  EXPECT_EQ(p.linear(2, LinearRole::kDown).type, LowBit::kSymInt8);
+  EXPECT_EQ(p.linear(2, LinearRole::kDown).group_size, -1);
+  EXPECT_EQ(p.linear(0, LinearRole::kV).type, LowBit::kQ4_K);
+  EXPECT_EQ(p.linear(1, LinearRole::kDown).type, LowBit::kSymInt4);  // the base
+  ASSERT_TRUE(p.lm_head());
+  EXPECT_EQ(p.lm_head()->group_size, 64);
+  EXPECT_EQ(parse_plan(nlohmann::json::parse(plan_json(p).dump()), "again").tensors.size(), 3u);
+  EXPECT_EQ(plan_json(p)["verify"]["mean_kl"], 0.01);
+  EXPECT_NO_THROW(p.check_layers(3));
+  EXPECT_NE(error_of([&] { p.check_layers(2); }).find("names layer 2, but the model has 2 layers"), std::string::npos);
+}
+
+TEST(QuantPlan, BadFilesAreRefusedNamingTheField) {
+  const auto err = [](const char* text) { return error_of([&] { parse_plan(nlohmann::json::parse(text), "p.json"); }); };
+  EXPECT_NE(err(R"({"woq_plan": 2, "base": {"low_bit": "fp16"}})").find("not a woq plan"), std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1})").find("'base' is missing"), std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"}, "extra": 1})").find("unknown field 'extra'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "sym_int4"}})").find("p.json: base: 'group_size' is missing"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "sym_int5", "group_size": 32}})").find("p.json: base:"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "sym_int4", "group_size": 3}})").find("group_size 3"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "q4_k", "group_size": 32}})").find("fixed (256"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"},
+                    "tensors": {"model.layers.01.mlp.up_proj": {"low_bit": "fp16"}}})")
+                .find("tensors.model.layers.01.mlp.up_proj: not a block linear"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"},
+                    "tensors": {"model.layers.0.mlp.up_proj": {"low_bit": "fp16", "bits": 4}}})")
+                .find("unknown field 'bits'"),
+            std::string::npos);
+}
+
+TEST(QuantPlan, TheLoaderGivesEachLayerItsPlannedFormat) {
+  ThreadPool pool(2);
+  auto plan = std::make_shared<QuantPlan>();
+  plan->base = {LowBit::kSymInt4, 32};
+  plan->tensors[plan_module(1, LinearRole::kDown)] = {LowBit::kSymInt8, -1};
+  plan->tensors[plan_module(4, LinearRole::kQ)] = {LowBit::kAsymInt4, 64};
+  plan->source = "test plan";
+  LoadOptions o;
+  o.linear = plan->base;
+  o.plan = plan;
+  LoadReport rep;
+  auto m = LlamaModel::load(WOQ_MODEL_DIR, o, pool, &rep);
+  EXPECT_EQ(m->block_linear(1, LinearRole::kDown).type, LowBit::kSymInt8);
+  EXPECT_EQ(m->block_linear(1, LinearRole::kDown).group_size, m->block_linear(1, LinearRole::kDown).cols);
+  EXPECT_EQ(m->block_linear(4, LinearRole::kQ).type, LowBit::kAsymInt4);
+  EXPECT_EQ(m->block_linear(4, LinearRole::kQ).group_size, 64);
+  EXPECT_EQ(m->block_linear(0, LinearRole::kDown).type, LowBit::kSymInt4);
+  EXPECT_NE(rep.conversion.find("plan test plan (sym_int4 g32 x33"), std::string::npos) << rep.conversion;
+  plan->tensors[plan_module(5, LinearRole::kQ)] = {LowBit::kFp16};
+  EXPECT_NE(error_of([&] { LlamaModel::load(WOQ_MODEL_DIR, o, pool); }).find("the model has 5 layers"),
+            std::string::npos);
+}
+
+// Every assignment of a small problem, for the least bytes within `target`.
+std::uint64_t brute_force_bytes(const Sensitivity& s, double target) {
+  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  std::vector<std::size_t> pick(s.layers.size(), 0);
+  for (;;) {
+    std::uint64_t bytes = s.other_bytes;
+    double kl = 0;
+    for (std::size_t i = 0; i < pick.size(); ++i) {
+      bytes += s.layers[i].candidates[pick[i]].bytes;
+      kl += s.layers[i].candidates[pick[i]].kl;
+    }
+    if (kl <= target) best = std::min(best, bytes);
+    std::size_t i = 0;
+    while (i < pick.size() && ++pick[i] == s.layers[i].candidates.size()) pick[i++] = 0;
+    if (i == pick.size()) return best;
+  }
+}
+
+TEST(PlanSearch, SolvesEqualBruteForce) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int trials = 200;
+  for (int trial = 0; trial < trials; ++trial) {
+    Sensitivity s;
+    s.other_bytes = 1000;
+    s.other_params = 100;
+    s.positions = 10;
+    for (int l = 0; l < 5; ++l) {
+      LayerCost layer{l, LinearRole::kQ, 4096, {}};
+      double kl = u(rng) * 0.001;
+      std::uint64_t bytes = 8192;
+      for (const std::int64_t g : {-1, 32, 64, 128}) {  // more bytes, less KL, with random sizes of step
+        layer.candidates.push_back({QuantSpec{LowBit::kSymInt4, g}, bytes, kl, 0});
+        bytes -= static_cast<std::uint64_t>(500 + 2000 * u(rng));
+        kl += u(rng) * 0.01;
+      }
+      s.layers.push_back(layer);
+    }
+    const double target = 0.005 + 0.03 * u(rng);
+    const SolvedPlan p = solve_for_kl(s, target);
+    ASSERT_LE(p.predicted_kl, target);
+    const std::uint64_t best = brute_force_bytes(s, target);
+    EXPECT_EQ(p.bytes, best) << "trial " << trial;
+    // The budget the other way round: within the same bytes, no more KL.
+    const SolvedPlan q = solve_for_bpw(s, 8.0 * static_cast<double>(p.bytes) / static_cast<double>(s.total_params()));
+    EXPECT_LE(q.bytes, p.bytes);
+    EXPECT_LE(q.predicted_kl, p.predicted_kl + 1e-12);
+    EXPECT_EQ(predict(s, p.plan).bytes, p.bytes);
+  }
+}
+
+TEST(PlanSearch, ImpossibleBudgetsSaySo) {
+  Sensitivity s;
+  s.other_params = 10;
+  s.positions = 1;
+  s.layers.push_back({0, LinearRole::kQ, 100, {{QuantSpec{LowBit::kFp16}, 200, 0.01, 0}}});
+  EXPECT_NE(error_of([&] { solve_for_kl(s, 0.001); }).find("even the most accurate candidates predict"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { solve_for_bpw(s, 1.0); }).find("even the smallest candidates need"), std::string::npos);
+}
+
+// The acceptance's honesty check: the KL a solved plan is predicted to have
+// (sum of the one-at-a-time measurements on calibration text) against what it
+// has on held-out text. Fails when the measurements are replaced by zeros (the
+// predictions would be 0) or do not measure what the plan loads.
+TEST(PlanSearch, PredictedKlTracksTheMeasuredKlOnHeldOutText) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  LoadOptions fp32;
+  fp32.linear = QuantSpec{LowBit::kFp32};
+  LoadReport rep;
+  auto model = LlamaModel::load(WOQ_MODEL_DIR, fp32, pool, &rep);
+  const ScoringPlan calib = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64,
+                                       6, 1);
+  const auto candidates = [](std::int64_t) {
+    return std::vector<QuantSpec>{{LowBit::kSymInt8, -1}, {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, -1}};
+  };
+  const Sensitivity s = measure_sensitivity(*model, calib, 0, pool, rep.other_bytes, 40000, candidates, std::nullopt);
+  ASSERT_EQ(s.layers.size(), 35u);
+  // Measuring restored every layer: the model is still its float self.
+  EXPECT_EQ(model->block_linear(3, LinearRole::kUp).type, LowBit::kFp32);
+  const Sensitivity again = parse_sensitivity(nlohmann::json::parse(sensitivity_json(s).dump()), "again");
+  EXPECT_EQ(again.layers[7].candidates[1].kl, s.layers[7].candidates[1].kl);
+
+  const ScoringPlan held = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_heldout.txt")), 128, 8, 1);
+  RefLogprobFile ref = RefLogprobFile::create("", held, model->config().vocab_size);
+  write_reference(*model, held, 0, ref);
+  model.reset();
+  std::vector<double> ratios;
+  for (const double target : {0.01, 0.03, 0.08}) {
+    const SolvedPlan p = solve_for_kl(s, target);
+    LoadOptions o;
+    o.linear = p.plan.base;
+    o.plan = std::make_shared<QuantPlan>(p.plan);
+    auto m = LlamaModel::load(WOQ_MODEL_DIR, o, pool);
+    const CompareStats st = compare_with_reference(*m, held, 0, ref);
+    ASSERT_GT(p.predicted_kl, 0);
+    ratios.push_back(st.mean_kl / p.predicted_kl);
+    std::printf("target %.3f: predicted %.5f, measured %.5f +/- %.5f\n", target, p.predicted_kl, st.mean_kl,
+                st.kl_stderr);
+  }
+  for (const double r : ratios) {
+    EXPECT_GT(r, 0.5);
+    EXPECT_LT(r, 2.0);
+  }
+}
+
+// A plan measured on GGUF's formats, written as GGUF, runs in the file as it was
+// measured in memory: the same logits bit for bit (int8 activations recorded in
+// the plan, as llama.cpp multiplies Q8_0).
+TEST(PlanSearch, AGgufPlanWrittenAsGgufIsThePlanInMemory) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  auto plan = std::make_shared<QuantPlan>();
+  plan->base = {LowBit::kSymInt8, 32};
+  plan->activations = Activations::kInt8;
+  plan->source = "gguf plan";
+  for (std::int64_t l = 0; l < 5; ++l) {
+    plan->tensors[plan_module(l, LinearRole::kDown)] = {LowBit::kFp16};  // K = 172: no Q4_0 / Q8_0 block fits
+    if (l % 2 == 0) plan->tensors[plan_module(l, LinearRole::kUp)] = {LowBit::kSymInt4, 32};
+  }
+  GgufExportOptions o;
+  o.plan = plan;
+  const std::string file = tmp.file("plan.gguf");
+  const GgufExportReport rep = export_gguf(WOQ_MODEL_DIR, file, o, pool);
+  ASSERT_EQ(rep.linear_types.size(), 3u);
+  LoadOptions in_memory;
+  in_memory.linear = plan->base;
+  in_memory.activations = plan->activations;
+  in_memory.plan = plan;
+  auto a = LlamaModel::load(WOQ_MODEL_DIR, in_memory, pool);
+  auto b = LlamaModel::load(file, parse_load_request({}), pool);  // as woq loads it by default
+  const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 80, 65, 11, 300};
+  std::vector<float> la, lb;
+  KVCache ca = a->make_cache(16), cb = b->make_cache(16);
+  a->forward(ids, ca, true, la);
+  b->forward(ids, cb, true, lb);
+  ASSERT_EQ(la.size(), lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "logit " << i;
+
+  plan->tensors[plan_module(1, LinearRole::kQ)] = {LowBit::kAsymInt4, 32};
+  o.force = true;
+  EXPECT_NE(error_of([&] { export_gguf(WOQ_MODEL_DIR, file, o, pool); })
+                .find("model.layers.1.self_attn.q_proj: asym_int4 g32 has no GGUF type"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace woq
