@@ -503,7 +503,8 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("ctx", &PlanRequest::ctx)
       .def_readwrite("chunks", &PlanRequest::chunks)
       .def_readwrite("refine", &PlanRequest::refine)
-      .def_readwrite("candidates", &PlanRequest::candidates);
+      .def_readwrite("candidates", &PlanRequest::candidates)
+      .def_readwrite("estimate", &PlanRequest::estimate);
   py::class_<ParetoRequest>(mod, "ParetoRequest")
       .def(py::init<>())
       .def_readwrite("input", &ParetoRequest::input)

@@ -4,7 +4,9 @@
 // measurement's prediction against the KL measured on held-out text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -68,6 +70,10 @@ TEST(QuantPlan, BadFilesAreRefusedNamingTheField) {
   EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"},
                     "tensors": {"model.layers.01.mlp.up_proj": {"low_bit": "fp16"}}})")
                 .find("tensors.model.layers.01.mlp.up_proj: not a block linear"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"},
+                    "tensors": {"model.layers.-1.mlp.up_proj": {"low_bit": "fp16"}}})")
+                .find("not a block linear"),
             std::string::npos);
   EXPECT_NE(err(R"({"woq_plan": 1, "base": {"low_bit": "fp16"},
                     "tensors": {"model.layers.0.mlp.up_proj": {"low_bit": "fp16", "bits": 4}}})")
@@ -157,6 +163,12 @@ TEST(PlanSearch, ImpossibleBudgetsSaySo) {
   EXPECT_NE(error_of([&] { solve_for_kl(s, 0.001); }).find("even the most accurate candidates predict"),
             std::string::npos);
   EXPECT_NE(error_of([&] { solve_for_bpw(s, 1.0); }).find("even the smallest candidates need"), std::string::npos);
+  EXPECT_NE(error_of([&] { solve_for_kl(s, std::numeric_limits<double>::infinity()); }).find("positive and finite"),
+            std::string::npos);
+  // A budget beyond every plan buys the most accurate one.
+  s.layers[0].candidates.push_back({QuantSpec{LowBit::kSymInt4, 32}, 60, 0.5, 0});
+  EXPECT_EQ(solve_for_bpw(s, 1e30).plan.base.type, LowBit::kFp16);
+  EXPECT_EQ(solve_for_bpw(s, 1e30).predicted_kl, 0.01);
 }
 
 // The acceptance's honesty check: the KL a solved plan is predicted to have
@@ -205,6 +217,45 @@ TEST(PlanSearch, PredictedKlTracksTheMeasuredKlOnHeldOutText) {
   }
 }
 
+// The cheaper estimate (one candidate's KL per layer, the others scaled by
+// their output error) against the one-at-a-time measure it stands in for.
+TEST(PlanSearch, TheEstimateAgreesWithTheOneAtATimeMeasure) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  LoadOptions fp32;
+  fp32.linear = QuantSpec{LowBit::kFp32};
+  auto model = LlamaModel::load(WOQ_MODEL_DIR, fp32, pool);
+  const ScoringPlan calib = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64,
+                                       6, 1);
+  const auto candidates = [](std::int64_t) {
+    return std::vector<QuantSpec>{{LowBit::kFp16}, {LowBit::kSymInt8, -1}, {LowBit::kSymInt4, 32},
+                                  {LowBit::kAsymInt4, 32}, {LowBit::kSymInt4, -1}};
+  };
+  const Sensitivity exact = measure_sensitivity(*model, calib, 0, pool, 0, 1000, candidates, std::nullopt);
+  const Sensitivity est = estimate_sensitivity(*model, calib, 0, pool, 0, 1000, candidates, std::nullopt);
+  EXPECT_TRUE(est.estimated);
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < exact.layers.size(); ++i)
+    for (std::size_t j = 0; j < exact.layers[i].candidates.size(); ++j) {
+      const CandidateCost& a = exact.layers[i].candidates[j];
+      const CandidateCost& b = est.layers[i].candidates[j];
+      ASSERT_EQ(a.bytes, b.bytes);
+      if (j == 2) {
+        EXPECT_EQ(a.kl, b.kl);  // the anchor (sym_int4 g32) is measured exactly
+      }
+      if (a.kl > 1e-5) ratios.push_back(b.kl / a.kl);  // sym_int8's too, 100x below the 4-bit formats'
+    }
+  ASSERT_GT(ratios.size(), 90u);
+  std::sort(ratios.begin(), ratios.end());
+  const double median = ratios[ratios.size() / 2];
+  std::printf("estimate / exact over %zu candidates: min %.3f median %.3f max %.3f\n", ratios.size(), ratios.front(),
+              median, ratios.back());
+  EXPECT_GT(median, 0.8);
+  EXPECT_LT(median, 1.25);
+  EXPECT_GT(ratios.front(), 0.4);
+  EXPECT_LT(ratios.back(), 2.5);
+}
+
 // A plan measured on GGUF's formats, written as GGUF, runs in the file as it was
 // measured in memory: the same logits bit for bit (int8 activations recorded in
 // the plan, as llama.cpp multiplies Q8_0).
@@ -238,11 +289,22 @@ TEST(PlanSearch, AGgufPlanWrittenAsGgufIsThePlanInMemory) {
   ASSERT_EQ(la.size(), lb.size());
   for (std::size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "logit " << i;
 
-  plan->tensors[plan_module(1, LinearRole::kQ)] = {LowBit::kAsymInt4, 32};
   o.force = true;
-  EXPECT_NE(error_of([&] { export_gguf(WOQ_MODEL_DIR, file, o, pool); })
+  const auto refused = [&](const QuantSpec& spec, const std::string& module) {
+    auto bad = std::make_shared<QuantPlan>(*plan);
+    bad->tensors[module] = spec;
+    o.plan = bad;
+    return error_of([&] { export_gguf(WOQ_MODEL_DIR, file, o, pool); });
+  };
+  EXPECT_NE(refused({LowBit::kAsymInt4, 32}, plan_module(1, LinearRole::kQ))
                 .find("model.layers.1.self_attn.q_proj: asym_int4 g32 has no GGUF type"),
             std::string::npos);
+  EXPECT_NE(refused({LowBit::kSymInt4, 32}, plan_module(1, LinearRole::kDown)).find("multiple of 32, K = 172"),
+            std::string::npos);
+  EXPECT_NE(refused({LowBit::kSymInt8, 32, Int4Range::kFull, Rounding::kGgml}, plan_module(1, LinearRole::kQ))
+                .find("the plan rounds sym_int8 g32 ggml as ggml, the file is written with --rounding woq"),
+            std::string::npos);
+  EXPECT_NE(refused({LowBit::kSymInt8, 32}, "lm_head").find("ties its output projection"), std::string::npos);
 }
 
 }  // namespace

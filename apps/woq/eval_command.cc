@@ -286,8 +286,6 @@ struct ParetoArgs {
 
 int run_pareto_command(const ParetoArgs& a) {
   if (a.request.png.empty() && a.request.json.empty()) fail("eval pareto: give -o FILE.png and/or --json FILE");
-  if (a.request.calib_file.empty() == a.request.measurement.empty())
-    fail("eval pareto: give --calib-file (to measure) or --measurement (a saved woq quantize --measure), not both");
   ThreadPool pool(a.threads);
   run_pareto(a.request, pool, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
   for (const std::string* out : {&a.request.png, &a.request.json})

@@ -34,6 +34,7 @@ struct QuantizeArgs {
   double target_kl = 0, target_bpw = 0;
   std::string measurement, verify_file, candidates = "all", plan;
   int refine = 3;
+  bool estimate = false;
   CLI::App* cmd = nullptr;
 };
 
@@ -74,6 +75,7 @@ int run_plan_search(const QuantizeArgs& a) {
   if (c->count("--nsamples") > 0) p.chunks = a.nsamples;
   p.refine = a.refine;
   p.candidates = a.candidates;
+  p.estimate = a.estimate;
   ThreadPool pool(a.threads);
   run_plan_request(p, pool, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
   return 0;
@@ -84,7 +86,7 @@ int run_quantize(QuantizeArgs& a) {
   const CLI::App* c = a.cmd;
   if (a.measure || c->count("--target-kl") > 0 || c->count("--target-bpw") > 0) return run_plan_search(a);
   r.plan = given(c, "--plan", a.plan);
-  for (const char* flag : {"--measurement", "--verify-file", "--refine", "--candidates"})
+  for (const char* flag : {"--measurement", "--verify-file", "--refine", "--candidates", "--estimate"})
     if (c->count(flag) > 0) fail("{} belongs to a plan search: give --measure, --target-kl or --target-bpw", flag);
   r.recipe = given(c, "--recipe", a.recipe);
   r.low_bit = given(c, "--low-bit", a.low_bit);
@@ -186,6 +188,9 @@ Run add_quantize(CLI::App& app) {
                   "Plan search: the formats --measure tries: all (fp16, sym_int8, sym_int4 / asym_int4 at several "
                   "group sizes, K-quants) or gguf (fp16, Q8_0, Q4_0, K-quants: a plan --plan can write as GGUF)")
       ->capture_default_str();
+  cmd->add_flag("--estimate", args->estimate,
+                "Plan search: measure one candidate's KL per layer and scale the others' by their output error on "
+                "the layer's calibration inputs (one forward pass per linear layer instead of one per linear layer and candidate)");
   cmd->add_option("--plan", args->plan,
                   "Write each linear layer in its format from this plan file (GGUF output: Q4_0 = sym_int4 g32, "
                   "Q8_0 = sym_int8 g32, K-quants, fp16; measure with --candidates gguf)");

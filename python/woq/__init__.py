@@ -14,6 +14,7 @@ during generate() raises KeyboardInterrupt and leaves the model usable.
 
 import contextlib
 import json
+import math
 import os
 import queue
 import re
@@ -390,6 +391,9 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
     path = _path(path, "path")
     request = _woq.LoadRequest()
     request.plan = _path(plan, "plan", optional=True) or ""
+    if plan is not None and (group_size != 32 or int4_range != "full" or rounding != "woq"):
+        raise ValueError("plan sets every linear layer's format (group size, range and rounding included): leave out "
+                         "group_size, int4_range and rounding")
     request.low_bit = _str(low_bit, "low_bit", optional=True) or ""
     if low_bit == "":
         raise ValueError('low_bit must be None (the default) or a format name, got ""')
@@ -410,7 +414,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
              rounding=None, gptq_format=None, max_shard_gb=None, damp_percent=None, desc_act=None, static_groups=None,
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
              force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
-             measurement=None, verify_file=None, refine=None, candidates=None, plan=None):
+             measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -435,7 +439,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         or target_bpw (bits per weight, embeddings counted) writes to `output` the plan that meets it, verified on
         verify_file (held-out text) against the float model, from a saved `measurement` or measured first;
         nsamples / seqlen: at most that many chunks of that many tokens (16 x 128); refine: re-solves when the
-        verified KL misses target_kl (3); candidates: "all" or "gguf" (formats a GGUF file holds). Load the plan
+        verified KL misses target_kl (3); candidates: "all" or "gguf" (formats a GGUF file holds); estimate=True:
+        one candidate's KL per layer, the others scaled by output error (the CLI's --estimate). Load the plan
         with optimize_model(path, plan=output); write it as GGUF with quantize(path, "out.gguf", plan=output).
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
@@ -466,14 +471,15 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
             p.refine = _int(refine, "refine", _INT32)
         if candidates is not None:
             p.candidates = _str(candidates, "candidates")
+        p.estimate = _bool(estimate, "estimate")
         for name, value in (("target_kl", p.target_kl), ("target_bpw", p.target_bpw)):
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive, got {value!r}")
+            if value is not None and not 0 < value < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got {value!r}")
         with _keyword_errors():
             _woq.plan_search(p, _int(threads, "threads", _INT32), _log if progress else None)
         return
     for name, value in (("measurement", measurement), ("verify_file", verify_file), ("refine", refine),
-                        ("candidates", candidates)):
+                        ("candidates", candidates), ("estimate", estimate or None)):
         if value is not None:
             raise ValueError(f"{name} belongs to a plan search: give measure=True, target_kl or target_bpw")
     r = _woq.QuantizeRequest()

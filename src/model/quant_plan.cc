@@ -67,7 +67,7 @@ std::optional<std::pair<std::int64_t, LinearRole>> parse_module(std::string_view
   if (!name.starts_with(kLayersPrefix)) return std::nullopt;
   name.remove_prefix(kLayersPrefix.size());
   const std::size_t dot = name.find('.');
-  if (dot == std::string_view::npos || dot == 0 || dot > 9) return std::nullopt;
+  if (dot == std::string_view::npos || dot == 0 || dot > 9 || name[0] < '0' || name[0] > '9') return std::nullopt;
   std::int64_t layer = 0;
   const auto [end, ec] = std::from_chars(name.data(), name.data() + dot, layer);
   if (ec != std::errc() || end != name.data() + dot || (dot > 1 && name[0] == '0')) return std::nullopt;

@@ -282,9 +282,15 @@ class TypePlan {
  public:
   TypePlan(const GgufExportOptions& o, const ModelConfig& c, const ArchitectureSpec& spec, bool has_output,
            std::vector<std::string>& notes)
-      : mix_(o.mix), plan_(o.plan), target_(o.mix ? GgmlType::kF32 : o.plan ? GgmlType::kF16 : ggml_type_of(o.type)),
+      : mix_(o.mix), plan_(o.plan), rounding_(o.rounding), target_(o.mix ? GgmlType::kF32 : o.plan ? GgmlType::kF16 : ggml_type_of(o.type)),
         notes_(notes) {
-    if (plan_) plan_->check_layers(c.num_hidden_layers);
+    if (plan_) {
+      plan_->check_layers(c.num_hidden_layers);
+      if (plan_->lm_head() && !has_output)
+        fail("{}: lm_head: {} ties its output projection to the embeddings, so the GGUF file has no output tensor "
+             "to write in {}; leave lm_head out of the plan", plan_->source, c.architecture,
+             spec_name(*plan_->lm_head()));
+    }
     model_ = {c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output, spec.gguf_architecture,
               spec.fused_projections};
   }
@@ -350,6 +356,13 @@ class TypePlan {
            spec_name(spec));
     if (is_kquant(spec.type) && k % kquant::kSuperBlock != 0)
       fail("{}: {}: {} needs K to be a multiple of 256, K = {}", plan_->source, module, spec_name(spec), k);
+    if ((q4_0 || q8_0) && k % ggml::kQK != 0)
+      fail("{}: {}: {} is {} in GGUF, whose blocks need K to be a multiple of 32, K = {}", plan_->source, module,
+           spec_name(spec), q4_0 ? "Q4_0" : "Q8_0", k);
+    if ((q4_0 || q8_0) && spec.rounding != rounding_)
+      fail("{}: {}: the plan rounds {} as {}, the file is written with --rounding {}; give --rounding {}",
+           plan_->source, module, spec_name(spec), rounding_name(spec.rounding), rounding_name(rounding_),
+           rounding_name(spec.rounding));
     return *format_traits(spec.type).ggml;
   }
   static std::uint32_t gguf_file_type_of(GgmlType t) {
@@ -366,6 +379,7 @@ class TypePlan {
 
   const kquant::Mix* mix_;
   std::shared_ptr<const QuantPlan> plan_;
+  Rounding rounding_;
   GgmlType target_;
   std::vector<Fallback> fallbacks_;
   kquant::MixModel model_;

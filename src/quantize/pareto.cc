@@ -80,8 +80,18 @@ QuantPlan rule_plan(const kquant::Mix& mix, const ModelConfig& c) {
 std::vector<ParetoPoint> run_pareto(const ParetoRequest& r, ThreadPool& pool,
                                     const std::function<void(const std::string&)>& log) {
   if (r.file.empty()) fail("eval pareto needs held-out text: --file FILE");
+  if (r.calib_file.empty() == r.measurement.empty())
+    fail("eval pareto: give --calib-file (to measure) or --measurement (a saved woq quantize --measure), one of them");
+  if (!r.png.empty() && !r.json.empty()) {
+    std::error_code e1, e2;
+    if (std::filesystem::weakly_canonical(r.png, e1) == std::filesystem::weakly_canonical(r.json, e2))
+      fail("-o and --json name the same file, {}", r.png);
+  }
   for (const std::string* out : {&r.png, &r.json})
-    if (!out->empty()) require_writable_path(*out);
+    if (!out->empty()) require_new_output(*out, true, {&r.input, &r.calib_file, &r.measurement, &r.file});
+  if (!r.png.empty() && std::system("gnuplot --version > /dev/null 2>&1") != 0)
+    fail("{}: gnuplot is not installed (Debian: apt-get install gnuplot-nox; tools/install-deps.sh installs it); "
+         "--json writes the points without it", r.png);
   PlanEvaluator eval(r.input, r.calib_file, r.measurement, r.file, r.ctx, r.chunks, pool, log);
   const Sensitivity& s = eval.sensitivity();
   std::vector<ParetoPoint> points;
@@ -114,9 +124,13 @@ std::vector<ParetoPoint> run_pareto(const ParetoRequest& r, ThreadPool& pool,
     add("rule", plan.source, plan);
     sizes.push_back(points.back().bits_per_weight);
   }
-  // Plans at those sizes and at evenly spaced ones between (the curve between the formats).
-  const auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
-  const double first = *lo, last = *hi;
+  // Plans at those sizes and at evenly spaced ones between (the curve between the formats), or between the
+  // smallest and the most accurate plans when no format fits every layer.
+  const double first = sizes.empty() ? smallest_bpw(s) : *std::min_element(sizes.begin(), sizes.end());
+  const double last =
+      sizes.empty() ? solve_for_bpw(s, 1e30).bits_per_weight : *std::max_element(sizes.begin(), sizes.end());
+  sizes.push_back(first);
+  sizes.push_back(last);
   for (int i = 1; i < 10; ++i) sizes.push_back(first + (last - first) * i / 10.0);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());

@@ -17,14 +17,42 @@ namespace woq {
 
 namespace {
 
+}  // namespace
+
+void require_new_output(const std::string& output, bool force, std::initializer_list<const std::string*> inputs) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(output, ec);
+  if (std::filesystem::exists(status)) {
+    if (!std::filesystem::is_regular_file(status)) fail("{}: exists and is not a regular file", output);
+    if (!force) fail("{} exists (use --force to replace it)", output);
+  }
+  const std::filesystem::path out = std::filesystem::weakly_canonical(output, ec);
+  for (const std::string* in : inputs) {
+    std::error_code e;
+    if (!in->empty() && std::filesystem::weakly_canonical(*in, e) == out)
+      fail("{} is also an input of this run: write the output elsewhere", output);
+  }
+  require_writable_path(output);
+}
+
+std::string text_digest(const std::string& text) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
+namespace {
+
 void check(const PlanRequest& r) {
   const int modes = (r.measure_only ? 1 : 0) + (r.target_kl ? 1 : 0) + (r.target_bpw ? 1 : 0);
   if (modes != 1) fail("give one of --measure, --target-kl and --target-bpw");
   if (r.measure_only && !r.measurement.empty()) fail("--measurement is a saved --measure: give one or the other");
-  if (!r.measurement.empty() && r.candidates != "all")
-    fail("--candidates chooses what --measure tries; a saved --measurement has its own");
+  if (!r.measurement.empty() && (r.candidates != "all" || r.estimate))
+    fail("--candidates and --estimate choose how --measure measures; a saved --measurement was measured already");
   if (r.measurement.empty() && r.calib_file.empty())
-    fail("measuring needs calibration text: --calib-file FILE (or --measurement FILE from an earlier --measure)");
+    fail("{}", r.measure_only ? "--measure needs calibration text: --calib-file FILE"
+                              : "measuring needs calibration text: --calib-file FILE (or --measurement FILE from an "
+                                "earlier --measure)");
   if (!r.measure_only && r.verify_file.empty())
     fail("a plan is verified on held-out text: give --verify-file FILE (not the calibration text)");
   if (!r.measure_only && !r.verify_file.empty() && !r.calib_file.empty()) {
@@ -35,8 +63,11 @@ void check(const PlanRequest& r) {
   if (r.ctx < 4) fail("--seqlen must be at least 4, got {}", r.ctx);
   if (r.chunks < 1) fail("--nsamples must be positive, got {}", r.chunks);
   if (r.refine < 0) fail("--refine must be >= 0, got {}", r.refine);
-  if (std::filesystem::exists(r.output) && !r.force) fail("{} exists (use --force to replace it)", r.output);
-  require_writable_path(r.output);
+  if (r.measure_only && !r.verify_file.empty()) fail("--verify-file verifies a plan; --measure writes no plan");
+  require_new_output(r.output, r.force, {&r.measurement, &r.calib_file, &r.verify_file});
+  if (r.output.ends_with(".gguf"))
+    fail("{}: a plan or measurement is JSON; write a GGUF file from the plan with woq quantize --plan PLAN -o {}",
+         r.output, r.output);
 }
 
 // The weights a plan leaves as loaded: embeddings, lm_head when untied, the RMSNorm weights.
@@ -63,7 +94,7 @@ std::string describe_plan(const SolvedPlan& p) {
 PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
                              const std::string& heldout, std::int64_t ctx, std::int64_t chunks, ThreadPool& pool,
                              const std::function<void(const std::string&)>& log, const Progress& progress,
-                             const std::string& candidates) {
+                             const std::string& candidates, bool estimate) {
   if (candidates != "all" && candidates != "gguf") fail("--candidates '{}' is not one of: all, gguf", candidates);
   const auto say = [&](const std::string& line) {
     if (log) log(line);
@@ -86,14 +117,27 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   };
   if (!measurement.empty()) {
     sensitivity_ = parse_sensitivity(read_json_file(measurement), measurement);
-    const std::size_t expected = static_cast<std::size_t>(session_.config.num_hidden_layers) * kBlockLinears.size();
+    const ModelConfig& c = session_.config;
+    const std::size_t expected = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
     if (sensitivity_.layers.size() != expected)
       fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement,
            sensitivity_.layers.size(), input, expected);
+    for (std::size_t i = 0; i < expected; ++i) {
+      const LayerCost& l = sensitivity_.layers[i];
+      const std::int64_t layer = static_cast<std::int64_t>(i / kBlockLinears.size());
+      const LinearSpec& spec = kBlockLinears[i % kBlockLinears.size()];
+      if (l.layer != layer || l.role != spec.role || l.params != c.size(spec.rows) * c.size(spec.cols))
+        fail("{}: layers[{}] is {} with {} weights; {} has {} with {} here: a measurement of another model?",
+             measurement, i, plan_module(l.layer, l.role), l.params, input, plan_module(layer, spec.role),
+             c.size(spec.rows) * c.size(spec.cols));
+    }
+    if (sensitivity_.other_params != other_params(c))
+      fail("{}: other_params {} is not {}'s {}: a measurement of another model?", measurement,
+           sensitivity_.other_params, input, other_params(c));
     say(fmt::format("measurement {}: {} layers, {} calibration positions", measurement, sensitivity_.layers.size(),
                     sensitivity_.positions));
   } else {
-    sensitivity_ = measure_sensitivity(*session_.model, text_plan(calib_file), 0, pool,
+    sensitivity_ = (estimate ? estimate_sensitivity : measure_sensitivity)(*session_.model, text_plan(calib_file), 0, pool,
                                        session_.report.other_bytes + session_.report.lm_head_bytes,
                                        other_params(session_.config),
                                        candidates == "gguf" ? gguf_candidates : default_candidates,
@@ -101,11 +145,18 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
                                                             : std::nullopt,
                                        progress);
     sensitivity_.model = input;
-    say(fmt::format("measured {} layers x {} candidates on {} positions of {} in {:.1f} s", sensitivity_.layers.size(),
-                    sensitivity_.layers.front().candidates.size(), sensitivity_.positions, calib_file,
+    sensitivity_.calib_digest = text_digest(read_text_file(calib_file));
+    std::size_t tried = 0;
+    for (const LayerCost& l : sensitivity_.layers) tried += l.candidates.size();
+    say(fmt::format("measured {} layers, {} candidate formats in all{} on {} positions of {} in {:.1f} s",
+                    sensitivity_.layers.size(), tried,
+                    estimate ? " (estimated: one candidate's KL per layer, the others' scaled by output error)" : "",
+                    sensitivity_.positions, calib_file,
                     sensitivity_.seconds));
   }
   if (!heldout.empty()) {
+    if (text_digest(read_text_file(heldout)) == sensitivity_.calib_digest)
+      fail("{} holds the calibration text the measurement was taken on: verify on held-out text", heldout);
     held_ = text_plan(heldout);
     ref_.emplace(RefLogprobFile::create("", held_, session_.config.vocab_size));
     write_reference(*session_.model, held_, 0, *ref_);
@@ -133,7 +184,7 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
     if (log) log(line);
   };
   PlanEvaluator eval(r.input, r.calib_file, r.measurement, r.measure_only ? std::string() : r.verify_file, r.ctx,
-                     r.chunks, pool, log, progress, r.candidates);
+                     r.chunks, pool, log, progress, r.candidates, r.estimate);
   const Sensitivity& s = eval.sensitivity();
   if (r.measure_only) {
     write_json_file(r.output, sensitivity_json(s));
@@ -146,7 +197,16 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
   SolvedPlan solved;
   Verified v;
   for (int round = 0;; ++round) {
-    solved = r.target_kl ? solve_for_kl(s, solve_target) : solve_for_bpw(s, *r.target_bpw);
+    if (round == 0) {
+      solved = r.target_kl ? solve_for_kl(s, solve_target) : solve_for_bpw(s, *r.target_bpw);
+    } else {
+      try {
+        solved = solve_for_kl(s, solve_target);
+      } catch (const Error& e) {
+        say(fmt::format("cannot aim lower than plan {} ({}): keeping it", round, e.what()));
+        break;
+      }
+    }
     v.stats = eval.measure(solved.plan);
     v.meets = !r.target_kl || v.stats.mean_kl <= target;
     say(fmt::format("plan {}: {} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.5f} +/- {:.5f}, measured on {} "

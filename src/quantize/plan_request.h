@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,7 @@ struct PlanRequest {
   std::int64_t ctx = 128;   ///< tokens per chunk (scored on their second half, as llama-perplexity)
   std::int64_t chunks = 16; ///< chunks of each text at most
   std::string candidates = "all";  ///< all (default_candidates) or gguf (gguf_candidates)
+  bool estimate = false;    ///< measure by estimate_sensitivity (one pass per linear), not one per candidate
   int refine = 3;           ///< re-solves with a tighter target when the measured KL misses it
 };
 
@@ -42,7 +44,8 @@ struct PlanRequest {
 class PlanEvaluator {
  public:
   /// Loads `input` in fp32 and measures it on `calib_file` under
-  /// `candidates` ("all" or "gguf", see PlanRequest) (or reads
+  /// `candidates` ("all" or "gguf", see PlanRequest), one at a time or by
+  /// `estimate` (estimate_sensitivity) (or reads
   /// `measurement`); with `heldout` non-empty, writes its reference rows.
   /// Chunks of ctx tokens, at most `chunks` of each text. Throws woq::Error
   /// for a quantized model, a measurement of another shape, and what
@@ -50,7 +53,7 @@ class PlanEvaluator {
   PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
                 const std::string& heldout, std::int64_t ctx, std::int64_t chunks, ThreadPool& pool,
                 const std::function<void(const std::string&)>& log, const Progress& progress = nullptr,
-                const std::string& candidates = "all");
+                const std::string& candidates = "all", bool estimate = false);
   const Sensitivity& sensitivity() const { return sensitivity_; }
   const ModelConfig& config() const { return session_.config; }
   /// The model loaded with `plan` against the held-out reference.
@@ -62,6 +65,15 @@ class PlanEvaluator {
   ScoringPlan held_;
   std::optional<RefLogprobFile> ref_;
 };
+
+/// Throws woq::Error unless `output` may be written: absent, or a regular
+/// file and `force`; not one of `inputs` (empty ones skipped); in a folder
+/// that exists.
+void require_new_output(const std::string& output, bool force, std::initializer_list<const std::string*> inputs);
+
+/// A digest of a text ("fnv1a64:<16 hex digits>"), to tell calibration text
+/// from held-out text whatever the files are named.
+std::string text_digest(const std::string& text);
 
 /// Runs the request on `pool`; `log` receives the lines the CLI prints
 /// (without "woq: "), `progress(done, total)` follows the measurement. Throws

@@ -1,6 +1,7 @@
 #include "quantize/plan_search.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -15,10 +16,14 @@
 #include "eval/reports.h"
 #include "formats/kquant.h"
 #include "io/json_file.h"
+#include "kernels/matmul.h"
 
 namespace woq {
 
 namespace {
+
+// Largest byte or weight count a measurement may hold (sums of 2^16 of them stay exact in int64 and double).
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 48;
 
 // Index of the chosen candidate of every layer.
 using Choice = std::vector<std::size_t>;
@@ -88,12 +93,14 @@ class Knapsack {
   /// The fewest units whose least KL is <= kl, or nullopt.
   std::optional<std::uint64_t> units_for_kl(double kl) const {
     for (std::size_t b = 0; b < best_.size(); ++b)
-      if (best_[b] <= kl) return b;
+      if (std::isfinite(best_[b]) && best_[b] <= kl) return b;
     return std::nullopt;
   }
   /// Units within `bytes` of block linears (rounded down), or nullopt when none fit.
-  std::optional<std::uint64_t> units_within(std::uint64_t bytes) const {
-    const std::uint64_t b = std::min<std::uint64_t>(bytes / unit_, best_.size() - 1);
+  std::optional<std::uint64_t> units_within(double bytes) const {
+    const double units = std::floor(bytes / static_cast<double>(unit_));
+    const std::uint64_t b = units >= static_cast<double>(best_.size() - 1) ? best_.size() - 1
+                                                                           : static_cast<std::uint64_t>(units);
     if (!std::isfinite(best_[b])) return std::nullopt;
     return b;
   }
@@ -191,47 +198,148 @@ std::vector<QuantSpec> gguf_candidates(std::int64_t k) {
   return out;
 }
 
+namespace {
+
+// Candidate `spec` of the float matrix `w`, laid out for the kernels.
+QuantMatrix candidate_matrix(const QuantMatrix& w, const QuantSpec& spec, std::optional<Activations> activations,
+                             ThreadPool& pool) {
+  const RowReader read = [&w](std::int64_t r, float* out) { dequantize_row(w, r, out); };
+  QuantMatrix q = quantize_matrix(read, w.rows, w.cols, spec, &pool);
+  ready_for_kernels(q, activations, false, pool);
+  return q;
+}
+
+void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
+  if (is_quantized(w.type) || is_kquant(w.type))
+    fail("{}: is {}, not float: measure the float model (--low-bit fp32)", plan_module(layer, role),
+         low_bit_name(w.type));
+}
+
+// The anchor of estimate_sensitivity: sym_int4 g32 when offered, else the candidate of largest output error.
+std::size_t anchor_of(const std::vector<CandidateCost>& cs, const std::vector<double>& err) {
+  for (std::size_t j = 0; j < cs.size(); ++j)
+    if (cs[j].spec.type == LowBit::kSymInt4 && cs[j].spec.group_size == 32) return j;
+  return static_cast<std::size_t>(std::max_element(err.begin(), err.end()) - err.begin());
+}
+
+// What both measures share: the float model's distributions on the calibration
+// text, the Sensitivity's fixed fields, and the KL with one linear swapped.
+struct Measuring {
+  Measuring(LlamaModel& m, const ScoringPlan& c, std::int64_t b, std::uint64_t other_bytes, std::int64_t other_params,
+            std::optional<Activations> activations)
+      : model(m), calib(c), batch(b), ref(RefLogprobFile::create("", c, m.config().vocab_size)) {
+    write_reference(model, calib, batch, ref);
+    s.positions = calib.scored_tokens();
+    s.other_bytes = other_bytes;
+    s.other_params = other_params;
+    s.activations = activations;
+  }
+  // The model's KL against the reference with `slot` (a block linear) replaced by `w`; `slot` is restored after.
+  CompareStats kl_with(QuantMatrix& slot, QuantMatrix w) {
+    QuantMatrix original = std::move(slot);
+    slot = std::move(w);
+    CompareStats st;
+    try {
+      st = compare_with_reference(model, calib, batch, ref);
+    } catch (...) {
+      slot = std::move(original);
+      throw;
+    }
+    slot = std::move(original);
+    return st;
+  }
+  std::int64_t linears() const { return model.config().num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size()); }
+
+  LlamaModel& model;
+  const ScoringPlan& calib;
+  std::int64_t batch;
+  RefLogprobFile ref;
+  Sensitivity s;
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
                                 std::uint64_t other_bytes, std::int64_t other_params,
                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                 std::optional<Activations> activations, const Progress& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  const ModelConfig& c = model.config();
-  RefLogprobFile ref = RefLogprobFile::create("", calib, c.vocab_size);
-  write_reference(model, calib, batch, ref);
-  Sensitivity s;
-  s.positions = calib.scored_tokens();
-  s.other_bytes = other_bytes;
-  s.other_params = other_params;
-  s.activations = activations;
-  const std::int64_t total = c.num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size());
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+  Measuring m(model, calib, batch, other_bytes, other_params, activations);
+  for (std::int64_t l = 0; l < model.config().num_hidden_layers; ++l)
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
-      if (is_quantized(slot.type) || is_kquant(slot.type))
-        fail("{}: is {}, not float: measure the float model (--low-bit fp32)", plan_module(l, role.role),
-             low_bit_name(slot.type));
+      require_float(slot, l, role.role);
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
-      QuantMatrix original = std::move(slot);
-      const RowReader read = [&original](std::int64_t r, float* out) { dequantize_row(original, r, out); };
-      try {
-        for (const QuantSpec& spec : candidates(original.cols)) {
-          QuantMatrix w = quantize_matrix(read, original.rows, original.cols, spec, &pool);
-          ready_for_kernels(w, activations, false, pool);
-          const std::uint64_t bytes = w.bytes();
-          slot = std::move(w);
-          const CompareStats st = compare_with_reference(model, calib, batch, ref);
-          cost.candidates.push_back({spec, bytes, st.mean_kl, st.kl_stderr});
-        }
-      } catch (...) {
-        slot = std::move(original);
-        throw;
+      for (const QuantSpec& spec : candidates(slot.cols)) {
+        QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
+        const std::uint64_t bytes = w.bytes();
+        const CompareStats st = m.kl_with(slot, std::move(w));
+        cost.candidates.push_back({spec, bytes, st.mean_kl, st.kl_stderr});
       }
-      slot = std::move(original);
-      s.layers.push_back(std::move(cost));
-      if (progress) progress(static_cast<std::int64_t>(s.layers.size()), total);
+      m.s.layers.push_back(std::move(cost));
+      if (progress) progress(static_cast<std::int64_t>(m.s.layers.size()), m.linears());
     }
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+  return m.s;
+}
+
+Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+                                 std::uint64_t other_bytes, std::int64_t other_params,
+                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
+                                 std::optional<Activations> activations, const Progress& progress) {
+  Measuring m(model, calib, batch, other_bytes, other_params, activations);
+  Sensitivity& s = m.s;
+  s.estimated = true;
+  const ModelConfig& c = model.config();
+  // Every calibration sequence's hidden states, carried block by block through the float model.
+  std::vector<std::vector<float>> hidden(calib.sequences.size());
+  for (std::size_t i = 0; i < hidden.size(); ++i) {
+    hidden[i].resize(calib.sequences[i].size() * static_cast<std::size_t>(c.hidden_size));
+    model.embed(calib.sequences[i], hidden[i].data());
+  }
+  std::vector<float> y, yq;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    // The inputs of each linear of block l, per sequence.
+    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs;
+    for (auto& per_role : inputs) per_role.resize(hidden.size());
+    for (std::size_t i = 0; i < hidden.size(); ++i)
+      model.forward_block(l, hidden[i].data(), static_cast<std::int64_t>(calib.sequences[i].size()),
+                          [&](LinearRole role, const float* x, std::int64_t rows) {
+                            const std::int64_t k = model.block_linear(l, role).cols;
+                            inputs[static_cast<std::size_t>(role)][i].assign(x, x + rows * k);
+                          });
+    for (const LinearSpec& role : kBlockLinears) {
+      QuantMatrix& slot = model.block_linear(l, role.role);
+      require_float(slot, l, role.role);
+      LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
+      std::vector<double> err;
+      for (const QuantSpec& spec : candidates(slot.cols)) {
+        const QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
+        double e = 0;
+        for (const std::vector<float>& x : inputs[static_cast<std::size_t>(role.role)]) {
+          const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
+          y.resize(static_cast<std::size_t>(rows * slot.rows));
+          yq.resize(y.size());
+          matmul(slot, x.data(), rows, y.data(), pool);
+          matmul(w, x.data(), rows, yq.data(), pool);
+          for (std::size_t j = 0; j < y.size(); ++j) e += (static_cast<double>(yq[j]) - y[j]) * (yq[j] - y[j]);
+        }
+        err.push_back(e);
+        cost.candidates.push_back({spec, w.bytes(), 0, 0});
+      }
+      // The anchor's KL, one at a time; the others scaled from it.
+      const std::size_t a = anchor_of(cost.candidates, err);
+      const CompareStats st = m.kl_with(slot, candidate_matrix(slot, cost.candidates[a].spec, activations, pool));
+      for (std::size_t j = 0; j < cost.candidates.size(); ++j) {
+        const double scale = err[a] > 0 ? err[j] / err[a] : 0.0;
+        cost.candidates[j].kl = j == a ? st.mean_kl : st.mean_kl * scale;
+        cost.candidates[j].kl_stderr = j == a ? st.kl_stderr : st.kl_stderr * scale;
+      }
+      s.layers.push_back(std::move(cost));
+      if (progress) progress(static_cast<std::int64_t>(s.layers.size()), m.linears());
+    }
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
   return s;
 }
 
@@ -244,6 +352,8 @@ nlohmann::ordered_json sensitivity_json(const Sensitivity& s) {
   j["other_bytes"] = s.other_bytes;
   j["other_params"] = s.other_params;
   j["seconds"] = s.seconds;
+  j["estimated"] = s.estimated;
+  j["calib_digest"] = s.calib_digest;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerCost& l : s.layers) {
     nlohmann::ordered_json cs = nlohmann::ordered_json::array();
@@ -271,11 +381,15 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
   s.positions = f.integer("positions");
   s.other_params = f.integer("other_params");
   const std::int64_t other_bytes = f.integer("other_bytes");
-  if (s.positions <= 0 || s.other_params < 0 || other_bytes < 0)
-    fail("{}: positions, other_bytes and other_params must be non-negative (positions positive)", source);
+  if (s.positions <= 0 || s.other_params < 0 || other_bytes < 0 || s.other_params > kMaxCount ||
+      other_bytes > kMaxCount)
+    fail("{}: positions must be positive, other_bytes and other_params in [0, 2^48]", source);
   s.other_bytes = static_cast<std::uint64_t>(other_bytes);
   s.seconds = f.number("seconds", 0.0);
-  if (!j.contains("layers") || !j["layers"].is_array()) fail("{}: 'layers' must be an array", source);
+  s.estimated = f.boolean("estimated", false);
+  s.calib_digest = f.string("calib_digest", "");
+  if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].size() > 65536)
+    fail("{}: 'layers' must be an array of at most 65536", source);
   for (std::size_t i = 0; i < j["layers"].size(); ++i) {
     const std::string what = fmt::format("{}: layers[{}]", source, i);
     const JsonFields lf(j["layers"][i], what);
@@ -283,7 +397,7 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
     const auto parsed = parse_module(module);
     if (!parsed) fail("{}.module: '{}' is not a block linear", what, module);
     LayerCost l{parsed->first, parsed->second, lf.integer("params"), {}};
-    if (l.params <= 0) fail("{}.params: must be positive", what);
+    if (l.params <= 0 || l.params > kMaxCount) fail("{}.params: must be in [1, 2^48]", what);
     if (!lf.json().contains("candidates") || !lf.json()["candidates"].is_array() || lf.json()["candidates"].empty())
       fail("{}.candidates: must be a non-empty array", what);
     for (std::size_t k = 0; k < lf.json()["candidates"].size(); ++k) {
@@ -295,8 +409,9 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
       const std::int64_t bytes = cf.integer("bytes");
       c.kl = cf.number("kl");
       c.kl_stderr = cf.number("kl_stderr", 0.0);
-      if (bytes <= 0 || !std::isfinite(c.kl) || c.kl < 0 || !std::isfinite(c.kl_stderr) || c.kl_stderr < 0)
-        fail("{}: bytes must be positive and kl, kl_stderr finite and >= 0", cw);
+      if (bytes <= 0 || bytes > kMaxCount || !std::isfinite(c.kl) || c.kl < 0 || !std::isfinite(c.kl_stderr) ||
+          c.kl_stderr < 0)
+        fail("{}: bytes must be in [1, 2^48] and kl, kl_stderr finite and >= 0", cw);
       c.bytes = static_cast<std::uint64_t>(bytes);
       l.candidates.push_back(c);
     }
@@ -308,7 +423,7 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
 
 SolvedPlan solve_for_kl(const Sensitivity& s, double target_kl) {
   require_measured(s);
-  if (!(target_kl > 0)) fail("--target-kl must be positive, got {}", target_kl);
+  if (!(target_kl > 0) || !std::isfinite(target_kl)) fail("--target-kl must be positive and finite, got {}", target_kl);
   const Knapsack k(s);
   const std::optional<std::uint64_t> units = k.units_for_kl(target_kl);
   if (!units) {
@@ -323,25 +438,29 @@ SolvedPlan solve_for_kl(const Sensitivity& s, double target_kl) {
   return make_plan(s, k.choice(*units));
 }
 
-SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw) {
+double smallest_bpw(const Sensitivity& s) {
   require_measured(s);
-  if (!(target_bpw > 0)) fail("--target-bpw {}: must be positive", target_bpw);
-  // Bytes the budget allows (a hair over, so that a bits-per-weight printed from a plan's bytes buys that plan).
-  const double budget = target_bpw * static_cast<double>(s.total_params()) / 8.0 * (1 + 1e-12) -
-                        static_cast<double>(s.other_bytes);
   std::uint64_t smallest = s.other_bytes;
   for (const LayerCost& l : s.layers) {
     std::uint64_t m = std::numeric_limits<std::uint64_t>::max();
     for (const CandidateCost& c : l.candidates) m = std::min(m, c.bytes);
     smallest += m;
   }
+  return 8.0 * static_cast<double>(smallest) / static_cast<double>(s.total_params());
+}
+
+SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw) {
+  require_measured(s);
+  if (!(target_bpw > 0) || !std::isfinite(target_bpw)) fail("--target-bpw must be positive and finite, got {}", target_bpw);
+  // Bytes the budget allows (a hair over, so that a bits-per-weight printed from a plan's bytes buys that plan).
+  const double budget = target_bpw * static_cast<double>(s.total_params()) / 8.0 * (1 + 1e-12) -
+                        static_cast<double>(s.other_bytes);
   const auto too_small = [&] {
-    fail("--target-bpw {}: even the smallest candidates need {:.3f} bits per weight", target_bpw,
-         8.0 * static_cast<double>(smallest) / static_cast<double>(s.total_params()));
+    fail("--target-bpw {}: even the smallest candidates need {:.3f} bits per weight", target_bpw, smallest_bpw(s));
   };
   if (budget < 0) too_small();
   const Knapsack k(s);
-  const std::optional<std::uint64_t> units = k.units_within(static_cast<std::uint64_t>(budget));
+  const std::optional<std::uint64_t> units = k.units_within(budget);
   if (!units) too_small();
   return make_plan(s, k.choice(*units));
 }

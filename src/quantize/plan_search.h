@@ -56,6 +56,8 @@ struct Sensitivity {
   std::int64_t other_params = 0;    ///< their weights
   std::vector<LayerCost> layers;    ///< every block linear, layer-major, in LinearRole order
   double seconds = 0;               ///< wall time of the measurement
+  std::string calib_digest;         ///< text_digest of the calibration text (empty: unknown)
+  bool estimated = false;           ///< estimate_sensitivity's (anchor KL scaled by output error), not one at a time
 
   /// Total weights (block linears + the others): the bits-per-weight denominator.
   std::int64_t total_params() const;
@@ -84,6 +86,20 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std
                                 std::optional<Activations> activations,
                                 const Progress& progress = nullptr);
 
+/// The cheaper estimate of measure_sensitivity (--measure --estimate): per
+/// block linear, the output error ||X W_c^T - X W^T||^2 of every candidate c
+/// on the layer's own calibration inputs X (the float model's), and the exact
+/// one-at-a-time KL of one anchor candidate (sym_int4 g32 when offered, else the
+/// one of largest output error); every other candidate's KL is the anchor's
+/// scaled by its output error / the anchor's (KL grows with the square of a
+/// small perturbation of the logits, as the output error does). One forward pass
+/// per block linear instead of one per block linear and candidate. Same arguments and errors
+/// as measure_sensitivity; Sensitivity::estimated is set.
+Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+                                 std::uint64_t other_bytes, std::int64_t other_params,
+                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
+                                 std::optional<Activations> activations, const Progress& progress = nullptr);
+
 nlohmann::ordered_json sensitivity_json(const Sensitivity& s);
 /// Throws woq::Error naming `source` and the field for a malformed measurement.
 Sensitivity parse_sensitivity(const nlohmann::json& json, const std::string& source);
@@ -103,6 +119,8 @@ SolvedPlan solve_for_kl(const Sensitivity& s, double target_kl);
 /// The plan of least predicted KL within target_bpw bits per weight. Throws
 /// woq::Error when even the smallest candidates need more.
 SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw);
+/// Bits per weight of the plan of every layer's smallest candidate.
+double smallest_bpw(const Sensitivity& s);
 /// The predicted cost of `plan` under `s`; throws woq::Error when the plan
 /// gives a layer a format `s` did not measure for it.
 SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan);

@@ -406,8 +406,13 @@ def test_plan_search_writes_the_plan_the_cli_writes_and_it_loads(tmp_path):
     assert got["mean_kl"] == pytest.approx(py["verify"]["mean_kl"], rel=1e-9)
     with pytest.raises(ValueError, match="low_bit does not apply to a plan search"):
         woq.quantize(MODEL, tmp_path / "x.json", target_kl=0.05, low_bit="sym_int4", **common)
-    with pytest.raises(ValueError, match="target_kl must be positive"):
+    with pytest.raises(ValueError, match="target_kl must be positive and finite"):
         woq.quantize(MODEL, tmp_path / "x.json", target_kl=-1.0, **common)
+    copy = tmp_path / "calib_copy.txt"
+    copy.write_bytes(open(CALIB, "rb").read())
+    with pytest.raises(woq.Error, match="holds the calibration text the measurement was taken on"):
+        woq.quantize(MODEL, tmp_path / "x.json", target_kl=0.05, measurement=tmp_path / "m.json", verify_file=copy,
+                     progress=False)
     with pytest.raises(ValueError, match="measurement belongs to a plan search"):
         woq.quantize(MODEL, tmp_path / "x", measurement=tmp_path / "m.json")
 
