@@ -155,6 +155,34 @@ TEST(PlanSearch, SolvesEqualBruteForce) {
   }
 }
 
+// Models whose bytes need coarser units than their gcd (each layer's bytes
+// rounded up): a budget is never exceeded, the smallest plan stays reachable,
+// and the KL is no worse than brute force's within a unit per layer less.
+TEST(PlanSearch, CoarseUnitsKeepTheBudgetAndTheSmallestPlan) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<std::uint64_t> bytes(3'000'000, 90'000'000);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 30; ++trial) {
+    Sensitivity s;
+    s.other_bytes = 12345;
+    s.other_params = 1000;
+    s.positions = 10;
+    for (int l = 0; l < 5; ++l) {
+      LayerCost layer{l, LinearRole::kQ, 50'000'000, {}};
+      for (const std::int64_t g : {-1, 32, 64, 128}) layer.candidates.push_back({QuantSpec{LowBit::kSymInt4, g}, bytes(rng), u(rng), 0});
+      s.layers.push_back(layer);
+    }
+    const double total = static_cast<double>(s.total_params());
+    const SolvedPlan smallest = solve_for_bpw(s, smallest_bpw(s));
+    EXPECT_NEAR(smallest.bits_per_weight, smallest_bpw(s), 1e-9);
+    for (int k = 0; k < 5; ++k) {
+      const double bpw = smallest_bpw(s) + 2.0 * u(rng);
+      const SolvedPlan p = solve_for_bpw(s, bpw);
+      EXPECT_LE(static_cast<double>(p.bytes), bpw * total / 8 * (1 + 1e-12));
+    }
+  }
+}
+
 TEST(PlanSearch, ImpossibleBudgetsSaySo) {
   Sensitivity s;
   s.other_params = 10;

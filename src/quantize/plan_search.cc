@@ -96,13 +96,22 @@ class Knapsack {
       if (std::isfinite(best_[b]) && best_[b] <= kl) return b;
     return std::nullopt;
   }
-  /// Units within `bytes` of block linears (rounded down), or nullopt when none fit.
-  std::optional<std::uint64_t> units_within(double bytes) const {
-    const double units = std::floor(bytes / static_cast<double>(unit_));
-    const std::uint64_t b = units >= static_cast<double>(best_.size() - 1) ? best_.size() - 1
-                                                                           : static_cast<std::uint64_t>(units);
-    if (!std::isfinite(best_[b])) return std::nullopt;
-    return b;
+  /// The choice of least KL whose block linears take at most `bytes`, or
+  /// nullopt when none fit. Units rounded up overstate a choice by up to a unit
+  /// per layer: budgets that far beyond are tried too, from the largest down,
+  /// and the first choice that really fits is taken.
+  std::optional<Choice> within(double bytes) const {
+    const double top = std::floor(bytes / static_cast<double>(unit_)) + static_cast<double>(s_.layers.size());
+    std::uint64_t b = top >= static_cast<double>(best_.size() - 1) ? best_.size() - 1 : static_cast<std::uint64_t>(top);
+    for (;; --b) {
+      if (std::isfinite(best_[b])) {
+        Choice c = choice(b);
+        double used = 0;
+        for (std::size_t i = 0; i < c.size(); ++i) used += static_cast<double>(s_.layers[i].candidates[c[i]].bytes);
+        if (used <= bytes) return c;
+      }
+      if (b == 0) return std::nullopt;
+    }
   }
   /// The choice of least KL within `b` units.
   Choice choice(std::uint64_t b) const {
@@ -459,10 +468,9 @@ SolvedPlan solve_for_bpw(const Sensitivity& s, double target_bpw) {
     fail("--target-bpw {}: even the smallest candidates need {:.3f} bits per weight", target_bpw, smallest_bpw(s));
   };
   if (budget < 0) too_small();
-  const Knapsack k(s);
-  const std::optional<std::uint64_t> units = k.units_within(budget);
-  if (!units) too_small();
-  return make_plan(s, k.choice(*units));
+  const std::optional<Choice> choice = Knapsack(s).within(budget);
+  if (!choice) too_small();
+  return make_plan(s, *choice);
 }
 
 SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan) {
