@@ -17,22 +17,26 @@ double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 
 // The options of a plan file: its base and per-layer formats, and its lm_head
 // unless --lm-head-low-bit names one.
 LoadOptions plan_load_options(const LoadRequest& request) {
-  LoadOptions options;
-  auto plan = std::make_shared<QuantPlan>(read_plan(request.plan));
-  options.linear = plan->base;
-  options.lm_head = plan->lm_head();
+  LoadOptions options = load_options_of(read_plan(request.plan));
   if (!request.lm_head_low_bit.empty()) {
     options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size,
                                 parse_int4_range(request.int4_range), parse_rounding(request.rounding)};
     validate(*options.lm_head);
   }
-  options.activations = request.activations.empty() ? plan->activations
-                                                    : std::optional<Activations>(parse_activations(request.activations));
-  options.plan = std::move(plan);
+  if (!request.activations.empty()) options.activations = parse_activations(request.activations);
   return options;
 }
 
 }  // namespace
+
+LoadOptions load_options_of(const QuantPlan& plan) {
+  LoadOptions o;
+  o.linear = plan.base;
+  o.lm_head = plan.lm_head();
+  o.activations = plan.activations;
+  o.plan = std::make_shared<QuantPlan>(plan);
+  return o;
+}
 
 LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes) {
   const Int4Range range = parse_int4_range(request.int4_range);

@@ -37,6 +37,10 @@ struct LoadRequest {
 /// validate), a plan given with a low_bit, or read_plan's errors.
 LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes = nullptr);
 
+/// The options that load `plan`: its base as `linear`, its lm_head and
+/// activations when it names them, and the plan itself (a copy).
+LoadOptions load_options_of(const QuantPlan& plan);
+
 /// What loading with `options` did, one line each: the report's warnings
 /// ("warning: ..."), then the summary ("35 linear layers (q/k/v/o/gate/up/down)
 /// F32 -> sym_int4 ...: 0.95 MiB -> 0.14 MiB; embeddings, norms and lm_head kept

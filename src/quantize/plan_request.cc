@@ -11,6 +11,7 @@
 #include "eval/reports.h"
 #include "generate/model_session.h"
 #include "io/json_file.h"
+#include "model/load_request.h"
 #include "quantize/plan_search.h"
 
 namespace woq {
@@ -166,12 +167,7 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
 
 CompareStats PlanEvaluator::measure(const QuantPlan& plan) {
   if (!ref_) fail("PlanEvaluator::measure: no held-out text was given");
-  LoadOptions o;
-  o.linear = plan.base;
-  o.lm_head = plan.lm_head();
-  o.activations = plan.activations;
-  o.plan = std::make_shared<QuantPlan>(plan);
-  session_.load(o);
+  session_.load(load_options_of(plan));
   const CompareStats stats = compare_with_reference(*session_.model, held_, 0, *ref_);
   session_.model.reset();
   return stats;
