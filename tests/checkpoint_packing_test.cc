@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "test_files.h"
 
 namespace woq {
 namespace {
@@ -295,6 +296,55 @@ TEST(IntMatrix, RejectsWhatWoqCannotRepresent) {
   IntMatrix lopsided = m;
   lopsided.g_idx[0] = 1;  // group 0 gets 31 features, group 1 gets 33
   expect_error(lopsided, 32, true, "g_idx maps 31 input features to group 0");
+}
+
+// AutoAWQ's words, written out by hand from gemm.py / gemv.py: GEMM nibble j of word w holds column
+// 8w + order[j] (order 0, 2, 4, 6, 1, 3, 5, 7) of the transposed [K, N] integers; GEMV nibble j holds k = 8w + j.
+TEST(AwqPacking, WordsAreAutoAwqs) {
+  IntMatrix m = random_int_matrix(4, false, 8, 32, 32, false, 7);
+  for (std::int64_t n = 0; n < 8; ++n) {
+    for (std::int64_t k = 0; k < 32; ++k) m.q[static_cast<std::size_t>(n * 32 + k)] = static_cast<std::uint8_t>((n + k) % 16);
+    m.zero[static_cast<std::size_t>(n)] = static_cast<std::uint16_t>(n + 8);
+  }
+  const AwqTensors gemm = pack_awq(m, AwqVersion::kGemm, 32);
+  EXPECT_EQ(gemm.qweight_shape(), (std::vector<std::int64_t>{32, 1}));
+  EXPECT_EQ(static_cast<std::uint32_t>(gemm.qweight[0]), 0x75316420u);  // k = 0: value n at nibble j, n = order[j]
+  EXPECT_EQ(static_cast<std::uint32_t>(gemm.qweight[1]), 0x86427531u);  // k = 1: n + 1
+  EXPECT_EQ(static_cast<std::uint32_t>(gemm.qzeros[0]), 0xfdb9eca8u);   // zeros n + 8 in the same order
+  EXPECT_EQ(gemm.scales[3], m.scale[3]);                                 // [G, N]
+  const AwqTensors gemv = pack_awq(m, AwqVersion::kGemv, 32);
+  EXPECT_EQ(gemv.qweight_shape(), (std::vector<std::int64_t>{8, 4}));
+  EXPECT_EQ(gemv.qzeros_shape(), (std::vector<std::int64_t>{8, 4}));  // calculate_zeros_width(32, 32) = 4
+  EXPECT_EQ(gemv.scales_shape(), (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(static_cast<std::uint32_t>(gemv.qweight[0]), 0x76543210u);  // row 0, k = 0..7
+  EXPECT_EQ(static_cast<std::uint32_t>(gemv.qweight[4 + 1]), 0x0fedcba9u);  // row 1, k = 8..15: 9..15, 0
+  EXPECT_EQ(static_cast<std::uint32_t>(gemv.qzeros[4 * 2]), 10u);  // row 2, group 0
+  EXPECT_EQ(gemv.scales[8 * 0 + 32 * 2], m.scale[2]);
+  EXPECT_EQ(gemv.scales[32 * 2 + 1], 0);  // padding
+  EXPECT_EQ(awq_gemv_zeros_width(4096, 128), 4);
+  EXPECT_EQ(awq_gemv_zeros_width(11008, 128), 11);
+  EXPECT_EQ(awq_gemv_zeros_width(4096, 64), 8);
+  EXPECT_EQ(awq_gemv_zeros_width(4096, 32), 16);
+  EXPECT_EQ(awq_gemv_zeros_width(2816, 32), 12);  // 88 groups: 11 words, rounded up to 12
+}
+
+TEST(AwqPacking, RoundTripsAndRefusesWhatAwqCannotHold) {
+  for (const AwqVersion v : {AwqVersion::kGemm, AwqVersion::kGemv})
+    for (const std::int64_t g : {32, 64, 128}) {
+      const IntMatrix m = random_int_matrix(4, false, 24, 256, g, false, static_cast<std::uint32_t>(g));
+      expect_same(unpack_awq(pack_awq(m, v, g)), m);
+    }
+  const auto error = test::error_of;
+  EXPECT_NE(error([] { awq_layout(AwqVersion::kGemm, 172, 64, 32); }).find("N = 172 is not a multiple of 8"),
+            std::string::npos);
+  EXPECT_NE(error([] { awq_layout(AwqVersion::kGemm, 64, 172, 32); }).find("K = 172 is not a multiple of group_size 32"),
+            std::string::npos);
+  EXPECT_NE(error([] { awq_layout(AwqVersion::kGemv, 64, 96, 96); }).find("group sizes 32, 64 and >= 128"),
+            std::string::npos);
+  const IntMatrix eight = random_int_matrix(8, true, 8, 32, 32, false, 1);
+  EXPECT_NE(error([&] { pack_awq(eight, AwqVersion::kGemm, 32); }).find("4-bit"), std::string::npos);
+  const IntMatrix act_order = random_int_matrix(4, false, 8, 64, 32, true, 1);
+  EXPECT_NE(error([&] { pack_awq(act_order, AwqVersion::kGemm, 32); }).find("no act order"), std::string::npos);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "test_files.h"
-#include "tokenizer/regex.h"
+#include "core/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 

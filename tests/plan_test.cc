@@ -16,22 +16,18 @@
 #include "model/llama.h"
 #include "model/load_request.h"
 #include "model/quant_plan.h"
+#include "io/quantized_checkpoint.h"
 #include "quantize/gguf_export.h"
 #include "quantize/plan_search.h"
+#include "quantize/quantize_checkpoint.h"
+#include "quantize/quantize_request.h"
 #include "test_files.h"
 #include "tokenizer/tokenizer.h"
 
 namespace woq {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(QuantPlan, FileRoundTripsAndNamesEachLayersFormat) {
   const nlohmann::json j = nlohmann::json::parse(R"({"woq_plan": 1,
@@ -333,6 +329,153 @@ TEST(PlanSearch, AGgufPlanWrittenAsGgufIsThePlanInMemory) {
                 .find("the plan rounds sym_int8 g32 ggml as ggml, the file is written with --rounding woq"),
             std::string::npos);
   EXPECT_NE(refused({LowBit::kSymInt8, 32}, "lm_head").find("ties its output projection"), std::string::npos);
+}
+
+// The logits of `a` and `b` on one prompt are equal bit for bit.
+void expect_same_logits(LlamaModel& a, LlamaModel& b) {
+  const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 80, 65, 11, 300};
+  std::vector<float> la, lb;
+  KVCache ca = a.make_cache(16), cb = b.make_cache(16);
+  a.forward(ids, ca, true, la);
+  b.forward(ids, cb, true, lb);
+  ASSERT_EQ(la.size(), lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "logit " << i;
+}
+
+// A mixed plan written as a GPTQ checkpoint: GPTQModel's `dynamic` rules name the modules whose format differs
+// from the base ("-:" for the one kept float), and woq reads the checkpoint back as the plan in memory, bit for bit.
+TEST(PlanGptq, AMixedGptqCheckpointIsThePlanInMemory) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  auto plan = std::make_shared<QuantPlan>();
+  plan->base = {LowBit::kSymInt4, 32};
+  plan->source = "gptq plan";
+  plan->tensors[plan_module(0, LinearRole::kQ)] = {LowBit::kSymInt8, -1};
+  plan->tensors[plan_module(0, LinearRole::kDown)] = {LowBit::kFp16};
+  plan->tensors[plan_module(1, LinearRole::kGate)] = {LowBit::kAsymInt4, 32};
+  plan->tensors[plan_module(2, LinearRole::kO)] = {LowBit::kSymInt4, 16, Int4Range::kClip};
+  plan->tensors[plan_module(3, LinearRole::kDown)] = {LowBit::kSymInt8, 32};
+  plan->tensors[plan_module(4, LinearRole::kV)] = {LowBit::kSymInt4, 32, Int4Range::kClip};  // = base in GPTQ terms
+  for (const LinearRole role : {LinearRole::kQ, LinearRole::kK, LinearRole::kV})  // one rule, vLLM's qkv_proj too
+    plan->tensors[plan_module(3, role)] = {LowBit::kSymInt8, -1};
+  QuantizeOptions q;
+  q.spec = plan->base;
+  q.plan = plan;
+  const std::string out = tmp.file("gptq");
+  quantize_checkpoint(WOQ_MODEL_DIR, out, q, pool);
+
+  const nlohmann::json config = read_json_file(out + "/config.json").at("quantization_config");
+  const nlohmann::json expected = nlohmann::json::parse(R"({
+    "+:model\\.layers\\.0\\.self_attn\\.q_proj$": {"bits": 8, "group_size": -1},
+    "-:model\\.layers\\.0\\.mlp\\.down_proj$": {},
+    "+:model\\.layers\\.1\\.mlp\\.gate_proj$": {"sym": false},
+    "+:model\\.layers\\.2\\.self_attn\\.o_proj$": {"group_size": 16},
+    "+:model\\.layers\\.3\\.self_attn\\.(q|k|v|qkv)_proj$": {"bits": 8, "group_size": -1},
+    "+:model\\.layers\\.3\\.mlp\\.down_proj$": {"bits": 8}})");
+  EXPECT_EQ(config.at("dynamic"), expected) << config.dump(1);
+  EXPECT_EQ(config.at("bits"), 4);
+  EXPECT_EQ(config.at("group_size"), 32);
+
+  for (const Activations a : {Activations::kInt8, Activations::kF32}) {
+    LoadOptions in_memory;
+    in_memory.linear = plan->base;
+    in_memory.activations = a;
+    in_memory.plan = plan;
+    auto m = LlamaModel::load(WOQ_MODEL_DIR, in_memory, pool);
+    LoadOptions as_stored;
+    as_stored.linear_is_default = true;
+    as_stored.activations = a;
+    LoadReport rep;
+    auto g = LlamaModel::load(out, as_stored, pool, &rep);
+    EXPECT_EQ(g->block_linear(0, LinearRole::kDown).type, LowBit::kFp16);
+    EXPECT_EQ(g->block_linear(0, LinearRole::kQ).type, LowBit::kSymInt8);
+    EXPECT_EQ(g->block_linear(1, LinearRole::kGate).type, LowBit::kAsymInt4);
+    EXPECT_EQ(g->block_linear(2, LinearRole::kO).group_size, 16);
+    EXPECT_EQ(rep.linear_kept_float, 1);
+    EXPECT_EQ(g->block_linear(3, LinearRole::kK).type, LowBit::kSymInt8);
+    EXPECT_NE(rep.imported_format.find("with 6 per-module rules"), std::string::npos) << rep.imported_format;
+    expect_same_logits(*m, *g);
+  }
+
+  // What a GPTQ checkpoint cannot hold is refused, naming the module.
+  const auto refused = [&](const QuantSpec& spec, const std::string& module) {
+    QuantPlan bad = *plan;
+    bad.tensors[module] = spec;
+    return error_of([&] { gptq_plan_config(bad, read_model_config(WOQ_MODEL_DIR), GptqZeros::kV1, false); });
+  };
+  EXPECT_NE(refused({LowBit::kQ4_K, 256}, plan_module(1, LinearRole::kQ))
+                .find("model.layers.1.self_attn.q_proj is q4_k: a GPTQ checkpoint holds"), std::string::npos);
+  EXPECT_NE(refused({LowBit::kSymInt8, -1}, "lm_head").find("lm_head: a GPTQ checkpoint woq writes keeps lm_head"),
+            std::string::npos);
+}
+
+// GPTQ itself under a plan: each linear is fitted in its planned format (the float one converted).
+TEST(PlanGptq, GptqFitsEachLayerInItsPlannedFormat) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  QuantPlan plan;
+  plan.base = {LowBit::kSymInt4, 32};
+  plan.tensors[plan_module(1, LinearRole::kUp)] = {LowBit::kSymInt8, -1};
+  plan.tensors[plan_module(2, LinearRole::kK)] = {LowBit::kBf16};
+  write_plan(plan, tmp.file("plan.json"));
+  QuantizeRequest r;
+  r.input = WOQ_MODEL_DIR;
+  r.output = tmp.file("gptq");
+  r.plan = tmp.file("plan.json");
+  r.method = "gptq";
+  r.calib = "random:4x32";
+  run_quantize_request(r, pool, {});
+  LoadOptions as_stored;
+  as_stored.linear_is_default = true;
+  auto g = LlamaModel::load(r.output, as_stored, pool);
+  EXPECT_EQ(g->block_linear(1, LinearRole::kUp).type, LowBit::kSymInt8);
+  EXPECT_EQ(g->block_linear(2, LinearRole::kK).type, LowBit::kBf16);
+  EXPECT_EQ(g->block_linear(3, LinearRole::kUp).type, LowBit::kSymInt4);
+  EXPECT_EQ(g->block_linear(3, LinearRole::kUp).group_size, 32);
+  r.group_size = 64;
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--group-size does not apply with --plan"),
+            std::string::npos);
+}
+
+// A config with `dynamic` rules as GPTQModel documents them (ModelCloud's TinyLlama dynamic example): the first
+// rule that matches the start of the module name decides; "-:" keeps the module float.
+TEST(PlanGptq, DynamicRulesMatchAsGptqModelDoes) {
+  test::TempDir tmp;
+  const auto config_with = [&](const std::string& dynamic) {
+    write_text_file(tmp.file("config.json"), R"({"quantization_config": {"quant_method": "gptq", "bits": 4,
+        "group_size": 128, "desc_act": true, "sym": true, "dynamic": )" + dynamic + "}}");
+    return read_quantization_config(tmp.path());
+  };
+  const auto c = config_with(R"({"-:model\\.layers\\.([2-9]\\d*|[1-9]\\d+)\\..*": {},
+                                 ".*\\.1\\..*": {"bits": 8, "group_size": 32, "desc_act": false},
+                                 "+:model\\.layers\\.0\\.mlp": {"sym": false, "damp_percent": 0.05}})");
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->dynamic.size(), 3u);
+  const auto l1 = c->for_module("model.layers.1.mlp.up_proj");
+  ASSERT_TRUE(l1);
+  EXPECT_EQ(l1->bits, 8);
+  EXPECT_EQ(l1->group_size, 32);
+  EXPECT_FALSE(l1->desc_act);
+  EXPECT_FALSE(c->for_module("model.layers.2.self_attn.q_proj"));
+  EXPECT_FALSE(c->for_module("model.layers.10.mlp.down_proj"));
+  const auto l0 = c->for_module("model.layers.0.mlp.down_proj");  // the third rule: a prefix match
+  ASSERT_TRUE(l0);
+  EXPECT_FALSE(l0->sym);
+  EXPECT_EQ(l0->bits, 4);
+  const auto attn0 = c->for_module("model.layers.0.self_attn.q_proj");  // no rule: the config's own
+  ASSERT_TRUE(attn0);
+  EXPECT_TRUE(attn0->sym);
+  EXPECT_EQ(attn0->group_size, 128);
+  // The order in the file decides, not the keys' sorted order.
+  const auto swapped = config_with(R"({"model\\.layers\\.1\\.": {"bits": 8}, "-:model\\.layers\\.1\\.": {}})");
+  EXPECT_TRUE(swapped->for_module("model.layers.1.mlp.up_proj"));
+
+  EXPECT_NE(error_of([&] { config_with(R"({"model\\.layers\\.(": {}})"); }).find("dynamic['model\\.layers\\.(']"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config_with(R"({".*": {"bits": 3}})"); }).find("bits"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_with(R"({".*": {"lora_rank": 8}})"); }).find("lora_rank"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_with(R"({".*": 8})"); }).find("must be an object"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_with(R"([".*"])"); }).find("dynamic: must be an object"), std::string::npos);
 }
 
 }  // namespace

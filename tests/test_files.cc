@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+
 namespace woq::test {
 
 namespace fs = std::filesystem;
@@ -123,6 +125,15 @@ std::string run_hf_oracle(const std::string& cases_json, const TempDir& dir) {
   if (code == 77 || code == 127) return "";
   if (code != 0) throw std::runtime_error("hf_oracle.mjs failed: " + read_file(dir.file("oracle_err")));
   return read_file(dir.file("oracle_out.json"));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace woq::test

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,5 +71,8 @@ bool references_required();
 /// Copies the files of a model directory (e.g. the bundled stories260K) into
 /// `dir`, creating it if needed.
 void copy_model(const std::string& src_dir, const std::string& dir);
+
+/// What `f` throws as woq::Error (its message), or "(no error)".
+std::string error_of(const std::function<void()>& f);
 
 }  // namespace woq::test

@@ -119,15 +119,17 @@ Run add_quantize(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();
   QuantizeRequest& r = args->request;
   CLI::App* cmd = app.add_subcommand(
-      "quantize", "Quantize a model's linear layers and save it in GPTQ format or as GGUF");
+      "quantize", "Quantize a model's linear layers and save it in GPTQ or AWQ format or as GGUF");
   cmd->add_option("-m,--model", r.input,
                   "Input model: Hugging Face directory (float weights; for --format gguf also GPTQ) or .gguf file")
       ->required();
   cmd->add_option("-o,--output", r.output,
-                  "Output directory (GPTQ) or .gguf file (must not exist unless --force)")->required();
-  cmd->add_option("--format", r.format, "gptq (a Hugging Face directory) or gguf (one file llama.cpp runs); "
+                  "Output directory (GPTQ, AWQ) or .gguf file (must not exist unless --force)")->required();
+  cmd->add_option("--format", r.format, "gptq (a Hugging Face directory), awq (one in AutoAWQ's GEMM layout: "
+                  "asym_int4 by default, group size 128) or gguf (one file llama.cpp runs); "
                   "default: gguf when --output ends in .gguf");
-  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4, asym_int4 or sym_int8; gguf: sym_int4 (Q4_0), "
+  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4, asym_int4 or sym_int8; awq: asym_int4 or sym_int4; "
+                  "gguf: sym_int4 (Q4_0), "
                   "sym_int8 (Q8_0), fp16, bf16, fp32, or llama-quantize's K-quant file types q2_k, q3_k_s, q3_k_m, "
                   "q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (its bytes, tensor by tensor)")->capture_default_str();
   cmd->add_option("--rounding", args->rounding, "gguf: woq (fp16-rounded scale, nearest even: the blocks equal woq's "

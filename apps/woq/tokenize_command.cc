@@ -31,7 +31,7 @@ std::string escaped(const std::string& text) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t n = unicode::sequence_length(c);
+    const std::size_t n = unicode::utf8_lead_length(c);
     if (c >= 0x80 && n > 1 && i + n <= text.size() && unicode::is_valid_utf8(std::string_view(text).substr(i, n))) {
       out.append(text, i, n);
       i += n;

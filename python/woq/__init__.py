@@ -376,7 +376,7 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
                    activations=None, plan=None, threads=0, progress=True):
     """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
 
-    path: a Hugging Face directory (float, GPTQ or compressed-tensors checkpoint) or a .gguf file.
+    path: a Hugging Face directory (float, GPTQ, AWQ or compressed-tensors checkpoint) or a .gguf file.
     low_bit: None (the default: sym_int4, ipex-llm's optimize_model, ggml's Q4_0 with int4_range="full"; a
         quantized GGUF file's float layers run as stored), sym_int4, asym_int4, sym_int8, fp16, bf16 or fp32; a
         pre-quantized checkpoint's layers are used as stored.
@@ -419,7 +419,9 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
     output: a directory for a GPTQ checkpoint (AutoGPTQ's layout: transformers, vLLM and woq load it) or a .gguf file
-        (Q4_0 / Q8_0 / F16 / BF16 / F32 linear layers, for llama.cpp); format="gptq" or "gguf" says so explicitly.
+        (Q4_0 / Q8_0 / F16 / BF16 / F32 linear layers, for llama.cpp); format="gptq" or "gguf" says so explicitly;
+        format="awq" writes AutoAWQ's GEMM layout (asym_int4 or sym_int4, group_size 128 by default; the layers AWQ
+        cannot pack stay float, listed in modules_to_not_convert).
     recipe: "w8a16" (gptq, sym_int8 per channel, damp_percent 0.01, no desc_act, random calibration tokens: Neural
         Magic's Llama-2-7b w8a16 model card) or "w4a16" (gptq, sym_int4 group 128, desc_act) fills the options not
         given; each can still be set.

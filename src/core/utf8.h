@@ -9,6 +9,11 @@
 
 namespace woq {
 
+/// Byte length of the UTF-8 sequence led by `lead` (1 for a stray byte).
+inline std::size_t utf8_lead_length(unsigned char lead) {
+  return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 1;
+}
+
 /// Length of the well-formed UTF-8 sequence at s[i] (i < s.size()), or 0
 /// when the bytes there are ill-formed (overlong, surrogate, beyond U+10FFFF,
 /// truncated).

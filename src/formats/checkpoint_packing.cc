@@ -171,4 +171,124 @@ IntMatrix unpack_pack_quantized(const PackQuantizedTensors& t, std::int64_t grou
   return m;
 }
 
+std::vector<std::int64_t> AwqTensors::qweight_shape() const {
+  return version == AwqVersion::kGemm ? std::vector<std::int64_t>{k, n / 8} : std::vector<std::int64_t>{n, k / 8};
+}
+
+std::vector<std::int64_t> AwqTensors::qzeros_shape() const {
+  return version == AwqVersion::kGemm ? std::vector<std::int64_t>{groups, n / 8}
+                                      : std::vector<std::int64_t>{n, zeros_width};
+}
+
+std::vector<std::int64_t> AwqTensors::scales_shape() const {
+  return version == AwqVersion::kGemm ? std::vector<std::int64_t>{groups, n}
+                                      : std::vector<std::int64_t>{n, 8 * zeros_width};
+}
+
+std::int64_t awq_gemv_zeros_width(std::int64_t k, std::int64_t group_size) {
+  const std::int64_t multiple = group_size >= 128 ? 1 : group_size == 64 ? 2 : group_size == 32 ? 4 : 0;
+  if (multiple == 0) fail("AWQ GEMV has group sizes 32, 64 and >= 128, not {}", group_size);
+  const std::int64_t words = (k / group_size + 7) / 8;
+  return (words + multiple - 1) / multiple * multiple;
+}
+
+AwqTensors awq_layout(AwqVersion version, std::int64_t n, std::int64_t k, std::int64_t group_size) {
+  const std::int64_t g = group_size == -1 ? k : group_size;
+  if (g <= 0 || n <= 0 || k <= 0) fail("AWQ layout of [{}, {}] with group_size {}", n, k, group_size);
+  if (n % 8 != 0) fail("N = {} is not a multiple of 8, which AWQ's packing along N needs", n);
+  if (k % g != 0) fail("K = {} is not a multiple of group_size {}, which AWQ needs", k, g);
+  if (version == AwqVersion::kGemv && k % 8 != 0) fail("K = {} is not a multiple of 8, which AWQ GEMV needs", k);
+  AwqTensors t;
+  t.version = version;
+  t.n = n;
+  t.k = k;
+  t.groups = k / g;
+  if (version == AwqVersion::kGemv) t.zeros_width = awq_gemv_zeros_width(k, g);
+  const auto numel = [](const std::vector<std::int64_t>& shape) { return static_cast<std::size_t>(shape[0] * shape[1]); };
+  t.qweight.assign(numel(t.qweight_shape()), 0);
+  t.qzeros.assign(numel(t.qzeros_shape()), 0);
+  t.scales.assign(numel(t.scales_shape()), 0);
+  return t;
+}
+
+namespace {
+
+// Where AWQ keeps value (n, k), zero (n, g) and scale (n, g): word index and nibble, or element index.
+struct AwqIndex {
+  const AwqTensors& t;
+  std::pair<std::size_t, int> weight(std::int64_t n, std::int64_t k) const {
+    if (t.version == AwqVersion::kGemm) return {static_cast<std::size_t>(k * (t.n / 8) + n / 8), nibble_of(n)};
+    return {static_cast<std::size_t>(n * (t.k / 8) + k / 8), static_cast<int>(k % 8)};
+  }
+  std::pair<std::size_t, int> zero(std::int64_t n, std::int64_t g) const {
+    if (t.version == AwqVersion::kGemm) return {static_cast<std::size_t>(g * (t.n / 8) + n / 8), nibble_of(n)};
+    return {static_cast<std::size_t>(n * t.zeros_width + g / 8), static_cast<int>(g % 8)};
+  }
+  std::size_t scale(std::int64_t n, std::int64_t g) const {
+    return static_cast<std::size_t>(t.version == AwqVersion::kGemm ? g * t.n + n : n * 8 * t.zeros_width + g);
+  }
+  static int nibble_of(std::int64_t n) {  // the j with kAwqOrder[j] = n % 8
+    for (int j = 0; j < 8; ++j)
+      if (kAwqOrder[j] == n % 8) return j;
+    return 0;
+  }
+};
+
+}  // namespace
+
+AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size) {
+  if (m.bits != 4) fail("AWQ stores 4-bit weights, not {}-bit", m.bits);
+  AwqTensors t = awq_layout(version, m.rows, m.cols, group_size);
+  if (m.groups != t.groups) fail("{} groups per row, but group_size {} gives {}", m.groups, group_size, t.groups);
+  const std::int64_t g_len = m.cols / t.groups;
+  for (std::int64_t k = 0; k < m.cols; ++k)
+    if (!m.g_idx.empty() && m.g_idx[static_cast<std::size_t>(k)] != k / g_len)
+      fail("input feature {} is in group {}: AWQ has no act order (g_idx)", k, m.g_idx[static_cast<std::size_t>(k)]);
+  const AwqIndex at{t};
+  for (std::int64_t n = 0; n < m.rows; ++n) {
+    for (std::int64_t k = 0; k < m.cols; ++k) {
+      const auto [word, slot] = at.weight(n, k);
+      put_field(t.qweight[word], 4, slot, m.q[static_cast<std::size_t>(n * m.cols + k)]);
+    }
+    for (std::int64_t g = 0; g < t.groups; ++g) {
+      const auto [word, slot] = at.zero(n, g);
+      put_field(t.qzeros[word], 4, slot, m.zero[static_cast<std::size_t>(n * m.groups + g)]);
+      t.scales[at.scale(n, g)] = m.scale[static_cast<std::size_t>(n * m.groups + g)];
+    }
+  }
+  return t;
+}
+
+IntMatrix unpack_awq(const AwqTensors& t, ThreadPool* pool) {
+  const AwqTensors sized = awq_layout(t.version, t.n, t.k, t.k / std::max<std::int64_t>(t.groups, 1));
+  check_size(t.qweight, static_cast<std::int64_t>(sized.qweight.size()), "qweight");
+  check_size(t.qzeros, static_cast<std::int64_t>(sized.qzeros.size()), "qzeros");
+  check_size(t.scales, static_cast<std::int64_t>(sized.scales.size()), "scales");
+  IntMatrix m = empty_matrix(4, t.n, t.k, t.groups);
+  m.scale.resize(static_cast<std::size_t>(t.n * t.groups));
+  m.g_idx.resize(static_cast<std::size_t>(t.k));
+  const std::int64_t g_len = t.k / t.groups;
+  for (std::int64_t k = 0; k < t.k; ++k) m.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k / g_len);
+  const AwqIndex at{t};
+  const auto rows = [&](std::int64_t n0, std::int64_t n1) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (std::int64_t k = 0; k < t.k; ++k) {
+        const auto [word, slot] = at.weight(n, k);
+        m.q[static_cast<std::size_t>(n * t.k + k)] = static_cast<std::uint8_t>(field(t.qweight[word], 4, slot));
+      }
+      for (std::int64_t g = 0; g < t.groups; ++g) {
+        const auto [word, slot] = at.zero(n, g);
+        m.zero[static_cast<std::size_t>(n * t.groups + g)] = static_cast<std::uint16_t>(field(t.qzeros[word], 4, slot));
+        m.scale[static_cast<std::size_t>(n * t.groups + g)] = t.scales[at.scale(n, g)];
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(t.n, rows);
+  } else {
+    rows(0, t.n);
+  }
+  return m;
+}
+
 }  // namespace woq

@@ -13,6 +13,14 @@
 //                     holding the signed value + 2^(b-1)
 //   weight_scale      [N, G];  weight_zero_point int32 [ceil(N / p), G] (asymmetric only,
 //                     packed along N, signed zero + 2^(b-1));  weight_g_idx int32 [K] (optional)
+// AWQ (AutoAWQ's awq/modules/linear/gemm.py and gemv.py; read by vLLM,
+// transformers, TGI), 4-bit, zero points stored as they are (w = (q - z) * s):
+//   GEMM: qweight int32 [K, N/8]: value (k, n) in word [k, n/8] at nibble j, where
+//         kAwqOrder[j] = n % 8 (AutoAWQ's order_map 0, 2, 4, 6, 1, 3, 5, 7)
+//         qzeros int32 [G, N/8], the same packing;  scales fp16 [G, N]
+//   GEMV: qweight int32 [N, K/8]: value (n, k) in word [n, k/8] at nibble k % 8
+//         qzeros int32 [N, W]: zero (n, g) in word [n, g/8] at nibble g % 8, where W =
+//         awq_gemv_zeros_width (padded);  scales fp16 [N, 8 W], groups beyond G zero
 // Padding values beyond K or N are written as 0 and ignored when read.
 #pragma once
 
@@ -74,5 +82,46 @@ struct PackQuantizedTensors {
 /// Unpacks pack-quantized tensors; `group_size` (-1 per channel) fills a
 /// missing g_idx. Throws woq::Error on size mismatches.
 IntMatrix unpack_pack_quantized(const PackQuantizedTensors& t, std::int64_t group_size);
+
+/// AutoAWQ's packed checkpoint layouts ("version" in quantization_config).
+enum class AwqVersion { kGemm, kGemv };
+
+/// AutoAWQ's nibble order within a GEMM word: nibble j holds column 8 w + kAwqOrder[j].
+inline constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/// One linear layer in an AWQ layout (see the file comment); 4-bit.
+struct AwqTensors {
+  AwqVersion version = AwqVersion::kGemm;
+  std::int64_t n = 0, k = 0, groups = 0;  ///< groups = K / group_size
+  std::int64_t zeros_width = 0;            ///< GEMV: W; 0 for GEMM
+  std::vector<std::int32_t> qweight;
+  std::vector<std::int32_t> qzeros;
+  std::vector<std::uint16_t> scales;  ///< fp16 bits
+
+  std::vector<std::int64_t> qweight_shape() const;
+  std::vector<std::int64_t> qzeros_shape() const;
+  std::vector<std::int64_t> scales_shape() const;
+};
+
+/// AutoAWQ's calculate_zeros_width for GEMV: ceil(groups / 8) rounded up to a
+/// multiple of 1 (group_size >= 128), 2 (64) or 4 (32). Throws woq::Error for
+/// another group size (AutoAWQ's GEMV has none).
+std::int64_t awq_gemv_zeros_width(std::int64_t k, std::int64_t group_size);
+
+/// The empty tensors of an [n, k] layer in `version`'s layout with
+/// `group_size` (-1 = K): sizes set, values zero. Throws woq::Error naming
+/// the constraint when N is not a multiple of 8, K not a multiple of the
+/// group size, or (GEMV) K not a multiple of 8.
+AwqTensors awq_layout(AwqVersion version, std::int64_t n, std::int64_t k, std::int64_t group_size);
+
+/// Packs 4-bit `m` (groups contiguous: g_idx = k / group_size) in `version`'s
+/// layout. Throws woq::Error for other bits, act-order g_idx, or the shapes
+/// awq_layout refuses.
+AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size);
+
+/// Unpacks AWQ tensors into 4-bit integers with their zeros (g_idx =
+/// k / group_size). Throws woq::Error on size mismatches. Rows are unpacked
+/// in parallel when `pool` is given.
+IntMatrix unpack_awq(const AwqTensors& t, ThreadPool* pool = nullptr);
 
 }  // namespace woq

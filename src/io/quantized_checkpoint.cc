@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 
@@ -32,7 +33,46 @@ std::int64_t read_group_size(const JsonFields& f, const std::string& key) {
   return g;
 }
 
-QuantizationConfig gptq_config(const JsonFields& q) {
+// GPTQModel's dynamic rules, in the file's order (`rules`: the object as an ordered_json).
+std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, const std::string& where) {
+  if (!rules.is_object()) fail("{}.dynamic: must be an object of regex -> overrides, got {}", where, rules.type_name());
+  // Fields that only say how the module was quantized: loading needs none of them.
+  static const std::vector<std::string> kQuantizingOnly = {"damp_percent", "damp_auto_increment", "static_groups",
+                                                           "true_sequential", "mse", "v2", "v2_alpha",
+                                                           "act_group_aware", "fail_safe"};
+  std::vector<DynamicRule> out;
+  for (const auto& [key, value] : rules.items()) {
+    const std::string field = fmt::format("{}.dynamic['{}']", where, printable(key));
+    DynamicRule rule;
+    rule.key = key;
+    rule.skip = key.starts_with("-:");
+    const std::string pattern = key.starts_with("-:") || key.starts_with("+:") ? key.substr(2) : key;
+    try {
+      rule.regex = std::make_shared<const Regex>(pattern, field);
+    } catch (const Error& e) {
+      fail("{}: {}", field, e.what());
+    }
+    if (!value.is_object()) fail("{}: must be an object of overrides, got {}", field, value.type_name());
+    const JsonFields f(nlohmann::json::parse(value.dump()), field);
+    for (const auto& [name, v] : value.items()) {
+      if (name == "bits") {
+        rule.bits = read_bits(f, name);
+      } else if (name == "group_size") {
+        rule.group_size = read_group_size(f, name);
+      } else if (name == "sym") {
+        rule.sym = f.boolean(name, true);
+      } else if (name == "desc_act") {
+        rule.desc_act = f.boolean(name, false);
+      } else if (std::find(kQuantizingOnly.begin(), kQuantizingOnly.end(), name) == kQuantizingOnly.end()) {
+        f.field_error(name, "is not a per-module field woq can honour (bits, group_size, sym, desc_act)");
+      }
+    }
+    out.push_back(std::move(rule));
+  }
+  return out;
+}
+
+QuantizationConfig gptq_config(const JsonFields& q, const nlohmann::ordered_json* dynamic) {
   QuantizationConfig c;
   c.method = QuantizationConfig::Method::kGptq;
   c.bits = read_bits(q, "bits");
@@ -68,6 +108,45 @@ QuantizationConfig gptq_config(const JsonFields& q) {
   if (const auto damp = j.find("damp_percent"); !rtn && damp != j.end() && damp->is_number())
     made.push_back(fmt::format("damp_percent {}", damp->get<double>()));
   c.provenance = fmt::format("{}", fmt::join(made, ", "));
+  if (dynamic != nullptr) c.dynamic = dynamic_rules(*dynamic, q.path());
+  return c;
+}
+
+// AutoAWQ's quantization_config (transformers' AwqConfig): bits, group_size, zero_point, version,
+// modules_to_not_convert.
+QuantizationConfig awq_config(const JsonFields& q) {
+  QuantizationConfig c;
+  c.method = QuantizationConfig::Method::kAwq;
+  c.bits = read_bits(q, "bits");
+  if (c.bits != 4) q.field_error("bits", fmt::format("is {}: AWQ checkpoints hold 4-bit weights", c.bits));
+  c.group_size = q.has("group_size") ? read_group_size(q, "group_size") : 128;
+  c.sym = false;
+  if (!q.boolean("zero_point", true))
+    q.field_error("zero_point", "is false: AutoAWQ writes checkpoints with zero points only (its GEMM and GEMV "
+                                "packers need them); woq reads those");
+  std::string version = q.string("version", "gemm");
+  std::transform(version.begin(), version.end(), version.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (version == "gemm") {
+    c.awq_version = AwqVersion::kGemm;
+  } else if (version == "gemv") {
+    c.awq_version = AwqVersion::kGemv;
+  } else if (version == "gemv_fast" || version == "marlin") {
+    q.field_error("version", fmt::format("is '{}': {} (woq reads AWQ's gemm and gemv layouts; convert with AutoAWQ "
+                                         "to gemm)", version,
+                                         version == "marlin" ? "Marlin's tiled, permuted layout is not read"
+                                                             : "gemv_fast stores -scale * zero rounded to fp16 instead "
+                                                               "of the zero point, and its own interleaved packing"));
+  } else {
+    q.field_error("version", fmt::format("is '{}'; woq reads AWQ's gemm and gemv layouts", printable(version)));
+  }
+  if (const auto skip = q.json().find("modules_to_not_convert"); skip != q.json().end() && !skip->is_null()) {
+    if (!skip->is_array()) q.field_error("modules_to_not_convert", "must be a list of module names or null");
+    for (const auto& name : *skip) {
+      if (!name.is_string()) q.field_error("modules_to_not_convert", "must hold strings");
+      c.not_converted.push_back(name.get<std::string>());
+    }
+  }
+  c.provenance = "AutoAWQ layout";
   return c;
 }
 
@@ -177,6 +256,22 @@ QuantMatrix load_gptq(const TensorStore& store, const QuantizationConfig& c, con
   return finish(m, c, qweight, pool);
 }
 
+QuantMatrix load_awq(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix, std::int64_t n,
+                     std::int64_t k, ThreadPool* pool) {
+  const TensorView& qweight = store.get(prefix + ".qweight");
+  AwqTensors t;
+  try {
+    t = awq_layout(c.awq_version, n, k, c.group_size);
+  } catch (const Error& e) {
+    fail("{}: tensor '{}' ({}): {}", qweight.file, qweight.name, c.describe(), e.what());
+  }
+  const std::string why = fmt::format("{}, K = {}, N = {}, group_size = {}", c.describe(), k, n, c.group_size);
+  t.qweight = read_i32(qweight, t.qweight_shape(), why.c_str());
+  t.qzeros = read_i32(store.get(prefix + ".qzeros"), t.qzeros_shape(), why.c_str());
+  t.scales = read_scales(store.get(prefix + ".scales"), t.scales_shape(), why.c_str());
+  return finish(unpack_awq(t, pool), c, qweight, pool);
+}
+
 QuantMatrix load_pack_quantized(const TensorStore& store, const QuantizationConfig& c, const std::string& prefix,
                                 std::int64_t n, std::int64_t k, ThreadPool* pool) {
   PackQuantizedTensors t;
@@ -211,12 +306,34 @@ QuantMatrix load_pack_quantized(const TensorStore& store, const QuantizationConf
 }  // namespace
 
 std::string QuantizationConfig::describe() const {
-  const std::string method_name = method == Method::kGptq
-                                      ? (zeros == GptqZeros::kV1 ? "GPTQ v1" : "GPTQ v2")
+  const std::string method_name = method == Method::kGptq ? (zeros == GptqZeros::kV1 ? "GPTQ v1" : "GPTQ v2")
+                                  : method == Method::kAwq
+                                      ? (awq_version == AwqVersion::kGemm ? "AWQ GEMM" : "AWQ GEMV")
                                       : "compressed-tensors pack-quantized";
-  return fmt::format("{} {}-bit {} {}{}{}", method_name, bits, sym ? "sym" : "asym",
+  return fmt::format("{} {}-bit {} {}{}{}{}{}", method_name, bits, sym ? "sym" : "asym",
                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                     desc_act ? " act-order" : "", provenance.empty() ? "" : " (" + provenance + ")");
+                     desc_act ? " act-order" : "",
+                     dynamic.empty() ? std::string() : fmt::format(" with {} per-module rules", dynamic.size()),
+                     not_converted.empty() ? std::string()
+                                           : fmt::format(" except {}", fmt::join(not_converted, ", ")),
+                     provenance.empty() ? "" : " (" + provenance + ")");
+}
+
+std::optional<QuantizationConfig> QuantizationConfig::for_module(const std::string& prefix) const {
+  for (const std::string& name : not_converted)
+    if (prefix.find(name) != std::string::npos) return std::nullopt;
+  for (const DynamicRule& rule : dynamic) {
+    if (!rule.regex->match_at_start(prefix)) continue;
+    if (rule.skip) return std::nullopt;
+    QuantizationConfig c = *this;
+    c.dynamic.clear();
+    c.bits = rule.bits.value_or(bits);
+    c.group_size = rule.group_size.value_or(group_size);
+    c.sym = rule.sym.value_or(sym);
+    c.desc_act = rule.desc_act.value_or(desc_act);
+    return c;
+  }
+  return *this;
 }
 
 std::optional<QuantizationConfig> read_quantization_config(const std::string& dir) {
@@ -227,14 +344,20 @@ std::optional<QuantizationConfig> read_quantization_config(const std::string& di
   const JsonFields q(config.json().at("quantization_config"), path + " quantization_config");
   if (!q.has("quant_method")) q.field_error("quant_method", "is missing");
   const std::string method = q.string("quant_method", "");
-  if (method == "gptq") return gptq_config(q);
+  if (method == "gptq") {
+    if (!q.has("dynamic")) return gptq_config(q, nullptr);
+    // The rules' order decides (the first match wins): read them again, in the file's order.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(read_text_file(path));
+    return gptq_config(q, &ordered.at("quantization_config").at("dynamic"));
+  }
+  if (method == "awq") return awq_config(q);
   if (method == "compressed-tensors") return compressed_tensors_config(q);
-  q.field_error("quant_method", fmt::format("is '{}'; woq loads gptq and compressed-tensors checkpoints", method));
+  q.field_error("quant_method", fmt::format("is '{}'; woq loads gptq, awq and compressed-tensors checkpoints", method));
 }
 
 nlohmann::ordered_json gptq_config_json(const QuantizationConfig& c, double damp_percent, bool static_groups,
                                         bool true_sequential) {
-  return {{"quant_method", "gptq"},
+  nlohmann::ordered_json j = {{"quant_method", "gptq"},
           {"bits", c.bits},
           {"group_size", c.group_size},
           {"desc_act", c.desc_act},
@@ -243,14 +366,45 @@ nlohmann::ordered_json gptq_config_json(const QuantizationConfig& c, double damp
           {"static_groups", static_groups},
           {"true_sequential", true_sequential},
           {"checkpoint_format", c.zeros == GptqZeros::kV1 ? "gptq" : "gptq_v2"}};
+  if (c.dynamic.empty()) return j;
+  nlohmann::ordered_json& rules = j["dynamic"] = nlohmann::ordered_json::object();
+  for (const DynamicRule& rule : c.dynamic) {
+    nlohmann::ordered_json& o = rules[rule.key] = nlohmann::ordered_json::object();
+    if (rule.bits) o["bits"] = *rule.bits;
+    if (rule.group_size) o["group_size"] = *rule.group_size;
+    if (rule.sym) o["sym"] = *rule.sym;
+    if (rule.desc_act) o["desc_act"] = *rule.desc_act;
+  }
+  return j;
 }
 
-std::optional<QuantMatrix> load_quantized_linear(const TensorStore& store, const QuantizationConfig& config,
+nlohmann::ordered_json awq_config_json(const QuantizationConfig& c) {
+  return {{"quant_method", "awq"},
+          {"bits", c.bits},
+          {"group_size", c.group_size},
+          {"zero_point", true},
+          {"version", c.awq_version == AwqVersion::kGemm ? "gemm" : "gemv"},
+          {"modules_to_not_convert",
+           c.not_converted.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.not_converted)}};
+}
+
+std::optional<QuantMatrix> load_quantized_linear(const TensorStore& store, const QuantizationConfig& checkpoint,
                                                  const std::string& prefix, std::int64_t rows, std::int64_t cols,
                                                  std::vector<std::string>& warnings, ThreadPool* pool) {
+  const std::optional<QuantizationConfig> module = checkpoint.for_module(prefix);
+  if (!module) {
+    if (store.find(prefix + ".qweight") != nullptr)
+      fail("{}: '{}.qweight' exists, but config.json's quantization_config ({}) keeps '{}' unquantized",
+           store.source(), prefix, checkpoint.method == QuantizationConfig::Method::kAwq ? "modules_to_not_convert"
+                                                                                          : "dynamic", prefix);
+    return std::nullopt;
+  }
+  const QuantizationConfig& config = *module;
   if (store.find(prefix + ".qweight") != nullptr) {
+    if (config.method == QuantizationConfig::Method::kAwq) return load_awq(store, config, prefix, rows, cols, pool);
     if (config.method != QuantizationConfig::Method::kGptq)
-      fail("{}: '{}.qweight' is a GPTQ tensor, but config.json says {}", store.source(), prefix, config.describe());
+      fail("{}: '{}.qweight' is a GPTQ or AWQ tensor, but config.json says {}", store.source(), prefix,
+           config.describe());
     return load_gptq(store, config, prefix, rows, cols, warnings, pool);
   }
   if (store.find(prefix + ".weight_packed") != nullptr) {

@@ -155,7 +155,7 @@ class LlamaModel {
   /// Loads DIR (config.json, generation_config.json, model.safetensors or
   /// sharded) and converts the linear layers of every block per `options`.
   /// Linear layers of a pre-quantized checkpoint (quantization_config in
-  /// config.json: GPTQ or compressed-tensors pack-quantized) keep their
+  /// config.json: GPTQ, AWQ or compressed-tensors pack-quantized) keep their
   /// stored integers; `options.linear` applies only to float layers.
   /// Throws woq::Error naming the file and tensor for missing tensors, wrong
   /// shapes, non-float dtypes, non-finite weights and the config errors of

@@ -341,7 +341,7 @@ struct BlockLinearLoader {
         return std::move(*w);
       }
       if (store.find(name) == nullptr)
-        fail("{}: no tensor for '{}': neither GPTQ '{}.qweight', compressed-tensors '{}.weight_packed' nor float '{}'",
+        fail("{}: no tensor for '{}': neither GPTQ / AWQ '{}.qweight', compressed-tensors '{}.weight_packed' nor float '{}'",
              store.source(), prefix, prefix, prefix, name);
     }
     const TensorView& t = store.get(name);
@@ -439,8 +439,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   rep.warnings = c.warnings;
 
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...
-  // The float linears of a quantized GGUF file run as stored unless a format was asked for.
-  const bool keep_float = options.linear_is_default && !quantized && has_ggml_linears(store, c);
+  // The float linears of a quantized GGUF file, or of a GPTQ checkpoint (modules its `dynamic` leaves
+  // unquantized), run as stored unless a format was asked for.
+  const bool keep_float = options.linear_is_default && (quantized || has_ggml_linears(store, c));
   const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
   const TensorView* head = store.find(std::string(kLmHead.hf));

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
+#include "model/quant_plan.h"
 
 namespace woq {
 
@@ -21,6 +23,9 @@ struct GptqOptions {
   bool desc_act = false;       ///< process columns by decreasing diag(H) ("act order")
   bool static_groups = false;  ///< fit every group's scale/zero on the original W up front
   std::int64_t block_size = 128;  ///< columns per lazy batch update
+  /// gptq_block_quantizer only: each block linear takes the plan's format
+  /// instead of `spec` (one that stays float is converted, not fitted).
+  std::shared_ptr<const QuantPlan> plan = nullptr;
 };
 
 /// The Hessian of a linear layer's reconstruction error, H = (2 / T) X^T X,

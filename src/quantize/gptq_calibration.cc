@@ -218,8 +218,12 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
         }
         const auto [n, k] = block_linear_shape(c, role);
         std::vector<float>& wi = w[idx(role)];
+        GptqOptions linear = options;
+        if (options.plan) linear.spec = options.plan->linear(layer, role);
         try {
-          out[idx(role)] = gptq_quantize(wi.data(), n, k, prepared, options, pool);
+          out[idx(role)] = is_quantized(linear.spec.type)
+                               ? gptq_quantize(wi.data(), n, k, prepared, linear, pool)
+                               : quantize_matrix(wi.data(), n, k, linear.spec, &pool);  // a layer the plan keeps float
         } catch (const Error& e) {
           fail("{}: tensor '{}': {}", tensors[idx(role)]->file, tensors[idx(role)]->name, e.what());
         }

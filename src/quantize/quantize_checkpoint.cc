@@ -41,8 +41,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kGptqParts[4] = {"qweight", "qzeros", "scales", "g_idx"};
-
 // One output tensor: copied from the input, or part `part` of linear
 // `linear` of block `layer`.
 struct Source {
@@ -53,13 +51,40 @@ struct Source {
   int part = 0;
 };
 
-std::vector<TensorSpec> gptq_specs(const std::string& prefix, std::int64_t n, std::int64_t k, int bits,
-                                   std::int64_t groups) {
-  const std::int64_t per_word = 32 / bits;
+// The integer tensors of linear `prefix` [n, k] in `module`'s layout (GPTQ: qweight, qzeros, scales, g_idx;
+// AWQ GEMM: qweight, qzeros, scales).
+std::vector<TensorSpec> packed_specs(const QuantizationConfig& module, const std::string& prefix, std::int64_t n,
+                                     std::int64_t k) {
+  if (module.method == QuantizationConfig::Method::kAwq) {
+    const AwqTensors t = awq_layout(module.awq_version, n, k, module.group_size);
+    return {{prefix + ".qweight", DType::kI32, t.qweight_shape()},
+            {prefix + ".qzeros", DType::kI32, t.qzeros_shape()},
+            {prefix + ".scales", DType::kF16, t.scales_shape()}};
+  }
+  const std::int64_t per_word = 32 / module.bits;
+  const std::int64_t groups = module.group_size == -1 ? 1 : (k + module.group_size - 1) / module.group_size;
   return {{prefix + ".qweight", DType::kI32, {(k + per_word - 1) / per_word, n}},
           {prefix + ".qzeros", DType::kI32, {groups, (n + per_word - 1) / per_word}},
           {prefix + ".scales", DType::kF16, {groups, n}},
           {prefix + ".g_idx", DType::kI32, {k}}};
+}
+
+template <typename T>
+std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<std::uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// The bytes of packed_specs' tensors for `q` (one vector per tensor).
+std::vector<std::vector<std::uint8_t>> packed_parts(const QuantizationConfig& module, const QuantMatrix& q,
+                                                    GptqZeros zeros) {
+  if (module.method == QuantizationConfig::Method::kAwq) {
+    const AwqTensors t = pack_awq(to_int_matrix(q), module.awq_version, module.group_size);
+    return {bytes_of(t.qweight), bytes_of(t.qzeros), bytes_of(t.scales)};
+  }
+  const GptqTensors t = pack_gptq(to_int_matrix(q), zeros);
+  return {bytes_of(t.qweight), bytes_of(t.qzeros), bytes_of(t.scales), bytes_of(t.g_idx)};
 }
 
 // Remarks on shapes that GPTQ readers outside woq may not handle.
@@ -261,9 +286,9 @@ void remove_stale_quantize_temps(const std::string& out_path, const std::string&
   }
 }
 
-BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& spec,
-                             ThreadPool& pool) {
-  return [&store, config, spec, &pool](std::int64_t layer) {
+BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& base,
+                             ThreadPool& pool, std::shared_ptr<const QuantPlan> plan) {
+  return [&store, config, base, &pool, plan](std::int64_t layer) {
     std::vector<QuantMatrix> out;
     for (const LinearSpec& linear : kBlockLinears) {
       const TensorView& t = store.get(linear_tensor(layer, linear.role));
@@ -271,6 +296,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
       require_shape(t, {n, k}, fmt::format("from {}", shape_source(t)));
       require_float_dtype(t);
       const std::int64_t cols = k;
+      const QuantSpec& spec = plan ? plan->linear(layer, linear.role) : base;
       try {
         out.push_back(quantize_matrix([&t, cols](std::int64_t r, float* row) { tensor_to_f32(t, row, r * cols, cols); },
                                       n, k, spec, &pool));
@@ -336,8 +362,33 @@ nlohmann::ordered_json input_config_json(const std::string& in_dir, const Tensor
   }
 }
 
+// The safetensors dtype of a float format.
+DType float_dtype(LowBit type) {
+  switch (type) {
+    case LowBit::kFp32: return DType::kF32;
+    case LowBit::kFp16: return DType::kF16;
+    case LowBit::kBf16: return DType::kBF16;
+    default: fail("internal: {} is not a float format", low_bit_name(type));
+  }
+}
+
+// `name` (a module name: letters, digits, '.' and '_') as a regex matching it literally.
+std::string literal_pattern(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '.') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 // quantization_config of the output; a group longer than every K is per channel: the config says -1.
 QuantizationConfig output_quantization_config(const QuantizeOptions& options, const ModelConfig& config) {
+  if (options.checkpoint == QuantizationConfig::Method::kAwq) {
+    if (!options.plan) fail("internal: an AWQ checkpoint is written from awq_plan's plan");
+    return awq_plan_config(*options.plan, config);
+  }
+  if (options.plan) return gptq_plan_config(*options.plan, config, options.zeros, options.desc_act);
   QuantizationConfig qc;
   const FormatTraits& format = format_traits(options.spec.type);
   qc.bits = format.value_bits;
@@ -393,11 +444,16 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
       report.bytes_before += t.bytes.size();
       if (t.dtype == DType::kGgml) linear_types.insert(std::string(t.type_name()));
       const auto [n, k] = block_linear_shape(config, spec.role);
-      const std::int64_t g = qc.group_size == -1 ? 1 : (k + qc.group_size - 1) / qc.group_size;
-      const auto parts = gptq_specs(name, n, k, qc.bits, g);
-      for (int p = 0; p < 4; ++p) {
-        plan.specs.push_back(parts[static_cast<std::size_t>(p)]);
-        plan.sources.push_back({nullptr, false, l, j, p});
+      const std::optional<QuantizationConfig> module = qc.for_module(name);
+      if (!module) {  // kept in floating point: the plan's float type
+        plan.specs.push_back({name + ".weight", float_dtype(options.plan->linear(l, spec.role).type), {n, k}});
+        plan.sources.push_back({nullptr, false, l, j, 0});
+        continue;
+      }
+      const auto parts = packed_specs(*module, name, n, k);
+      for (std::size_t p = 0; p < parts.size(); ++p) {
+        plan.specs.push_back(parts[p]);
+        plan.sources.push_back({nullptr, false, l, j, static_cast<int>(p)});
       }
     }
   }
@@ -418,9 +474,9 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
 // at a time) when its first tensor is written, reporting progress.
 class BlockFiller {
  public:
-  BlockFiller(const TensorPlan& plan, const ModelConfig& config, const QuantizeOptions& options,
-              const BlockQuantizer& quantize_block, QuantizeReport& report)
-      : plan_(plan), config_(config), options_(options), quantize_block_(quantize_block), report_(report) {}
+  BlockFiller(const TensorPlan& plan, const ModelConfig& config, const QuantizationConfig& qc,
+              const QuantizeOptions& options, const BlockQuantizer& quantize_block, QuantizeReport& report)
+      : plan_(plan), config_(config), qc_(qc), options_(options), quantize_block_(quantize_block), report_(report) {}
 
   void operator()(std::size_t i, std::span<std::uint8_t> dst) {
     const Source& s = plan_.sources[i];
@@ -435,12 +491,10 @@ class BlockFiller {
       return;
     }
     if (s.layer != current_) quantize(s.layer);
-    const GptqTensors& t = packed_[static_cast<std::size_t>(s.linear)];
-    const void* src = s.part == 0 ? static_cast<const void*>(t.qweight.data())
-                      : s.part == 1 ? static_cast<const void*>(t.qzeros.data())
-                      : s.part == 2 ? static_cast<const void*>(t.scales.data())
-                                    : static_cast<const void*>(t.g_idx.data());
-    std::memcpy(dst.data(), src, dst.size());
+    const std::vector<std::uint8_t>& part = packed_[static_cast<std::size_t>(s.linear)][static_cast<std::size_t>(s.part)];
+    if (part.size() != dst.size()) fail("internal: part {} of linear {} holds {} bytes, not {}", s.part, s.linear,
+                                        part.size(), dst.size());
+    std::memcpy(dst.data(), part.data(), dst.size());
   }
 
  private:
@@ -452,10 +506,20 @@ class BlockFiller {
     if (block.size() != kBlockLinears.size())
       fail("internal: quantizer returned {} matrices for layer {}", block.size(), layer);
     for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
+      QuantMatrix& q = block[static_cast<std::size_t>(j)];
+      const std::string module = layer_tensor(layer, kBlockLinears[static_cast<std::size_t>(j)].module);
+      const std::optional<QuantizationConfig> c = qc_.for_module(module);
+      if (!c || !is_quantized(q.type)) {  // a module kept in floating point: [N, K] row-major, as stored
+        if (c || q.interleave != 1) fail("internal: {} is {} where the config says {}", module, low_bit_name(q.type),
+                                         c ? "integers" : "float");
+        packed_.push_back({std::move(q.data)});
+        report_.matrices++;
+        continue;
+      }
       try {
-        packed_.push_back(pack_gptq(to_int_matrix(block[static_cast<std::size_t>(j)]), options_.zeros));
+        packed_.push_back(packed_parts(*c, q, options_.zeros));
       } catch (const Error& e) {
-        fail("{}: {}", layer_tensor(layer, kBlockLinears[static_cast<std::size_t>(j)].module), e.what());
+        fail("{}: {}", module, e.what());
       }
       report_.matrices++;
     }
@@ -477,11 +541,12 @@ class BlockFiller {
 
   const TensorPlan& plan_;
   const ModelConfig& config_;
+  const QuantizationConfig& qc_;
   const QuantizeOptions& options_;
   const BlockQuantizer& quantize_block_;
   QuantizeReport& report_;
   std::int64_t current_ = -1;
-  std::vector<GptqTensors> packed_;
+  std::vector<std::vector<std::vector<std::uint8_t>>> packed_;  ///< per linear of the block: its tensors' bytes
   std::chrono::steady_clock::time_point block_start_ = std::chrono::steady_clock::now();
   const std::chrono::steady_clock::time_point first_block_ = block_start_;
 };
@@ -489,11 +554,17 @@ class BlockFiller {
 // config.json's quantization_config, with woq's notes in its meta.
 nlohmann::ordered_json output_quantization_json(const QuantizationConfig& qc, const QuantizeOptions& options,
                                                 const QuantizeReport& report) {
-  nlohmann::ordered_json q = gptq_config_json(qc, options.damp_percent, options.static_groups, options.true_sequential);
+  nlohmann::ordered_json q = qc.method == QuantizationConfig::Method::kAwq
+                                 ? awq_config_json(qc)
+                                 : gptq_config_json(qc, options.damp_percent, options.static_groups,
+                                                    options.true_sequential);
   q["meta"] = {{"quantizer", {"woq 0.1.0"}},
                {"woq_method", options.method},
                {"woq_low_bit", low_bit_name(options.spec.type)},
                {"woq_notes", report.notes}};
+  if (options.plan && qc.method == QuantizationConfig::Method::kGptq)
+    q["meta"]["woq_plan"] = options.plan->source.empty() ? std::string("(in memory)")
+                                                          : fs::path(options.plan->source).filename().string();
   if (options.spec.type == LowBit::kSymInt4) {
     q["meta"]["woq_int4_range"] = int4_range_name(options.spec.int4_range);
     if (options.spec.int4_range == Int4Range::kFull)
@@ -505,6 +576,114 @@ nlohmann::ordered_json output_quantization_json(const QuantizationConfig& qc, co
 }
 
 }  // namespace
+
+QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c, GptqZeros zeros, bool desc_act) {
+  const std::string where = plan.source.empty() ? std::string("plan") : plan.source;
+  if (plan.lm_head())
+    fail("{}: lm_head: a GPTQ checkpoint woq writes keeps lm_head as the input stores it; remove it from the plan, or "
+         "write the plan as GGUF (-o FILE.gguf)", where);
+  const std::int64_t max_k = std::max({c.hidden_size, c.intermediate_size, c.q_dim()});
+  // bits, group_size (-1 for a group as long as K), sym of an integer format; nullopt for a float one.
+  const auto gptq_of = [&](const QuantSpec& spec, const std::string& module, std::int64_t k) {
+    struct Gptq { int bits; std::int64_t group_size; bool sym; };
+    if (!is_quantized(spec.type)) {
+      if (spec.type == LowBit::kFp16 || spec.type == LowBit::kBf16 || spec.type == LowBit::kFp32)
+        return std::optional<Gptq>();
+    }
+    if (!is_quantized(spec.type) || is_kquant(spec.type))
+      fail("{}: {} is {}: a GPTQ checkpoint holds sym_int4, asym_int4, sym_int8 or float layers; write this plan as "
+           "GGUF (-o FILE.gguf)", where, module, spec_name(spec));
+    const FormatTraits& f = format_traits(spec.type);
+    return std::optional<Gptq>(Gptq{f.value_bits, spec.group_size == -1 || spec.group_size >= k ? -1 : spec.group_size,
+                                     f.fixed_zero >= 0});
+  };
+  const auto base = gptq_of(plan.base, "base", max_k);
+  if (!base) fail("{}: base is {}: a GPTQ checkpoint's base format is an integer one", where, spec_name(plan.base));
+  QuantizationConfig qc;
+  qc.bits = base->bits;
+  qc.group_size = base->group_size;
+  qc.sym = base->sym;
+  qc.desc_act = desc_act;
+  qc.zeros = zeros;
+  // The linears vLLM fuses (qkv_proj, gate_up_proj) get one rule when they share a format, so that vLLM's fused
+  // module matches it too; otherwise one rule per module.
+  struct Fused { std::vector<LinearRole> roles; const char* pattern; };
+  const std::vector<Fused> groups = {{{LinearRole::kQ, LinearRole::kK, LinearRole::kV}, "self_attn\\.(q|k|v|qkv)_proj$"},
+                                     {{LinearRole::kO}, nullptr},
+                                     {{LinearRole::kGate, LinearRole::kUp}, "mlp\\.(gate|up|gate_up)_proj$"},
+                                     {{LinearRole::kDown}, nullptr}};
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const Fused& group : groups) {
+      std::vector<std::pair<std::string, DynamicRule>> rules;  // per module: its pattern and rule
+      for (const LinearRole role : group.roles) {
+        const std::string module = plan_module(l, role);
+        const std::int64_t k = block_linear_shape(c, role).second;
+        const auto g = gptq_of(plan.linear(l, role), module, k);
+        // The base's group as this module's K makes it: a group as long as K is per channel.
+        const std::int64_t base_group = base->group_size == -1 || base->group_size >= k ? -1 : base->group_size;
+        DynamicRule rule;
+        rule.skip = !g;
+        if (g) {
+          if (g->bits == base->bits && g->sym == base->sym && g->group_size == base_group) {
+            rules.emplace_back("", rule);  // the base's format: no rule
+            continue;
+          }
+          if (g->bits != base->bits) rule.bits = g->bits;
+          if (g->group_size != base_group) rule.group_size = g->group_size;
+          if (g->sym != base->sym) rule.sym = g->sym;
+        }
+        rules.emplace_back(literal_pattern(module) + "$", rule);
+      }
+      const auto same = [&](const DynamicRule& a, const DynamicRule& b) {
+        return a.skip == b.skip && a.bits == b.bits && a.group_size == b.group_size && a.sym == b.sym;
+      };
+      const bool shared = group.pattern != nullptr && !rules.front().first.empty() &&
+                          std::all_of(rules.begin(), rules.end(), [&](const auto& r) { return same(r.second, rules.front().second); });
+      if (shared) rules = {{literal_pattern(layer_tensor(l, "")) + group.pattern, rules.front().second}};
+      for (auto& [pattern, rule] : rules) {
+        if (pattern.empty()) continue;
+        rule.key = (rule.skip ? "-:" : "+:") + pattern;
+        rule.regex = std::make_shared<const Regex>(pattern, where);
+        qc.dynamic.push_back(std::move(rule));
+      }
+    }
+  return qc;
+}
+
+QuantPlan awq_plan(const QuantSpec& spec, const ModelConfig& c, LowBit keep) {
+  if (spec.type != LowBit::kAsymInt4 && spec.type != LowBit::kSymInt4)
+    fail("an AWQ checkpoint holds 4-bit weights with zero points: asym_int4 (AWQ's own) or sym_int4 (zero 8), not {}",
+         low_bit_name(spec.type));
+  if (spec.group_size <= 0)
+    fail("an AWQ checkpoint needs a group size (AutoAWQ packs K / group_size groups), not {}; AWQ's usual is 128",
+         spec.group_size);
+  QuantPlan plan;
+  plan.base = spec;
+  plan.source = "AWQ layout";
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const LinearSpec& linear : kBlockLinears) {
+      const auto [n, k] = block_linear_shape(c, linear.role);
+      try {
+        awq_layout(AwqVersion::kGemm, n, k, spec.group_size);
+      } catch (const Error&) {
+        plan.tensors[plan_module(l, linear.role)] = {keep};
+      }
+    }
+  return plan;
+}
+
+QuantizationConfig awq_plan_config(const QuantPlan& plan, const ModelConfig& c) {
+  QuantizationConfig qc;
+  qc.method = QuantizationConfig::Method::kAwq;
+  qc.awq_version = AwqVersion::kGemm;
+  qc.bits = 4;
+  qc.sym = false;
+  qc.group_size = plan.base.group_size;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const LinearSpec& linear : kBlockLinears)
+      if (!is_quantized(plan.linear(l, linear.role).type)) qc.not_converted.push_back(plan_module(l, linear.role));
+  return qc;
+}
 
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                    const QuantizeOptions& options, ThreadPool& pool, const BlockQuantizer& quantize) {
@@ -523,14 +702,24 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const TensorStore store = TensorStore::open(in_dir);
   validate_checkpoint(store, config, false);  // what loading the output would refuse, before writing it
   nlohmann::ordered_json config_json = input_config_json(in_dir, store, config);
-  const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool);
+  if (options.plan) options.plan->check_layers(config.num_hidden_layers);
+  const BlockQuantizer rtn = quantize ? nullptr : rtn_quantizer(store, config, options.spec, pool, options.plan);
   const BlockQuantizer& quantize_block = quantize ? quantize : rtn;
 
   const QuantizationConfig qc = output_quantization_config(options, config);
   QuantizeReport report;
-  report.notes = compatibility_notes(config, qc.group_size, qc.bits);
+  if (qc.method == QuantizationConfig::Method::kAwq) {
+    if (!qc.not_converted.empty())
+      report.notes.push_back(fmt::format(
+          "{} of {} linear layers kept in float (modules_to_not_convert): AWQ's packing needs N % 8 == 0 and "
+          "K % group_size == 0 ({}{})", qc.not_converted.size(), config.num_hidden_layers * kBlockLinears.size(),
+          fmt::join(qc.not_converted.begin(), qc.not_converted.begin() + std::min<std::size_t>(3, qc.not_converted.size()), ", "),
+          qc.not_converted.size() > 3 ? ", ..." : ""));
+  } else {
+    report.notes = compatibility_notes(config, qc.group_size, qc.bits);
+  }
   const TensorPlan plan = plan_tensors(store, config, qc, options, report);
-  BlockFiller filler(plan, config, options, quantize_block, report);
+  BlockFiller filler(plan, config, qc, options, quantize_block, report);
   const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) { filler(i, dst); };
 
   const WorkDir work(out);

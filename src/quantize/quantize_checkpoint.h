@@ -15,8 +15,10 @@
 #include "formats/checkpoint_packing.h"
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
+#include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "model/quant_plan.h"
 
 namespace woq {
 
@@ -27,6 +29,13 @@ using BlockQuantizer = std::function<std::vector<QuantMatrix>(std::int64_t layer
 /// How `woq quantize` runs.
 struct QuantizeOptions {
   QuantSpec spec;                      ///< sym_int4, asym_int4 or sym_int8 (RTN), recorded in the config
+  /// The layout written: GPTQ (kGptq) or AutoAWQ's GEMM (kAwq; needs `plan` from awq_plan).
+  QuantizationConfig::Method checkpoint = QuantizationConfig::Method::kGptq;
+  /// Per-module formats (model/quant_plan.h): `spec` is its base; the block
+  /// linears it gives other formats are written under GPTQModel's `dynamic`
+  /// rules ("+:" bits / group_size / sym; "-:" for fp16 / bf16 / fp32, stored
+  /// as such). See gptq_plan_config for what it may hold.
+  std::shared_ptr<const QuantPlan> plan = nullptr;
   GptqZeros zeros = GptqZeros::kV1;    ///< qzeros format written
   std::uint64_t max_shard_bytes = 5'000'000'000;  ///< safetensors shard limit (bytes)
   bool force = false;                  ///< replace an existing output directory
@@ -53,9 +62,32 @@ struct QuantizeReport {
   std::vector<std::string> notes;
 };
 
-/// Round-to-nearest BlockQuantizer reading float weights from `store`.
+/// Round-to-nearest BlockQuantizer reading float weights from `store`: each
+/// linear in `spec`'s format, or in `plan`'s for it when given.
 BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config, const QuantSpec& spec,
-                             ThreadPool& pool);
+                             ThreadPool& pool, std::shared_ptr<const QuantPlan> plan = nullptr);
+
+/// The quantization_config of a GPTQ checkpoint of `plan` for model `c`:
+/// the base's bits / group_size / sym, and one `dynamic` rule per block
+/// linear whose format differs, anchored on its full name
+/// ("+:model\.layers\.3\.mlp\.down_proj$"; "-:" when it stays float).
+/// A group as long as K or longer is written as -1 (per channel). Throws
+/// woq::Error naming the plan and module for a format GPTQ cannot hold
+/// (K-quants), a float base, and an lm_head entry (woq's GPTQ checkpoints
+/// keep lm_head as the input stores it).
+QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c, GptqZeros zeros, bool desc_act);
+
+/// The plan of an AWQ (GEMM) checkpoint of model `c` in `spec`: the block
+/// linears AutoAWQ's packing cannot hold (N not a multiple of 8, K not a
+/// multiple of the group size) stay in float type `keep` (the input's), to
+/// be listed in modules_to_not_convert. Throws woq::Error for a format other
+/// than asym_int4 / sym_int4 or a group size of -1 (AWQ packs K / G groups).
+QuantPlan awq_plan(const QuantSpec& spec, const ModelConfig& c, LowBit keep);
+
+/// The quantization_config of an AWQ GEMM checkpoint of `plan` (awq_plan's):
+/// bits 4, the base's group size, and the float modules as
+/// modules_to_not_convert (full names, which match only themselves).
+QuantizationConfig awq_plan_config(const QuantPlan& plan, const ModelConfig& c);
 
 /// Writes the quantized checkpoint of `in_dir` to `out_dir` with
 /// `quantize` supplying the integers (rtn_quantizer when null): config.json

@@ -150,9 +150,12 @@ void validate(const QuantizeRequest& request) {
   const std::string format = output_format(r);
   std::vector<const char*> given = given_gptq_options(r);
   if (r.plan && r.low_bit) fail("--plan {} sets every linear layer's format: leave out --low-bit {}", *r.plan, *r.low_bit);
-  if (r.plan && format != "gguf")
-    fail("--plan: a GPTQ checkpoint with per-layer formats (GPTQModel's `dynamic`) is not written yet; write the plan "
-         "as GGUF (-o FILE.gguf)");
+  if (r.plan && format == "gptq") {
+    if (request.recipe) fail("--recipe {} sets one format for every layer; --plan {} sets each layer's", *request.recipe, *r.plan);
+    if (r.group_size) fail("--group-size does not apply with --plan {}: the plan gives each layer's group size", *r.plan);
+    if (r.int4_range) fail("--int4-range does not apply with --plan {}: the plan gives each layer's range", *r.plan);
+    read_plan(*r.plan);  // its errors before anything runs
+  }
   if (format == "gguf") {
     if (r.group_size) given.push_back("--group-size");
     if (r.int4_range) given.push_back("--int4-range");
@@ -166,7 +169,18 @@ void validate(const QuantizeRequest& request) {
     gguf_export_options(r);
     return;
   }
-  if (format != "gptq") fail("--format '{}' is not one of: gptq, gguf", r.format);
+  if (format != "gptq" && format != "awq") fail("--format '{}' is not one of: gptq, awq, gguf", r.format);
+  if (format == "awq") {
+    if (r.plan) fail("--plan {}: a plan is written as GPTQ (GPTQModel's dynamic) or GGUF; AWQ has one format", *r.plan);
+    if (r.gptq_format) fail("--gptq-format applies to --format gptq");
+    if (r.desc_act.value_or(false)) fail("--desc-act: an AWQ checkpoint has no g_idx, so no act order");
+    const std::string awq_low_bit = r.low_bit.value_or("asym_int4");
+    if (awq_low_bit != "asym_int4" && awq_low_bit != "sym_int4")
+      fail("--low-bit {}: an AWQ checkpoint holds 4-bit weights with zero points: asym_int4 (AWQ's) or sym_int4", awq_low_bit);
+    if (r.group_size && *r.group_size <= 0)
+      fail("--group-size {}: an AWQ checkpoint needs a group size (AutoAWQ packs K / group_size groups); AWQ's usual is "
+           "128", *r.group_size);
+  }
   // A directory named *.gguf would be read as a GGUF file by every loading command.
   if (is_gguf_path(r.output))
     fail("{}: a GPTQ checkpoint is a directory, and a name ending in .gguf is read as a GGUF file; choose another "
@@ -203,7 +217,8 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
   validate(request);
   const QuantizeRequest r = with_recipe(request);
   const std::string method = r.method.value_or("rtn");
-  const std::string low_bit = r.low_bit.value_or("sym_int4");
+  const bool awq = output_format(r) == "awq";
+  const std::string low_bit = r.low_bit.value_or(awq ? "asym_int4" : "sym_int4");
   remove_stale_quantize_temps(r.output, r.input, cb.log);  // also when this run is refused or stopped before writing
   require_writable_architecture(r.input, read_model_config(r.input));  // before any calibration
   if (output_format(r) == "gguf") return run_export_gguf(r, pool, cb);
@@ -219,6 +234,20 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     fail("{}: already exists (pass --force to replace it)", r.output);  // before any calibration
   QuantizeOptions options;
   options.spec = {parse_low_bit(low_bit), group_size, parse_int4_range(r.int4_range.value_or("full"))};
+  if (r.plan) {
+    options.plan = std::make_shared<const QuantPlan>(read_plan(*r.plan));
+    options.spec = options.plan->base;
+    group_size = options.spec.group_size;
+    // What GPTQ cannot hold is refused before any calibration.
+    gptq_plan_config(*options.plan, read_model_config(r.input), GptqZeros::kV1, false);
+  }
+  if (awq) {
+    // The layers AWQ's packing cannot hold stay in the input's float type (modules_to_not_convert).
+    const DType dtype = TensorStore::open(r.input).get(linear_tensor(0, LinearRole::kQ)).dtype;
+    const LowBit keep = dtype == DType::kF32 ? LowBit::kFp32 : dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp16;
+    options.checkpoint = QuantizationConfig::Method::kAwq;
+    options.plan = std::make_shared<const QuantPlan>(awq_plan(options.spec, read_model_config(r.input), keep));
+  }
   const double damp_percent = r.damp_percent.value_or(0.01);
   const std::string gptq_format = r.gptq_format.value_or("v1");
   options.zeros = gptq_format == "v1" ? GptqZeros::kV1 : GptqZeros::kV2;
@@ -274,6 +303,7 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     }
     GptqOptions g;
     g.spec = options.spec;
+    g.plan = options.plan;
     g.damp_percent = damp_percent;
     g.desc_act = options.desc_act;
     g.static_groups = options.static_groups;
@@ -294,7 +324,8 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
                                                 {"static_groups", options.static_groups},
                                                 {"true_sequential", options.true_sequential},
                                                 {"block_size", g.block_size},
-                                                {"calibration", calibration_fingerprint(calibration)}};
+                                                {"calibration", calibration_fingerprint(calibration)},
+                                                {"plan", options.plan ? plan_json(*options.plan) : nullptr}};
     resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force,
                    cb.log);
     gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
@@ -308,10 +339,11 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
   const QuantizeReport rep = quantize_checkpoint(r.input, r.output, options, pool, gptq);
   if (resume) resume->remove();
   for (const auto& note : rep.notes) say(cb, "note: " + note);
-  say(cb, fmt::format("wrote {} (GPTQ {}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
+  say(cb, fmt::format("wrote {} ({}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
                       "{:.2f} s",
-                      r.output, gptq_format, low_bit,
-                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
+                      r.output, awq ? "AWQ GEMM" : "GPTQ " + gptq_format, r.plan ? "plan " + *r.plan : low_bit,
+                      r.plan ? fmt::format("base {}", spec_name(options.spec))
+                      : group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
                       method, rep.matrices, mib(rep.bytes_before), mib(rep.bytes_after),
                       100.0 * static_cast<double>(rep.bytes_after) / static_cast<double>(rep.bytes_before), rep.seconds));
   say(cb, peak_rss_line());

@@ -22,7 +22,7 @@ namespace woq {
 struct QuantizeRequest {
   std::string input;   ///< Hugging Face directory (float; for GGUF output also GPTQ) or .gguf file
   std::string output;  ///< directory (GPTQ) or .gguf file
-  std::string format;  ///< gptq or gguf; empty: gguf when `output` ends in .gguf
+  std::string format;  ///< gptq, awq (AutoAWQ GEMM) or gguf; empty: gguf when `output` ends in .gguf
   /// A model card's recipe, whose choices fill the options not given: w8a16 =
   /// gptq, sym_int8, per channel, damp_percent 0.01, no desc_act, random
   /// calibration tokens (Neural Magic's Llama-2-7b w8a16 card); w4a16 = gptq,

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "tokenizer/json_members.h"
-#include "tokenizer/regex.h"
+#include "core/regex.h"
 #include "tokenizer/unicode.h"
 
 namespace woq::hf {

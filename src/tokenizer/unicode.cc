@@ -60,7 +60,7 @@ std::size_t complete_prefix(std::string_view s) {
   while (i > 0 && back < 4) {
     const auto c = static_cast<unsigned char>(s[i - 1]);
     ++back;
-    if ((c & 0xc0) != 0x80) return back >= sequence_length(c) ? s.size() : i - 1;  // lead byte or ASCII
+    if ((c & 0xc0) != 0x80) return back >= utf8_lead_length(c) ? s.size() : i - 1;  // lead byte or ASCII
     --i;
   }
   return s.size();
@@ -68,7 +68,7 @@ std::size_t complete_prefix(std::string_view s) {
 
 char32_t next_code_point(std::string_view s, std::size_t& i) {
   const auto c = static_cast<unsigned char>(s[i]);
-  const std::size_t n = std::min(sequence_length(c), s.size() - i);
+  const std::size_t n = std::min(utf8_lead_length(c), s.size() - i);
   char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
   for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
   i += n;

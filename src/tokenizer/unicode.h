@@ -20,9 +20,7 @@ std::string to_valid_utf8(std::string_view text);
 using woq::is_valid_utf8;
 
 /// Byte length of the UTF-8 sequence led by `lead` (1 for a stray byte).
-inline std::size_t sequence_length(unsigned char lead) {
-  return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 1;
-}
+using woq::utf8_lead_length;
 
 /// Length of the longest prefix of `s` that does not end inside a UTF-8
 /// sequence (a streamed text can be printed up to there).

@@ -1,6 +1,7 @@
-// Regular expressions of tokenizer.json (Oniguruma syntax as Hugging Face
-// tokenizers compiles them: \p{L}, \p{N}, (?i:...), (?!...)) through PCRE2
-// with UTF and Unicode properties (PCRE2_UTF | PCRE2_UCP), JIT-compiled.
+// Regular expressions through PCRE2 with UTF and Unicode properties
+// (PCRE2_UTF | PCRE2_UCP), JIT-compiled: tokenizer.json's patterns (Oniguruma
+// syntax as Hugging Face tokenizers compiles them: \p{L}, \p{N}, (?i:...),
+// (?!...)) and the module-name rules of GPTQ checkpoints (Python's re).
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,12 @@ class Regex {
   /// minutes. Throws woq::Error, naming `source`, when the budget or PCRE2's
   /// match, depth or heap limit is exhausted, or PCRE2 fails otherwise.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
+
+  /// True when a match begins at the start of `text` (it may end anywhere):
+  /// Python's re.match, which GPTQModel's and vLLM's `dynamic` rules use.
+  /// Bounded by PCRE2's match, depth and heap limits (throws woq::Error
+  /// naming `source` when one is exhausted).
+  bool match_at_start(std::string_view text) const;
 
   /// CPU time one find_all may take: this much, plus the next per byte of text.
   static constexpr double kBudgetSeconds = 0.5, kBudgetSecondsPerByte = 1e-6;

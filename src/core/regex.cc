@@ -1,4 +1,4 @@
-#include "tokenizer/regex.h"
+#include "core/regex.h"
 
 #include <algorithm>
 #include <ctime>
@@ -9,7 +9,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
-#include "tokenizer/unicode.h"
+#include "core/utf8.h"
 
 namespace woq {
 
@@ -97,11 +97,14 @@ class Matcher {
   // search at one position; the CPU time of all searches together is checked between them, which bounds
   // patterns that rescan the rest of the text from every position (\p{L}*\d|. over letters) and those that
   // backtrack to just under the match limit at every position ((a|aa)*b|.).
-  std::optional<std::pair<std::size_t, std::size_t>> next(std::size_t start) {
-    int rc = jit_ ? pcre2_jit_match(code_, subject_, text_.size(), start, 0, data_, context_) : PCRE2_ERROR_JIT_STACKLIMIT;
+  // `anchored`: only a match that begins at `start` (the JIT does not take PCRE2_ANCHORED at match time).
+  std::optional<std::pair<std::size_t, std::size_t>> next(std::size_t start, bool anchored = false) {
+    int rc = jit_ && !anchored ? pcre2_jit_match(code_, subject_, text_.size(), start, 0, data_, context_)
+                               : PCRE2_ERROR_JIT_STACKLIMIT;
     // The interpreter keeps its backtracking state on the heap: it takes over when the JIT stack is too small.
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_, subject_, text_.size(), start, PCRE2_NO_JIT, data_, context_);
+      rc = pcre2_match(code_, subject_, text_.size(), start, PCRE2_NO_JIT | (anchored ? PCRE2_ANCHORED : 0u), data_,
+                       context_);
     // Every 32 searches (reading a thread's CPU clock is a system call): one search is bounded by the match
     // limit or by one pass over the text.
     if (++searches_ % 32 == 0 && thread_cpu_seconds() - start_s_ > budget_s_)
@@ -151,7 +154,7 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
       // An empty match: kept unless it touches the previous match, then one character on.
       if (b != last_end) out.emplace_back(b, e);
       if (b >= text.size()) break;
-      start = std::min(text.size(), b + unicode::sequence_length(static_cast<unsigned char>(text[b])));
+      start = std::min(text.size(), b + utf8_lead_length(static_cast<unsigned char>(text[b])));
     } else {
       out.emplace_back(b, e);
       start = e;
@@ -159,6 +162,11 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     last_end = e;
   }
   return out;
+}
+
+bool Regex::match_at_start(std::string_view text) const {
+  Matcher m(*this, code_->code, code_->jit, text, source_);
+  return m.next(0, true).has_value();
 }
 
 }  // namespace woq

@@ -1,0 +1,172 @@
+"""AWQ checkpoints (AutoAWQ's GEMM and GEMV layouts) written by an independent NumPy packer
+(tests/reference/awq_pack.py) load in woq as their exactly dequantized float twins.
+
+Run by ctest (python_api) with PYTHONPATH=build/python, WOQ_BIN and WOQ_SOURCE set."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import woq
+
+SOURCE = os.environ["WOQ_SOURCE"]
+BIN = os.environ["WOQ_BIN"]
+MODEL = os.path.join(SOURCE, "assets", "models", "stories260K")
+TEXT = os.path.join(SOURCE, "tests", "data", "tinystories_heldout.txt")
+sys.path.insert(0, os.path.join(SOURCE, "tests", "reference"))
+import awq_pack  # noqa: E402
+
+IDS = [1, 403, 407, 261, 378, 80, 65, 11, 300]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """One decoder block of the `small` preset (hidden 1024, intermediate 2816): every linear fits AWQ's shapes."""
+    out = str(tmp_path_factory.mktemp("small") / "model")
+    subprocess.run([BIN, "make-random", "--preset", "small", "--layers", "1", "--seed", "3", "-o", out], check=True,
+                   capture_output=True, timeout=300)
+    return out
+
+
+def mean_kl(p_logits, q_logits):
+    """Mean over positions of KL(softmax p || softmax q), in nats."""
+    def log_softmax(x):
+        x = x.astype(np.float64)
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+    lp, lq = log_softmax(p_logits), log_softmax(q_logits)
+    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+
+
+def text_ids(model, n=128):
+    return model.tokenizer.encode(open(TEXT).read())[:n]
+
+
+# stories260K's MLP (intermediate 172) fits no AWQ packing (N % 8, K % group): it stays float, as AutoAWQ's
+# modules_to_not_convert keeps such modules; its attention is real trained weights.
+CASES = [("stories", "gemm", 32), ("stories", "gemm", 64), ("stories", "gemv", 32), ("stories", "gemv", 64),
+         ("small", "gemm", 128), ("small", "gemv", 128)]
+
+
+@pytest.mark.parametrize("model_name,version,group", CASES)
+def test_awq_checkpoint_is_its_dequantized_twin(tmp_path, small, model_name, version, group):
+    src = MODEL if model_name == "stories" else small
+    awq, twin = str(tmp_path / "awq"), str(tmp_path / "twin")
+    awq_pack.write(src, awq, twin, version, group, ["mlp"] if model_name == "stories" else [])
+    a = woq.optimize_model(awq, activations="f32", progress=False)
+    assert a.label.startswith(f"AWQ {version.upper()} 4-bit asym group_size {group}")
+    t = woq.optimize_model(twin, low_bit="fp32", progress=False)
+    ids = text_ids(t)
+    np.testing.assert_allclose(a.logits(ids), t.logits(ids), rtol=0, atol=1e-4)
+    greedy = dict(max_new_tokens=48, temperature=0.0)
+    assert a.generate("Once upon a time", **greedy) == t.generate("Once upon a time", **greedy)
+    # int8 activations (each group's inputs as Q8 blocks): close to the twin's float product.
+    int8 = woq.optimize_model(awq, activations="int8", progress=False)
+    assert mean_kl(t.logits(ids), int8.logits(ids)) <= 0.003
+
+
+def test_awq_interleave_order_matters(tmp_path):
+    """GEMM packed without AWQ's nibble order (0, 2, 4, 6, 1, 3, 5, 7) reads as another model: the test above
+    would catch a reader with the wrong order."""
+    awq, twin = str(tmp_path / "awq"), str(tmp_path / "twin")
+    awq_pack.write(MODEL, awq, twin, "gemm", 32, ["mlp"], order=awq_pack.SEQUENTIAL)
+    a = woq.optimize_model(awq, activations="f32", progress=False)
+    t = woq.optimize_model(twin, low_bit="fp32", progress=False)
+    ids = text_ids(t)
+    assert mean_kl(t.logits(ids), a.logits(ids)) > 0.1
+
+
+def test_bad_awq_checkpoints_name_the_field_or_tensor(tmp_path):
+    import json
+    awq, twin = str(tmp_path / "awq"), str(tmp_path / "twin")
+    awq_pack.write(MODEL, awq, twin, "gemm", 32, ["mlp"])
+    config_path = os.path.join(awq, "config.json")
+    good = json.load(open(config_path))
+
+    def error_with(**fields):
+        c = json.loads(json.dumps(good))
+        c["quantization_config"].update(fields)
+        json.dump(c, open(config_path, "w"))
+        with pytest.raises(woq.Error) as e:
+            woq.optimize_model(awq, progress=False)
+        return str(e.value)
+
+    assert "'bits' is 8: AWQ checkpoints hold 4-bit weights" in error_with(bits=8)
+    assert "'version' is 'gemv_fast'" in error_with(version="gemv_fast")
+    assert "'version' is 'marlin'" in error_with(version="marlin")
+    assert "'version' is 'exllama9'" in error_with(version="exllama9")
+    assert "'zero_point' is false" in error_with(zero_point=False)
+    # group_size 64 against tensors of group 32: the tensor and the expected shape are named.
+    e = error_with(group_size=64)
+    assert "model.layers.0.self_attn.q_proj.qzeros' has shape [2, 8], expected [1, 8]" in e, e
+    # GEMM tensors labelled GEMV: qweight [K, N/8] and [N, K/8] agree for a square layer, qzeros do not.
+    e = error_with(version="gemv")
+    assert "model.layers.0.self_attn.q_proj.qzeros' has shape [2, 8], expected [64, 4] (AWQ GEMV" in e, e
+    # modules_to_not_convert naming a module whose integers are there.
+    assert "keeps 'model.layers.0.self_attn.q_proj' unquantized" in error_with(modules_to_not_convert=["mlp", "q_proj"])
+
+
+def read_safetensors(path):
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    dtypes = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
+    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]], dtype=dtypes[t["dtype"]])
+            .reshape(t["shape"]).copy() for name, t in header.items() if name != "__metadata__"}
+
+
+def test_missing_qzeros_and_nan_scales_name_the_tensor(tmp_path):
+    awq, twin = str(tmp_path / "awq"), str(tmp_path / "twin")
+    awq_pack.write(MODEL, awq, twin, "gemv", 32, ["mlp"])
+    path = os.path.join(awq, "model.safetensors")
+    tensors = read_safetensors(path)
+
+    def error_with(edit):
+        t = dict(tensors)
+        edit(t)
+        awq_pack.write_safetensors(path, t)
+        with pytest.raises(woq.Error) as e:
+            woq.optimize_model(awq, progress=False)
+        return str(e.value)
+
+    e = error_with(lambda t: t.pop("model.layers.2.self_attn.k_proj.qzeros"))
+    assert "model.layers.2.self_attn.k_proj.qzeros" in e, e
+
+    def nan_scale(t):
+        s = t["model.layers.1.self_attn.v_proj.scales"].copy()
+        s[3, 1] = np.nan
+        t["model.layers.1.self_attn.v_proj.scales"] = s
+    e = error_with(nan_scale)
+    assert "'model.layers.1.self_attn.v_proj.scales' holds nan" in e, e
+
+
+def test_woq_awq_output_reads_as_awq_in_numpy(tmp_path, small):
+    """woq quantize --format awq, read by the independent NumPy unpacker: its float twin gives woq's logits."""
+    import json
+    out = str(tmp_path / "awq")
+    woq.quantize(small, out, format="awq", group_size=64, progress=False)
+    q = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+    assert (q["quant_method"], q["bits"], q["group_size"], q["zero_point"], q["version"]) == ("awq", 4, 64, True, "gemm")
+    tensors = read_safetensors(os.path.join(out, "model.safetensors"))
+    twin = {}
+    for name in list(tensors):
+        if name.endswith(".qweight"):
+            prefix = name[:-len(".qweight")]
+            twin[prefix + ".weight"] = awq_pack.dequantize(tensors, prefix, "gemm", 64)
+        elif not name.endswith(".qzeros") and not name.endswith(".scales"):
+            twin[name] = tensors[name].astype(np.float32)
+    twin_dir = tmp_path / "twin"
+    twin_dir.mkdir()
+    for f in os.listdir(small):
+        if f.endswith(".json") or f.endswith(".model"):
+            with open(os.path.join(small, f), "rb") as src, open(twin_dir / f, "wb") as dst:
+                dst.write(src.read())
+    awq_pack.write_safetensors(str(twin_dir / "model.safetensors"), twin)
+    a = woq.optimize_model(out, activations="f32", progress=False)
+    t = woq.optimize_model(str(twin_dir), low_bit="fp32", progress=False)
+    np.testing.assert_allclose(a.logits(IDS), t.logits(IDS), rtol=0, atol=1e-4)
