@@ -487,7 +487,9 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("calib_file", &QuantizeRequest::calib_file)
       .def_readwrite("nsamples", &QuantizeRequest::nsamples)
       .def_readwrite("seqlen", &QuantizeRequest::seqlen)
-      .def_readwrite("seed", &QuantizeRequest::seed);
+      .def_readwrite("seed", &QuantizeRequest::seed)
+      .def_readwrite("awq_grid", &QuantizeRequest::awq_grid)
+      .def_readwrite("awq_clip", &QuantizeRequest::awq_clip);
 
   py::class_<PlanRequest>(mod, "PlanRequest")
       .def(py::init<>())

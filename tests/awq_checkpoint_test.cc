@@ -76,6 +76,14 @@ void expect_awq_is_in_memory(const std::string& in, const std::string& low_bit, 
 
 TEST(AwqCheckpoint, BundledModelWithItsMlpKeptFloat) {
   expect_awq_is_in_memory(WOQ_MODEL_DIR, "asym_int4", 32);  // intermediate 172: N % 8 != 0
+  // gate and up both float: "...mlp.gate" also matches vLLM's fused gate_up_proj (a substring match).
+  const QuantizationConfig qc =
+      awq_plan_config(awq_plan({LowBit::kAsymInt4, 32}, read_model_config(WOQ_MODEL_DIR), LowBit::kFp32),
+                      read_model_config(WOQ_MODEL_DIR));
+  EXPECT_EQ(qc.not_converted[0], "model.layers.0.mlp.gate");
+  EXPECT_EQ(qc.not_converted[1], "model.layers.0.mlp.up_proj");
+  EXPECT_FALSE(qc.for_module("model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(qc.for_module("model.layers.0.self_attn.q_proj"));
   expect_awq_is_in_memory(WOQ_MODEL_DIR, "sym_int4", 64);
 }
 
@@ -100,6 +108,9 @@ TEST(AwqCheckpoint, WhatAwqCannotHoldIsRefused) {
   r.low_bit.reset();
   r.group_size = -1;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("needs a group size"), std::string::npos);
+  r.group_size = 128;  // K = 64 everywhere but down_proj, 172 there: nothing fits
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("no linear layer fits AWQ's packing"),
+            std::string::npos);
   r.group_size.reset();
   r.desc_act = true;
   r.method = "gptq";

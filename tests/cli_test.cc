@@ -292,8 +292,8 @@ TEST(Cli, QuantizeGptqWritesALoadableCheckpointAndChecksItsFlags) {
       {"--method gptq --damp-percent 2", "--damp-percent must be in (0, 1], got 2"},
       {"--method gptq --calib-file /nonexistent/calib.txt", "--calib-file /nonexistent/calib.txt: "},
       {"--method gptq --calib random:2x4 --calib-file x.txt", "--calib and --calib-file are alternatives"},
-      {"--damp-percent 0.05", "--damp-percent applies to --method gptq only"},
-      {"--calib-file x.txt", "--calib-file applies to --method gptq only"},
+      {"--damp-percent 0.05", "--damp-percent applies to --method gptq or awq+gptq only"},
+      {"--calib-file x.txt", "--calib-file applies to --method gptq, awq or awq+gptq only"},
   };
   for (const auto& [flags, message] : bad) {
     r = run("quantize -m " + kModel + " -o " + tmp.file("bad") + " " + flags);

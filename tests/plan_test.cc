@@ -476,6 +476,11 @@ TEST(PlanGptq, DynamicRulesMatchAsGptqModelDoes) {
   EXPECT_NE(error_of([&] { config_with(R"({".*": {"lora_rank": 8}})"); }).find("lora_rank"), std::string::npos);
   EXPECT_NE(error_of([&] { config_with(R"({".*": 8})"); }).find("must be an object"), std::string::npos);
   EXPECT_NE(error_of([&] { config_with(R"([".*"])"); }).find("dynamic: must be an object"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_with(R"({".*": {"sym": null}})"); }).find("'sym' is null"), std::string::npos);
+  // A rule that backtracks at every module fails at once, not after minutes.
+  const auto hostile = config_with(R"({".{2}(.|..)*\\d{3}": {}})");
+  EXPECT_NE(error_of([&] { hostile->for_module("model.layers.0.self_attn.q_proj"); }).find("backtracks too much"),
+            std::string::npos);
 }
 
 }  // namespace

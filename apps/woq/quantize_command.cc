@@ -29,6 +29,8 @@ struct QuantizeArgs {
   std::int64_t block_size = 128, nsamples = 32, seqlen = 512;
   std::uint64_t seed = 0;
   int threads = 0;
+  int awq_grid = 20;
+  bool no_clip = false;
   // Plan search (--measure / --target-kl / --target-bpw).
   bool measure = false;
   double target_kl = 0, target_bpw = 0;
@@ -59,7 +61,8 @@ int run_plan_search(const QuantizeArgs& a) {
   const CLI::App* c = a.cmd;
   for (const char* flag : {"--low-bit", "--group-size", "--method", "--recipe", "--format", "--int4-range", "--rounding",
                            "--calib", "--gptq-format", "--max-shard-size", "--damp-percent", "--desc-act",
-                           "--static-groups", "--true-sequential", "--block-size", "--seed", "--resume", "--plan"})
+                           "--static-groups", "--true-sequential", "--block-size", "--seed", "--resume", "--plan",
+                           "--awq-grid", "--no-clip"})
     if (c->count(flag) > 0) fail("{} does not apply to a plan search (--measure / --target-kl / --target-bpw)", flag);
   PlanRequest p;
   p.input = a.request.input;
@@ -106,6 +109,8 @@ int run_quantize(QuantizeArgs& a) {
   r.nsamples = given(c, "--nsamples", a.nsamples);
   r.seqlen = given(c, "--seqlen", a.seqlen);
   r.seed = given(c, "--seed", a.seed);
+  r.awq_grid = given(c, "--awq-grid", a.awq_grid);
+  if (a.no_clip) r.awq_clip = false;
   ThreadPool pool(a.threads);
   std::signal(SIGINT, on_sigint);
   run_quantize_request(r, pool, {[](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); }, nullptr,
@@ -128,10 +133,10 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--format", r.format, "gptq (a Hugging Face directory), awq (one in AutoAWQ's GEMM layout: "
                   "asym_int4 by default, group size 128) or gguf (one file llama.cpp runs); "
                   "default: gguf when --output ends in .gguf");
-  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4, asym_int4 or sym_int8; awq: asym_int4 or sym_int4; "
+  cmd->add_option("--low-bit", args->low_bit, "gptq: sym_int4 (default), asym_int4 or sym_int8; awq: asym_int4 (its default) or sym_int4; "
                   "gguf: sym_int4 (Q4_0), "
                   "sym_int8 (Q8_0), fp16, bf16, fp32, or llama-quantize's K-quant file types q2_k, q3_k_s, q3_k_m, "
-                  "q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (its bytes, tensor by tensor)")->capture_default_str();
+                  "q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (its bytes, tensor by tensor)");
   cmd->add_option("--rounding", args->rounding, "gguf: woq (fp16-rounded scale, nearest even: the blocks equal woq's "
                   "in-memory sym_int4/sym_int8) or ggml (llama-quantize's reference rounding, byte for byte; the only one for "
                   "K-quant types)")
@@ -142,8 +147,13 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--int4-range", args->int4_range,
                   "sym_int4 range: full ([-8, 7], ggml Q4_0; signed scales) or clip ([-7, 7]; positive scales)")
       ->capture_default_str();
-  cmd->add_option("--method", args->method, "Quantization algorithm: rtn (round to nearest) or gptq")
+  cmd->add_option("--method", args->method,
+                  "Quantization algorithm: rtn (round to nearest), gptq, awq (activation-aware scales folded into the "
+                  "norms, clipping, then round to nearest) or awq+gptq (AWQ's scales and clipping, then GPTQ)")
       ->capture_default_str();
+  cmd->add_option("--awq-grid", args->awq_grid, "AWQ: scale exponents searched per group (0, 1/N, ..., (N-1)/N)")
+      ->capture_default_str();
+  cmd->add_flag("--no-clip", args->no_clip, "AWQ: skip the weight-clipping search");
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ: dampening, as a fraction of mean(diag H)")
       ->capture_default_str();
   cmd->add_flag("--desc-act", args->desc_act, "GPTQ: quantize columns by decreasing activation size (act order)");
@@ -153,14 +163,14 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--block-size", args->block_size, "GPTQ: columns per lazy batch update")
       ->capture_default_str()
       ->check(kPositive);
-  cmd->add_option("--calib", args->calib, "GPTQ calibration: random (--nsamples x --seqlen) or random:NxL")
+  cmd->add_option("--calib", args->calib, "GPTQ / AWQ calibration: random (--nsamples x --seqlen) or random:NxL")
       ->capture_default_str();
-  cmd->add_option("--calib-file", args->calib_file, "Calibration text (GPTQ: --nsamples windows of --seqlen tokens; plan search: at most --nsamples chunks of --seqlen tokens, default 16 x 128, each scored on its second half)");
-  cmd->add_option("--nsamples", args->nsamples, "GPTQ: calibration sequences")->capture_default_str()->check(kPositive);
-  cmd->add_option("--seqlen", args->seqlen, "GPTQ: tokens per calibration sequence (default: 512, or the context when shorter)")
+  cmd->add_option("--calib-file", args->calib_file, "Calibration text (GPTQ, AWQ: --nsamples windows of --seqlen tokens; plan search: at most --nsamples chunks of --seqlen tokens, default 16 x 128, each scored on its second half)");
+  cmd->add_option("--nsamples", args->nsamples, "GPTQ / AWQ: calibration sequences")->capture_default_str()->check(kPositive);
+  cmd->add_option("--seqlen", args->seqlen, "GPTQ / AWQ: tokens per calibration sequence (default: 512, or the context when shorter)")
                           ->capture_default_str()
                           ->check(kPositive);
-  cmd->add_option("--seed", args->seed, "GPTQ: seed of the random calibration tokens")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "GPTQ / AWQ: seed of the random calibration tokens")->capture_default_str();
   cmd->add_option("--gptq-format", args->gptq_format,
                   "qzeros format: v1 (zero - 1, read everywhere) or v2 (the zero itself; needed when an "
                   "asym_int4 zero point is 0)")

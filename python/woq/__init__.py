@@ -414,7 +414,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
              rounding=None, gptq_format=None, max_shard_gb=None, damp_percent=None, desc_act=None, static_groups=None,
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
              force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
-             measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False):
+             measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False, awq_grid=None,
+             no_clip=False):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -427,8 +428,11 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         given; each can still be set.
     method: "rtn" (round to nearest, the default) or "gptq" (calibrated: damp_percent 0.01, desc_act, static_groups,
         true_sequential, block_size 128; calib "random" = nsamples x seqlen random token ids with `seed`, or
-        "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens).
-    low_bit: sym_int4 (default), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
+        "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens), "awq" (activation-aware
+        scales searched over awq_grid exponents (20) and folded into the norms, weight clipping unless
+        no_clip=True, then round to nearest; calibrated as GPTQ) or "awq+gptq" (AWQ's scales and clipping, then
+        GPTQ with its options).
+    low_bit: sym_int4 (default; asym_int4 for format="awq"), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
         one that does not apply (a GPTQ option with method="rtn") raises ValueError, as the CLI refuses the flag.
     The output is written into a temporary directory beside it and renamed into place; an existing output is
@@ -451,7 +455,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
                                         format=format, recipe=recipe, rounding=rounding, gptq_format=gptq_format,
                                         max_shard_gb=max_shard_gb, damp_percent=damp_percent, desc_act=desc_act,
                                         static_groups=static_groups, true_sequential=true_sequential,
-                                        block_size=block_size, calib=calib, seed=seed, plan=plan).items()
+                                        block_size=block_size, calib=calib, seed=seed, plan=plan, awq_grid=awq_grid,
+                                        no_clip=no_clip or None).items()
                  if v is not None}
         if given or resume:
             raise ValueError(f"{', '.join(given) or 'resume'} does not apply to a plan search (measure / target_kl / "
@@ -508,6 +513,9 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     r.nsamples = _int(nsamples, "nsamples", optional=True)
     r.seqlen = _int(seqlen, "seqlen", optional=True)
     r.seed = _int(seed, "seed", (_INT64[0], _UINT64[1]), optional=True)
+    r.awq_grid = _int(awq_grid, "awq_grid", _INT32, optional=True)
+    if _bool(no_clip, "no_clip"):
+        r.awq_clip = False
     if seed is not None and seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed!r}")
     with _keyword_errors():

@@ -73,7 +73,8 @@ double thread_cpu_seconds() {
 // One find_all's matching state and its work budget.
 class Matcher {
  public:
-  Matcher(const Regex& re, pcre2_code* code, bool jit, std::string_view text, std::string_view source)
+  Matcher(const Regex& re, pcre2_code* code, bool jit, std::string_view text, std::string_view source,
+          std::uint32_t match_limit = 0)
       : re_(re), code_(code), jit_(jit), text_(text), source_(source),
         subject_(reinterpret_cast<PCRE2_SPTR>(text.data())),
         budget_s_(Regex::kBudgetSeconds + Regex::kBudgetSecondsPerByte * static_cast<double>(text.size())),
@@ -83,6 +84,7 @@ class Matcher {
     if (jit_) stack_ = pcre2_jit_stack_create(32 * 1024, kJitStackBytes, nullptr);
     if (data_ == nullptr || context_ == nullptr || (jit_ && stack_ == nullptr)) failure("out of memory");
     pcre2_set_heap_limit(context_, kHeapLimitKib);
+    if (match_limit != 0) pcre2_set_match_limit(context_, match_limit);
     if (stack_ != nullptr) pcre2_jit_stack_assign(context_, nullptr, stack_);
   }
   ~Matcher() {
@@ -165,7 +167,7 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
 }
 
 bool Regex::match_at_start(std::string_view text) const {
-  Matcher m(*this, code_->code, code_->jit, text, source_);
+  Matcher m(*this, code_->code, code_->jit, text, source_, kPrefixMatchLimit);
   return m.next(0, true).has_value();
 }
 

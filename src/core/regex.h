@@ -42,9 +42,11 @@ class Regex {
 
   /// True when a match begins at the start of `text` (it may end anywhere):
   /// Python's re.match, which GPTQModel's and vLLM's `dynamic` rules use.
-  /// Bounded by PCRE2's match, depth and heap limits (throws woq::Error
-  /// naming `source` when one is exhausted).
+  /// Bounded by kPrefixMatchLimit backtracking steps (about a millisecond)
+  /// and PCRE2's depth and heap limits (throws woq::Error naming `source`
+  /// when one is exhausted): for short texts such as module names.
   bool match_at_start(std::string_view text) const;
+  static constexpr std::uint32_t kPrefixMatchLimit = 100000;
 
   /// CPU time one find_all may take: this much, plus the next per byte of text.
   static constexpr double kBudgetSeconds = 0.5, kBudgetSecondsPerByte = 1e-6;

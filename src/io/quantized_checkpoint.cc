@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 
@@ -33,6 +34,9 @@ std::int64_t read_group_size(const JsonFields& f, const std::string& key) {
   return g;
 }
 
+// Bounds on `dynamic`: a rule names modules (tens of bytes), and a model has at most a few thousand of them.
+constexpr std::size_t kMaxRuleBytes = 1024, kMaxRules = 16384;
+
 // GPTQModel's dynamic rules, in the file's order (`rules`: the object as an ordered_json).
 std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, const std::string& where) {
   if (!rules.is_object()) fail("{}.dynamic: must be an object of regex -> overrides, got {}", where, rules.type_name());
@@ -40,6 +44,7 @@ std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, cons
   static const std::vector<std::string> kQuantizingOnly = {"damp_percent", "damp_auto_increment", "static_groups",
                                                            "true_sequential", "mse", "v2", "v2_alpha",
                                                            "act_group_aware", "fail_safe"};
+  if (rules.size() > kMaxRules) fail("{}.dynamic: {} rules; woq reads at most {}", where, rules.size(), kMaxRules);
   std::vector<DynamicRule> out;
   for (const auto& [key, value] : rules.items()) {
     const std::string field = fmt::format("{}.dynamic['{}']", where, printable(key));
@@ -47,6 +52,8 @@ std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, cons
     rule.key = key;
     rule.skip = key.starts_with("-:");
     const std::string pattern = key.starts_with("-:") || key.starts_with("+:") ? key.substr(2) : key;
+    if (pattern.size() > kMaxRuleBytes)
+      fail("{}: the pattern has {} bytes; woq reads rules of at most {}", field, pattern.size(), kMaxRuleBytes);
     try {
       rule.regex = std::make_shared<const Regex>(pattern, field);
     } catch (const Error& e) {
@@ -55,6 +62,7 @@ std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, cons
     if (!value.is_object()) fail("{}: must be an object of overrides, got {}", field, value.type_name());
     const JsonFields f(nlohmann::json::parse(value.dump()), field);
     for (const auto& [name, v] : value.items()) {
+      if (v.is_null()) f.field_error(name, "is null: give a value, or leave the field out");
       if (name == "bits") {
         rule.bits = read_bits(f, name);
       } else if (name == "group_size") {
@@ -72,6 +80,31 @@ std::vector<DynamicRule> dynamic_rules(const nlohmann::ordered_json& rules, cons
   return out;
 }
 
+// How a checkpoint was made, as far as its quantization_config says (for labels only): meta's quantizer (AutoGPTQ,
+// GPTQModel and woq write it) and woq_method, and damp_percent for GPTQ.
+std::string provenance_of(const nlohmann::json& j) {
+  // Provenance, for labels only: fields of unexpected types are skipped, never an error; strings are cut to
+  // 64 bytes and control characters (newlines, escapes that would reach a terminal) become '?' (printable_text).
+  std::vector<std::string> made;
+  const auto printable = [](const std::string& s) { return printable_text(s); };
+  bool rtn = false;  // woq's round-to-nearest and AWQ checkpoints record a damp_percent that played no part
+  if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
+    if (const auto who = meta->find("quantizer"); who != meta->end()) {
+      if (who->is_string()) made.push_back(printable(who->get<std::string>()));
+      if (who->is_array())
+        for (const auto& w : *who)
+          if (w.is_string() && made.size() < 4) made.push_back(printable(w.get<std::string>()));
+    }
+    if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string()) {
+      made.push_back(printable(how->get<std::string>()));
+      rtn = made.back() == "rtn" || made.back() == "awq";
+    }
+  }
+  if (const auto damp = j.find("damp_percent"); !rtn && damp != j.end() && damp->is_number())
+    made.push_back(fmt::format("damp_percent {}", damp->get<double>()));
+  return fmt::format("{}", fmt::join(made, ", "));
+}
+
 QuantizationConfig gptq_config(const JsonFields& q, const nlohmann::ordered_json* dynamic) {
   QuantizationConfig c;
   c.method = QuantizationConfig::Method::kGptq;
@@ -87,27 +120,7 @@ QuantizationConfig gptq_config(const JsonFields& q, const nlohmann::ordered_json
   } else {
     q.field_error("checkpoint_format", fmt::format("is '{}'; woq reads gptq and gptq_v2", format));
   }
-  // Provenance, for labels only: fields of unexpected types are skipped, never an error; strings are cut to
-  // 64 bytes and control characters (newlines, escapes that would reach a terminal) become '?' (printable_text).
-  std::vector<std::string> made;
-  const auto printable = [](const std::string& s) { return printable_text(s); };
-  bool rtn = false;  // woq's round-to-nearest checkpoints record a damp_percent that played no part
-  const nlohmann::json& j = q.json();
-  if (const auto meta = j.find("meta"); meta != j.end() && meta->is_object()) {
-    if (const auto who = meta->find("quantizer"); who != meta->end()) {
-      if (who->is_string()) made.push_back(printable(who->get<std::string>()));
-      if (who->is_array())
-        for (const auto& w : *who)
-          if (w.is_string() && made.size() < 4) made.push_back(printable(w.get<std::string>()));
-    }
-    if (const auto how = meta->find("woq_method"); how != meta->end() && how->is_string()) {
-      made.push_back(printable(how->get<std::string>()));
-      rtn = made.back() == "rtn";
-    }
-  }
-  if (const auto damp = j.find("damp_percent"); !rtn && damp != j.end() && damp->is_number())
-    made.push_back(fmt::format("damp_percent {}", damp->get<double>()));
-  c.provenance = fmt::format("{}", fmt::join(made, ", "));
+  c.provenance = provenance_of(q.json());
   if (dynamic != nullptr) c.dynamic = dynamic_rules(*dynamic, q.path());
   return c;
 }
@@ -146,7 +159,9 @@ QuantizationConfig awq_config(const JsonFields& q) {
       c.not_converted.push_back(name.get<std::string>());
     }
   }
-  c.provenance = "AutoAWQ layout";
+  if (q.has("dynamic")) q.field_error("dynamic", "is GPTQModel's per-module field; AWQ checkpoints have none");
+  const std::string made = provenance_of(q.json());
+  c.provenance = made.empty() ? "AutoAWQ layout" : "AutoAWQ layout; " + made;
   return c;
 }
 
@@ -314,8 +329,10 @@ std::string QuantizationConfig::describe() const {
                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
                      desc_act ? " act-order" : "",
                      dynamic.empty() ? std::string() : fmt::format(" with {} per-module rules", dynamic.size()),
-                     not_converted.empty() ? std::string()
-                                           : fmt::format(" except {}", fmt::join(not_converted, ", ")),
+                     not_converted.empty()       ? std::string()
+                     : not_converted.size() <= 2 ? fmt::format(" except {}", printable_text(fmt::format(
+                                                                                 "{}", fmt::join(not_converted, ", "))))
+                                                 : fmt::format(" except {} modules_to_not_convert", not_converted.size()),
                      provenance.empty() ? "" : " (" + provenance + ")");
 }
 
@@ -323,7 +340,16 @@ std::optional<QuantizationConfig> QuantizationConfig::for_module(const std::stri
   for (const std::string& name : not_converted)
     if (prefix.find(name) != std::string::npos) return std::nullopt;
   for (const DynamicRule& rule : dynamic) {
-    if (!rule.regex->match_at_start(prefix)) continue;
+    // All matching of one config's rules shares a CPU-time budget: rules that backtrack a lot at every module
+    // fail within seconds instead of slowing every load down.
+    const std::clock_t t0 = std::clock();
+    const bool match = rule.regex->match_at_start(prefix);
+    *dynamic_cpu_seconds += static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC;
+    if (*dynamic_cpu_seconds > kDynamicBudgetSeconds)
+      fail("config.json quantization_config.dynamic: matching its {} rules against the module names took more than "
+           "{} s of CPU time (at '{}', rule '{}'); simplify the patterns", dynamic.size(), kDynamicBudgetSeconds,
+           prefix, printable(rule.key));
+    if (!match) continue;
     if (rule.skip) return std::nullopt;
     QuantizationConfig c = *this;
     c.dynamic.clear();

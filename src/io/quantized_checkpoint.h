@@ -51,6 +51,10 @@ struct QuantizationConfig {
   std::string provenance;
   /// GPTQ only: `dynamic`'s rules in the file's order (the first that matches a module decides).
   std::vector<DynamicRule> dynamic;
+  /// CPU seconds for_module has spent matching `dynamic` (shared by the copies of this config); for_module
+  /// throws woq::Error past kDynamicBudgetSeconds.
+  std::shared_ptr<double> dynamic_cpu_seconds = std::make_shared<double>(0.0);
+  static constexpr double kDynamicBudgetSeconds = 2.0;
   /// AWQ only: modules_to_not_convert; a module whose name contains one of
   /// them is stored in floating point (transformers' rule).
   std::vector<std::string> not_converted;
@@ -61,7 +65,9 @@ struct QuantizationConfig {
   /// `dynamic`: the first rule that matches decides, as in GPTQModel and
   /// vLLM; nullopt when it is a "-:" rule or the module is in
   /// not_converted (it is stored in floating point). Without a matching
-  /// rule: this config.
+  /// rule: this config. Throws woq::Error when matching has taken more than
+  /// kDynamicBudgetSeconds of CPU time in all (a rule's one match is bounded
+  /// by Regex::match_at_start's step limit).
   std::optional<QuantizationConfig> for_module(const std::string& prefix) const;
 };
 

@@ -97,7 +97,7 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
                             : std::string();
   if (r.linear_kept_float > 0)
     lines.push_back(fmt::format("{} float linear layers beside the quantized ones kept as stored ({:.2f} MiB), as "
-                                "llama.cpp runs them; --low-bit converts them",
+                                "the file's own runtime runs them; --low-bit converts them",
                                 r.linear_kept_float, mib(r.linear_kept_float_bytes)));
   const std::string kept = r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored";
   const std::string others =

@@ -107,6 +107,24 @@ std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadP
   return LlamaModel::load(dir, options, pool, report);
 }
 
+const TensorView& read_float_linear(const TensorStore& store, const ModelConfig& c, std::int64_t layer, LinearRole role,
+                                   std::vector<float>& out, bool values) {
+  const TensorView& t = store.get(linear_tensor(layer, role));
+  const auto [rows, cols] = block_linear_shape(c, role);
+  require_shape(t, {rows, cols}, shape_source(t));
+  require_float_dtype(t);
+  out.resize(static_cast<std::size_t>(rows * cols));
+  if (!values) return t;
+  tensor_to_f32(t, out.data());
+  release_pages(t.bytes);
+  // As RTN and the GGUF export refuse them: GPTQ or AWQ would spread a NaN's error over the whole row.
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (!std::isfinite(out[i]))
+      fail("{}: tensor '{}' holds {} at row {}, column {}", t.file, t.name, out[i], static_cast<std::int64_t>(i) / cols,
+           static_cast<std::int64_t>(i) % cols);
+  return t;
+}
+
 BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store, Calibration calibration,
                                     const GptqOptions& options, bool true_sequential, ThreadPool& pool,
                                     const std::function<void(const GptqTimes&)>& on_layer, ResumeDir* resume) {
@@ -139,23 +157,8 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     // values (dequantized) once GPTQ has fitted it, so that what comes after sees the block as it will run.
     std::array<std::vector<float>, kBlockLinears.size()> w;
     std::array<const TensorView*, kBlockLinears.size()> tensors{};
-    for (const LinearSpec& s : kBlockLinears) {
-      const TensorView& t = store.get(linear_tensor(layer, s.role));
-      const auto [rows, cols] = block_linear_shape(c, s.role);
-      require_shape(t, {rows, cols}, shape_source(t));
-      require_float_dtype(t);
-      w[idx(s.role)].resize(static_cast<std::size_t>(rows * cols));
-      tensors[idx(s.role)] = &t;
-      if (done) continue;
-      tensor_to_f32(t, w[idx(s.role)].data());
-      release_pages(t.bytes);
-      // As RTN and the GGUF export refuse them: GPTQ would spread a NaN's error over the whole row.
-      const std::vector<float>& wi = w[idx(s.role)];
-      for (std::size_t i = 0; i < wi.size(); ++i)
-        if (!std::isfinite(wi[i]))
-          fail("{}: tensor '{}' holds {} at row {}, column {}", t.file, t.name, wi[i], static_cast<std::int64_t>(i) / cols,
-               static_cast<std::int64_t>(i) % cols);
-    }
+    for (const LinearSpec& s : kBlockLinears)
+      tensors[idx(s.role)] = &read_float_linear(store, c, layer, s.role, w[idx(s.role)], !done);
     // y = x W^T by sgemm.
     const LlamaModel::LinearCompute compute = [&](LinearRole role, const float* x, std::int64_t rows, float* y) {
       const auto [n, k] = block_linear_shape(c, role);
@@ -177,7 +180,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
       std::vector<QuantMatrix> block = resume->load_block(layer);
       for (const LinearSpec& s : kBlockLinears) use_quantized(s.role, block[idx(s.role)]);
       advance_states();
-      return block;
+      return QuantizedBlock{std::move(block), {}};
     }
     times.read = seconds_since(t0);
     std::vector<QuantMatrix> out(kBlockLinears.size());
@@ -236,7 +239,7 @@ BlockQuantizer gptq_block_quantizer(LlamaModel& model, const TensorStore& store,
     if (resume != nullptr) resume->save_block(layer, out);
     times.save = seconds_since(t0);
     if (on_layer) on_layer(times);
-    return out;
+    return QuantizedBlock{std::move(out), {}};
   };
 }
 

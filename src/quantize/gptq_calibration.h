@@ -56,6 +56,13 @@ void check_gptq_memory(const GptqMemory& memory, std::int64_t count, std::int64_
 /// Throws what LlamaModel::load throws.
 std::unique_ptr<LlamaModel> load_for_calibration(const std::string& dir, ThreadPool& pool, LoadReport* report = nullptr);
 
+/// Reads block linear `role` of `layer` from `store` into `out` as fp32
+/// [rows, cols] (its pages released after); with `values` false only sizes
+/// `out`. Returns the tensor. Throws woq::Error naming the tensor for a shape
+/// other than the config's, a non-float dtype, or a NaN/Inf (row and column).
+const TensorView& read_float_linear(const TensorStore& store, const ModelConfig& c, std::int64_t layer, LinearRole role,
+                                   std::vector<float>& out, bool values = true);
+
 /// Seconds one decoder block took, by part.
 struct GptqTimes {
   std::int64_t layer = 0;

@@ -24,6 +24,7 @@
 
 #include "arch/architecture.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/memory.h"
 #include "core/mmap_file.h"
 #include "formats/format_traits.h"
@@ -305,7 +306,7 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
         fail("{}: tensor '{}': {}", t.file, t.name, e.what());
       }
     }
-    return out;
+    return QuantizedBlock{std::move(out), {}};
   };
 }
 
@@ -413,17 +414,17 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
   std::vector<std::string> names = store.names();
   std::set<std::string> converted_types;  // ggml types of copied tensors, dequantized to F32
   std::set<std::string> linear_types;     // ggml types of the linear layers, quantized again
-  auto add_copy = [&](const std::string& name) {
+  auto add_copy = [&](const std::string& name, std::int64_t layer) {
     const TensorView& t = store.get(name);
     // safetensors holds float types in HF row order: a GGUF's other types and permuted rows become F32 (exact).
     const bool to_f32 = t.dtype == DType::kGgml || t.row_order != nullptr;
     if (t.dtype == DType::kGgml) converted_types.insert(std::string(t.type_name()));
     plan.specs.push_back({name, to_f32 ? DType::kF32 : t.dtype, t.shape});
-    plan.sources.push_back({&t, to_f32});
+    plan.sources.push_back({&t, to_f32, layer});
     report.bytes_before += t.bytes.size();
   };
   std::vector<bool> used(names.size(), false);
-  auto take = [&](const std::string& prefix) {
+  auto take = [&](const std::string& prefix, std::int64_t layer) {
     for (std::size_t i = 0; i < names.size(); ++i)
       if (!used[i] && names[i].rfind(prefix, 0) == 0) {
         used[i] = true;
@@ -431,12 +432,12 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
         for (const LinearSpec& spec : kBlockLinears)
           if (prefix.starts_with("model.layers.") && names[i] == prefix + std::string(spec.module) + ".weight")
             linear = true;
-        if (!linear) add_copy(names[i]);
+        if (!linear) add_copy(names[i], layer);
       }
   };
-  take(std::string(kEmbedTokens.hf.substr(0, kEmbedTokens.hf.rfind('.') + 1)));  // "model.embed_tokens."
+  take(std::string(kEmbedTokens.hf.substr(0, kEmbedTokens.hf.rfind('.') + 1)), -1);  // "model.embed_tokens."
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    take(layer_tensor(l, ""));
+    take(layer_tensor(l, ""), l);
     for (const LinearSpec& spec : kBlockLinears) {
       const int j = static_cast<int>(spec.role);
       const std::string name = layer_tensor(l, spec.module);
@@ -457,7 +458,7 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
       }
     }
   }
-  take("");
+  take("", -1);
   for (const auto& s : plan.specs) report.bytes_after += s.bytes();
   if (!converted_types.empty())
     report.notes.push_back(fmt::format("the GGUF's {} tensors outside the linear layers are written as F32 "
@@ -470,6 +471,21 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
   return plan;
 }
 
+// fp32 `values` into `dst` as `spec`'s dtype (F32, F16 or BF16, rounded to nearest even).
+void write_float(const std::vector<float>& values, const TensorSpec& spec, std::span<std::uint8_t> dst) {
+  const std::size_t width = spec.dtype == DType::kF32 ? 4 : 2;
+  if (values.size() * width != dst.size() || (width == 2 && spec.dtype != DType::kF16 && spec.dtype != DType::kBF16))
+    fail("internal: {} values for tensor '{}' of {} bytes", values.size(), spec.name, dst.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (width == 4) {
+      std::memcpy(dst.data() + 4 * i, &values[i], 4);
+    } else {
+      const std::uint16_t h = spec.dtype == DType::kF16 ? fp32_to_fp16(values[i]) : fp32_to_bf16(values[i]);
+      std::memcpy(dst.data() + 2 * i, &h, 2);
+    }
+  }
+}
+
 // The writer's TensorFiller: copies tensors, and quantizes each block (one
 // at a time) when its first tensor is written, reporting progress.
 class BlockFiller {
@@ -480,6 +496,13 @@ class BlockFiller {
 
   void operator()(std::size_t i, std::span<std::uint8_t> dst) {
     const Source& s = plan_.sources[i];
+    if (s.layer >= 0 && s.layer != current_) quantize(s.layer);  // a block's first tensor: quantize it
+    if (s.copy != nullptr && s.layer >= 0) {
+      if (const auto it = replaced_.find(s.copy->name); it != replaced_.end()) {
+        write_float(it->second, plan_.specs[i], dst);
+        return;
+      }
+    }
     if (s.copy != nullptr && s.to_f32) {
       tensor_to_f32(*s.copy, reinterpret_cast<float*>(dst.data()), 0, -1);
       release_pages(s.copy->bytes);
@@ -490,7 +513,6 @@ class BlockFiller {
       release_pages(s.copy->bytes);
       return;
     }
-    if (s.layer != current_) quantize(s.layer);
     const std::vector<std::uint8_t>& part = packed_[static_cast<std::size_t>(s.linear)][static_cast<std::size_t>(s.part)];
     if (part.size() != dst.size()) fail("internal: part {} of linear {} holds {} bytes, not {}", s.part, s.linear,
                                         part.size(), dst.size());
@@ -501,10 +523,15 @@ class BlockFiller {
   void quantize(std::int64_t layer) {
     packed_.clear();
     const auto quantize_start = std::chrono::steady_clock::now();
-    std::vector<QuantMatrix> block = quantize_block_(layer);
+    QuantizedBlock quantized = quantize_block_(layer);
+    std::vector<QuantMatrix>& block = quantized.linears;
+    replaced_ = std::move(quantized.replaced);
     const auto pack_start = std::chrono::steady_clock::now();
     if (block.size() != kBlockLinears.size())
       fail("internal: quantizer returned {} matrices for layer {}", block.size(), layer);
+    for (const auto& [name, values] : replaced_)
+      if (!name.starts_with(layer_tensor(layer, "")))
+        fail("internal: the quantizer of layer {} replaced '{}'", layer, name);
     for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
       QuantMatrix& q = block[static_cast<std::size_t>(j)];
       const std::string module = layer_tensor(layer, kBlockLinears[static_cast<std::size_t>(j)].module);
@@ -514,6 +541,7 @@ class BlockFiller {
                                          c ? "integers" : "float");
         packed_.push_back({std::move(q.data)});
         report_.matrices++;
+        report_.kept_float++;
         continue;
       }
       try {
@@ -547,6 +575,7 @@ class BlockFiller {
   QuantizeReport& report_;
   std::int64_t current_ = -1;
   std::vector<std::vector<std::vector<std::uint8_t>>> packed_;  ///< per linear of the block: its tensors' bytes
+  std::map<std::string, std::vector<float>> replaced_;           ///< the block's float tensors the quantizer changed
   std::chrono::steady_clock::time_point block_start_ = std::chrono::steady_clock::now();
   const std::chrono::steady_clock::time_point first_block_ = block_start_;
 };
@@ -650,6 +679,11 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
   return qc;
 }
 
+void require_float_checkpoint(const std::string& in_dir) {
+  if (const auto q = read_quantization_config(in_dir))
+    fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
+}
+
 QuantPlan awq_plan(const QuantSpec& spec, const ModelConfig& c, LowBit keep) {
   if (spec.type != LowBit::kAsymInt4 && spec.type != LowBit::kSymInt4)
     fail("an AWQ checkpoint holds 4-bit weights with zero points: asym_int4 (AWQ's own) or sym_int4 (zero 8), not {}",
@@ -660,15 +694,21 @@ QuantPlan awq_plan(const QuantSpec& spec, const ModelConfig& c, LowBit keep) {
   QuantPlan plan;
   plan.base = spec;
   plan.source = "AWQ layout";
+  std::string why;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (const LinearSpec& linear : kBlockLinears) {
       const auto [n, k] = block_linear_shape(c, linear.role);
       try {
         awq_layout(AwqVersion::kGemm, n, k, spec.group_size);
-      } catch (const Error&) {
+      } catch (const Error& e) {
         plan.tensors[plan_module(l, linear.role)] = {keep};
+        why = e.what();
       }
     }
+  if (plan.tensors.size() == static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size())
+    fail("no linear layer fits AWQ's packing at group_size {} ({}): every one would stay float; choose a group size "
+         "that divides K (hidden_size {}, intermediate_size {})", spec.group_size, why, c.hidden_size,
+         c.intermediate_size);
   return plan;
 }
 
@@ -679,9 +719,19 @@ QuantizationConfig awq_plan_config(const QuantPlan& plan, const ModelConfig& c) 
   qc.bits = 4;
   qc.sym = false;
   qc.group_size = plan.base.group_size;
+  // Full module names (which match only themselves); where vLLM fuses q/k/v or gate/up and all of them stay
+  // float, q's and gate's entry is cut to also match the fused qkv_proj / gate_up_proj ("...self_attn.q",
+  // "...mlp.gate": transformers and vLLM match by substring).
+  const auto is_float = [&](std::int64_t l, LinearRole r) { return !is_quantized(plan.linear(l, r).type); };
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (const LinearSpec& linear : kBlockLinears)
-      if (!is_quantized(plan.linear(l, linear.role).type)) qc.not_converted.push_back(plan_module(l, linear.role));
+    for (const LinearSpec& linear : kBlockLinears) {
+      if (!is_float(l, linear.role)) continue;
+      std::string name = plan_module(l, linear.role);
+      if (linear.role == LinearRole::kQ && is_float(l, LinearRole::kK) && is_float(l, LinearRole::kV))
+        name = layer_tensor(l, "self_attn.q");
+      if (linear.role == LinearRole::kGate && is_float(l, LinearRole::kUp)) name = layer_tensor(l, "mlp.gate");
+      qc.not_converted.push_back(name);
+    }
   return qc;
 }
 
@@ -697,8 +747,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
 
   const ModelConfig config = read_model_config(in_dir);
   require_writable_architecture(in_dir, config);
-  if (const auto q = read_quantization_config(in_dir))
-    fail("{}: already quantized ({}); woq quantize needs a floating-point checkpoint", in_dir, q->describe());
+  require_float_checkpoint(in_dir);
   const TensorStore store = TensorStore::open(in_dir);
   validate_checkpoint(store, config, false);  // what loading the output would refuse, before writing it
   nlohmann::ordered_json config_json = input_config_json(in_dir, store, config);
@@ -717,6 +766,11 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
           qc.not_converted.size() > 3 ? ", ..." : ""));
   } else {
     report.notes = compatibility_notes(config, qc.group_size, qc.bits);
+    if (options.plan && options.plan->activations)
+      report.notes.push_back(fmt::format("the plan's activations ({}) are not stored in a GPTQ checkpoint: load it with "
+                                         "--activations {} to run it as planned",
+                                         activations_name(*options.plan->activations),
+                                         activations_name(*options.plan->activations)));
   }
   const TensorPlan plan = plan_tensors(store, config, qc, options, report);
   BlockFiller filler(plan, config, qc, options, quantize_block, report);

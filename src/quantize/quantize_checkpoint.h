@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,17 @@
 
 namespace woq {
 
-/// Produces the seven quantized linear layers of decoder block `layer`
-/// (kBlockLinears' order). Called once per layer, in increasing order.
-using BlockQuantizer = std::function<std::vector<QuantMatrix>(std::int64_t layer)>;
+/// A decoder block as a quantizer leaves it: its seven linear layers
+/// (kBlockLinears' order) and the block's float tensors it changed, by
+/// Hugging Face name (AWQ folds its scales into the RMSNorm weights), in fp32
+/// with the tensor's element count; written in the input's dtype.
+struct QuantizedBlock {
+  std::vector<QuantMatrix> linears;
+  std::map<std::string, std::vector<float>> replaced;
+};
+
+/// Produces decoder block `layer`. Called once per layer, in increasing order.
+using BlockQuantizer = std::function<QuantizedBlock(std::int64_t layer)>;
 
 /// How `woq quantize` runs.
 struct QuantizeOptions {
@@ -55,7 +64,8 @@ struct QuantizeOptions {
 struct QuantizeReport {
   std::uint64_t bytes_before = 0;  ///< tensor bytes of the input checkpoint
   std::uint64_t bytes_after = 0;   ///< tensor bytes of the output
-  std::int64_t matrices = 0;       ///< linear layers quantized
+  std::int64_t matrices = 0;       ///< linear layers written
+  std::int64_t kept_float = 0;     ///< of those, kept in floating point (a plan's, or what AWQ cannot pack)
   double seconds = 0;              ///< wall time
   /// Compatibility remarks also written into quantization_config.meta (e.g.
   /// K not a multiple of the group size, which GPTQ kernels require).
@@ -77,11 +87,16 @@ BlockQuantizer rtn_quantizer(const TensorStore& store, const ModelConfig& config
 /// keep lm_head as the input stores it).
 QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c, GptqZeros zeros, bool desc_act);
 
+/// Throws woq::Error naming `in_dir` when its config.json has a
+/// quantization_config: woq quantize reads floating-point checkpoints.
+void require_float_checkpoint(const std::string& in_dir);
+
 /// The plan of an AWQ (GEMM) checkpoint of model `c` in `spec`: the block
 /// linears AutoAWQ's packing cannot hold (N not a multiple of 8, K not a
 /// multiple of the group size) stay in float type `keep` (the input's), to
 /// be listed in modules_to_not_convert. Throws woq::Error for a format other
-/// than asym_int4 / sym_int4 or a group size of -1 (AWQ packs K / G groups).
+/// than asym_int4 / sym_int4, a group size of -1 (AWQ packs K / G groups),
+/// or when no linear fits (every layer would stay float).
 QuantPlan awq_plan(const QuantSpec& spec, const ModelConfig& c, LowBit keep);
 
 /// The quantization_config of an AWQ GEMM checkpoint of `plan` (awq_plan's):

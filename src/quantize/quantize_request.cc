@@ -20,6 +20,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "kernels/blas.h"
+#include "quantize/awq.h"
 #include "quantize/gguf_export.h"
 #include "quantize/gptq_calibration.h"
 #include "quantize/quantize_checkpoint.h"
@@ -121,6 +122,86 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
   say(cb, peak_rss_line());
 }
 
+// The calibration sequences of a calibrated method (GPTQ, AWQ): --calib random / random:NxL or --calib-file
+// windows, --nsamples x --seqlen (the default length shrinks to the model's context); the memory it will take is
+// said and checked first.
+Calibration calibration_of(const QuantizeRequest& r, const LlamaModel& model, const LoadReport& loaded,
+                           const QuantizeCallbacks& cb) {
+  const std::string calib = r.calib.value_or("random");
+  std::int64_t count = r.nsamples.value_or(32), length = r.seqlen.value_or(512);
+  if (calib != "random") std::tie(count, length) = parse_random_calib(calib);
+  // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
+  if (calib == "random" && !r.seqlen) length = std::min(length, model.context_limit());
+  if (length > model.context_limit())
+    fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
+         length, model.context_limit());
+  const GptqMemory memory = gptq_memory(model.config(), count, length, loaded.other_bytes);
+  const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1u << 30); };
+  const std::optional<std::int64_t> available = available_memory_bytes();
+  say(cb, fmt::format("{} memory at its peak: about {:.2f} GiB (one decoder block in fp32 {:.2f}, calibration "
+                      "activations {:.2f}, Hessians {:.2f}, embeddings and lm_head {:.2f}){}",
+                      r.method.value_or("rtn") == "gptq" ? "GPTQ" : "AWQ", gib(memory.total()),
+                      gib(memory.block_weights), gib(memory.activations), gib(memory.hessians), gib(memory.resident),
+                      available ? fmt::format("; {:.1f} GiB available", gib(static_cast<std::uint64_t>(*available))) : ""));
+  check_gptq_memory(memory, count, length);
+  const std::uint64_t seed = r.seed.value_or(0);
+  Calibration calibration;
+  if (!r.calib_file) {
+    calibration = random_calibration(count, length, model.config().vocab_size, seed);
+  } else {
+    try {
+      calibration = text_calibration(Tokenizer::load(r.input), read_text_file(*r.calib_file), count, length);
+    } catch (const Error& e) {
+      fail("--calib-file {}: {}", *r.calib_file, e.what());
+    }
+  }
+  say(cb, fmt::format("{} calibration: {} sequences x {} tokens ({}); {}",
+                      r.method.value_or("rtn") == "gptq" ? "GPTQ" : "AWQ", count, length,
+                      r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed), blas_description()));
+  return calibration;
+}
+
+// GPTQ's settings from the request (options: the quantize options already filled).
+GptqOptions gptq_options_of(const QuantizeRequest& r, const QuantizeOptions& options) {
+  GptqOptions g;
+  g.spec = options.spec;
+  g.plan = options.plan;
+  g.damp_percent = r.damp_percent.value_or(0.01);
+  g.desc_act = r.desc_act.value_or(false);
+  g.static_groups = r.static_groups.value_or(false);
+  g.block_size = r.block_size.value_or(128);
+  return g;
+}
+
+// --method awq / awq+gptq: AWQ's block quantizer, saying what each block chose.
+BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& options, LlamaModel& model,
+                                const TensorStore& store, Calibration calibration, ThreadPool& pool,
+                                const QuantizeCallbacks& cb) {
+  AwqOptions a;
+  a.spec = options.spec;
+  a.grid = r.awq_grid.value_or(20);
+  a.clip = r.awq_clip.value_or(true);
+  if (r.method == "awq+gptq") {
+    a.gptq = gptq_options_of(r, options);
+    a.gptq->plan = nullptr;
+    options.damp_percent = a.gptq->damp_percent;
+    options.desc_act = a.gptq->desc_act;
+    options.static_groups = a.gptq->static_groups;
+  }
+  say(cb, fmt::format("AWQ: scale grid {}, clipping {}, then {}", a.grid, a.clip ? "on" : "off",
+                      a.gptq ? fmt::format("GPTQ (damp_percent {}, desc_act {})", a.gptq->damp_percent, a.gptq->desc_act)
+                             : std::string("round to nearest")));
+  const std::int64_t layers = model.config().num_hidden_layers;
+  return awq_block_quantizer(model, store, std::move(calibration), a, pool, [&cb, layers](const AwqLayerReport& t) {
+    std::vector<std::string> groups;
+    for (const AwqScale& s : t.scales)
+      groups.push_back(fmt::format("{} a={:.2f} error {:.3g} (unscaled {:.3g})", s.group, s.ratio, s.loss, s.loss_unscaled));
+    for (const std::string& s : t.skipped) groups.push_back("skipped " + s);
+    say(cb, fmt::format("layer {}/{} AWQ: forward {:.2f} s, search {:.2f} s, clip {:.2f} s, quantize {:.2f} s; {}",
+                        t.layer + 1, layers, t.forward, t.search, t.clip, t.quantize, fmt::join(groups, "; ")));
+  });
+}
+
 }  // namespace
 
 QuantizeRequest with_recipe(const QuantizeRequest& request) {
@@ -129,7 +210,8 @@ QuantizeRequest with_recipe(const QuantizeRequest& request) {
   while (r.output.size() > 1 && r.output.back() == '/') r.output.pop_back();
   if (!r.recipe) return r;
   if (*r.recipe != "w8a16" && *r.recipe != "w4a16") fail("--recipe '{}' is not one of: w8a16, w4a16", *r.recipe);
-  if (output_format(r) == "gguf") fail("--recipe {} is a GPTQ recipe; it does not apply to --format gguf", *r.recipe);
+  if (output_format(r) != "gptq")
+    fail("--recipe {} is a GPTQ recipe; it does not apply to --format {}", *r.recipe, output_format(r));
   const bool w8 = *r.recipe == "w8a16";
   if (!r.low_bit) r.low_bit = w8 ? "sym_int8" : "sym_int4";
   if (!r.group_size) r.group_size = w8 ? -1 : 128;
@@ -146,10 +228,12 @@ QuantizeRequest with_recipe(const QuantizeRequest& request) {
 void validate(const QuantizeRequest& request) {
   const QuantizeRequest r = with_recipe(request);
   const std::string method = r.method.value_or("rtn");
-  const std::string low_bit = r.low_bit.value_or("sym_int4");
   const std::string format = output_format(r);
+  const std::string low_bit = r.low_bit.value_or(format == "awq" ? "asym_int4" : "sym_int4");
   std::vector<const char*> given = given_gptq_options(r);
   if (r.plan && r.low_bit) fail("--plan {} sets every linear layer's format: leave out --low-bit {}", *r.plan, *r.low_bit);
+  if (r.plan && kquant::find_mix(*r.plan) != nullptr)
+    fail("--plan {} is llama-quantize's rule: woq quantize writes it with --low-bit {} -o FILE.gguf", *r.plan, *r.plan);
   if (r.plan && format == "gptq") {
     if (request.recipe) fail("--recipe {} sets one format for every layer; --plan {} sets each layer's", *request.recipe, *r.plan);
     if (r.group_size) fail("--group-size does not apply with --plan {}: the plan gives each layer's group size", *r.plan);
@@ -164,7 +248,7 @@ void validate(const QuantizeRequest& request) {
     if (!given.empty())
       fail("{} does not apply to --format gguf (its types have fixed blocks: Q4_0 / Q8_0 group 32, K-quants "
            "super-blocks of 256)", given[0]);
-    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq", method);
+    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq or awq", method);
     if (r.resume) fail("--resume applies to --method gptq only; a GGUF is written by round to nearest, quick to run again");
     gguf_export_options(r);
     return;
@@ -190,10 +274,25 @@ void validate(const QuantizeRequest& request) {
     fail("--low-bit {} is a GGUF K-quant type; a GPTQ checkpoint holds sym_int4, asym_int4 or sym_int8 (write K-quants "
          "to a file named *.gguf)", low_bit);
   parse_int4_range(r.int4_range.value_or("full"));
-  if (method != "rtn" && method != "gptq") fail("--method '{}' is not one of: rtn, gptq", method);
-  if (method == "rtn" && !given.empty()) fail("{} applies to --method gptq only", given[0]);
-  if (method == "rtn" && r.resume)
-    fail("--resume applies to --method gptq only (round to nearest is quick to run again)");
+  if (r.int4_range && low_bit != "sym_int4")
+    fail("--int4-range {} applies to sym_int4 only, not --low-bit {}", *r.int4_range, low_bit);
+  if (method != "rtn" && method != "gptq" && method != "awq" && method != "awq+gptq")
+    fail("--method '{}' is not one of: rtn, gptq, awq, awq+gptq", method);
+  const auto calibration_flag = [](std::string_view flag) {
+    return flag == "--calib" || flag == "--calib-file" || flag == "--nsamples" || flag == "--seqlen" || flag == "--seed";
+  };
+  if (method == "rtn" && !given.empty())
+    fail("{} applies to --method {} only", given[0], calibration_flag(given[0]) ? "gptq, awq or awq+gptq" : "gptq or awq+gptq");
+  if (method == "awq")
+    for (const char* flag : given)
+      if (!calibration_flag(flag)) fail("{} is a GPTQ option: it applies to --method gptq or awq+gptq", flag);
+  if ((r.awq_grid || r.awq_clip) && method != "awq" && method != "awq+gptq")
+    fail("{} applies to --method awq or awq+gptq only", r.awq_grid ? "--awq-grid" : "--no-clip");
+  if (r.awq_grid && (*r.awq_grid < 1 || *r.awq_grid > 1000)) fail("--awq-grid must be in [1, 1000], got {}", *r.awq_grid);
+  if (r.resume && method != "gptq")
+    fail("--resume applies to --method gptq only ({} is quick to run again)", method == "rtn" ? "round to nearest" : method);
+  if (method.starts_with("awq") && r.plan)
+    fail("--plan with --method {}: AWQ searches its scales for one format; give --low-bit and --group-size", method);
   if (r.calib && r.calib_file)
     fail("--calib and --calib-file are alternatives; give one (--calib-file uses --nsamples and --seqlen)");
   if (r.damp_percent && !(*r.damp_percent > 0 && *r.damp_percent <= 1))
@@ -242,6 +341,7 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     gptq_plan_config(*options.plan, read_model_config(r.input), GptqZeros::kV1, false);
   }
   if (awq) {
+    require_float_checkpoint(r.input);
     // The layers AWQ's packing cannot hold stay in the input's float type (modules_to_not_convert).
     const DType dtype = TensorStore::open(r.input).get(linear_tensor(0, LinearRole::kQ)).dtype;
     const LowBit keep = dtype == DType::kF32 ? LowBit::kFp32 : dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp16;
@@ -265,86 +365,56 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
       fail("stopped after decoder block {} of {}{}", done, total,
            method == "gptq" ? "; the same command with --resume continues from there" : "");
   };
-  if (method == "gptq") {
-    options.damp_percent = damp_percent;
-    options.desc_act = r.desc_act.value_or(false);
-    options.static_groups = r.static_groups.value_or(false);
-    options.true_sequential = r.true_sequential.value_or(false);
+  if (method != "rtn") {
     LoadReport loaded;
     model = load_for_calibration(r.input, pool, &loaded);
     store = TensorStore::open(r.input);
-    const std::string calib = r.calib.value_or("random");
-    std::int64_t count = r.nsamples.value_or(32), length = r.seqlen.value_or(512);
-    if (calib != "random") std::tie(count, length) = parse_random_calib(calib);
-    // The default --seqlen 512 shrinks to a shorter context; an explicit length must fit.
-    if (calib == "random" && !r.seqlen) length = std::min(length, model->context_limit());
-    if (length > model->context_limit())
-      fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
-           length, model->context_limit());
-    const GptqMemory memory = gptq_memory(model->config(), count, length, loaded.other_bytes);
-    const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1u << 30); };
-    const std::optional<std::int64_t> available = available_memory_bytes();
-    say(cb, fmt::format("GPTQ memory at its peak: about {:.2f} GiB (one decoder block in fp32 {:.2f}, calibration "
-                        "activations {:.2f}, Hessians {:.2f}, embeddings and lm_head {:.2f}){}",
-                        gib(memory.total()), gib(memory.block_weights), gib(memory.activations), gib(memory.hessians),
-                        gib(memory.resident),
-                        available ? fmt::format("; {:.1f} GiB available", gib(static_cast<std::uint64_t>(*available))) : ""));
-    check_gptq_memory(memory, count, length);
-    const std::uint64_t seed = r.seed.value_or(0);
-    Calibration calibration;
-    if (!r.calib_file) {
-      calibration = random_calibration(count, length, model->config().vocab_size, seed);
+    Calibration calibration = calibration_of(r, *model, loaded, cb);
+    if (method == "gptq") {
+      options.damp_percent = damp_percent;
+      options.desc_act = r.desc_act.value_or(false);
+      options.static_groups = r.static_groups.value_or(false);
+      options.true_sequential = r.true_sequential.value_or(false);
+      const GptqOptions g = gptq_options_of(r, options);
+      say(cb, fmt::format("GPTQ: damp_percent {}, desc_act {}, static_groups {}, true_sequential {}, block_size {}",
+                          g.damp_percent, g.desc_act, g.static_groups, options.true_sequential, g.block_size));
+      const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
+                                                  {"low_bit", low_bit},
+                                                  {"group_size", group_size},
+                                                  {"int4_range", r.int4_range.value_or("full")},
+                                                  {"gptq_format", gptq_format},
+                                                  {"damp_percent", damp_percent},
+                                                  {"desc_act", options.desc_act},
+                                                  {"static_groups", options.static_groups},
+                                                  {"true_sequential", options.true_sequential},
+                                                  {"block_size", g.block_size},
+                                                  {"calibration", calibration_fingerprint(calibration)},
+                                                  {"plan", options.plan ? plan_json(*options.plan) : nullptr}};
+      const std::int64_t layers = model->config().num_hidden_layers;
+      resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force,
+                     cb.log);
+      gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
+                                  [&cb, layers](const GptqTimes& t) {
+                                    say(cb, fmt::format("layer {}/{} GPTQ: read {:.2f} s, forward {:.2f} s, Hessian "
+                                                        "{:.2f} s, solve {:.2f} s, save {:.2f} s", t.layer + 1, layers,
+                                                        t.read, t.forward, t.hessian, t.solve, t.save));
+                                  },
+                                  &*resume);
     } else {
-      try {
-        calibration = text_calibration(Tokenizer::load(r.input), read_text_file(*r.calib_file), count, length);
-      } catch (const Error& e) {
-        fail("--calib-file {}: {}", *r.calib_file, e.what());
-      }
+      gptq = awq_quantizer_of(r, options, *model, *store, std::move(calibration), pool, cb);
     }
-    GptqOptions g;
-    g.spec = options.spec;
-    g.plan = options.plan;
-    g.damp_percent = damp_percent;
-    g.desc_act = options.desc_act;
-    g.static_groups = options.static_groups;
-    g.block_size = r.block_size.value_or(128);
-    say(cb, fmt::format("GPTQ calibration: {} sequences x {} tokens ({}), damp_percent {}, desc_act {}, "
-                        "static_groups {}, true_sequential {}, block_size {}; {}",
-                        count, length, r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed),
-                        damp_percent, options.desc_act, options.static_groups, options.true_sequential, g.block_size,
-                        blas_description()));
-    const std::int64_t layers = model->config().num_hidden_layers;
-    const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
-                                                {"low_bit", low_bit},
-                                                {"group_size", group_size},
-                                                {"int4_range", r.int4_range.value_or("full")},
-                                                {"gptq_format", gptq_format},
-                                                {"damp_percent", damp_percent},
-                                                {"desc_act", options.desc_act},
-                                                {"static_groups", options.static_groups},
-                                                {"true_sequential", options.true_sequential},
-                                                {"block_size", g.block_size},
-                                                {"calibration", calibration_fingerprint(calibration)},
-                                                {"plan", options.plan ? plan_json(*options.plan) : nullptr}};
-    resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force,
-                   cb.log);
-    gptq = gptq_block_quantizer(*model, *store, std::move(calibration), g, options.true_sequential, pool,
-                                [&cb, layers](const GptqTimes& t) {
-                                  say(cb, fmt::format("layer {}/{} GPTQ: read {:.2f} s, forward {:.2f} s, Hessian "
-                                                      "{:.2f} s, solve {:.2f} s, save {:.2f} s", t.layer + 1, layers,
-                                                      t.read, t.forward, t.hessian, t.solve, t.save));
-                                },
-                                &*resume);
   }
   const QuantizeReport rep = quantize_checkpoint(r.input, r.output, options, pool, gptq);
   if (resume) resume->remove();
   for (const auto& note : rep.notes) say(cb, "note: " + note);
-  say(cb, fmt::format("wrote {} ({}, {} {}, {}): {} linear layers; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
+  say(cb, fmt::format("wrote {} ({}, {} {}, {}): {} linear layers{}; tensors {:.2f} MiB -> {:.2f} MiB ({:.1f} %) in "
                       "{:.2f} s",
                       r.output, awq ? "AWQ GEMM" : "GPTQ " + gptq_format, r.plan ? "plan " + *r.plan : low_bit,
                       r.plan ? fmt::format("base {}", spec_name(options.spec))
                       : group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                      method, rep.matrices, mib(rep.bytes_before), mib(rep.bytes_after),
+                      method, rep.matrices,
+                      rep.kept_float > 0 ? fmt::format(" ({} kept float)", rep.kept_float) : std::string(),
+                      mib(rep.bytes_before), mib(rep.bytes_after),
                       100.0 * static_cast<double>(rep.bytes_after) / static_cast<double>(rep.bytes_before), rep.seconds));
   say(cb, peak_rss_line());
 }

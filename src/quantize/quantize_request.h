@@ -33,7 +33,7 @@ struct QuantizeRequest {
   /// A plan file (model/quant_plan.h) instead of low_bit: each linear layer's
   /// format (GGUF output only, in the formats GGUF has).
   std::optional<std::string> plan;
-  std::optional<std::string> method;   ///< rtn (default) or gptq
+  std::optional<std::string> method;   ///< rtn (default), gptq, awq or awq+gptq
   bool force = false;                  ///< replace an existing output
   /// GPTQ: continue the interrupted run on this output from its last finished
   /// block (quantize/resume.h); it must have had the same input, options and
@@ -53,6 +53,9 @@ struct QuantizeRequest {
   std::optional<std::int64_t> nsamples;    ///< default 32
   std::optional<std::int64_t> seqlen;      ///< default 512, or the model's context when shorter
   std::optional<std::uint64_t> seed;       ///< of the random calibration tokens; default 0
+  // AWQ only (calibration as GPTQ's).
+  std::optional<int> awq_grid;             ///< scale exponents searched; default 20
+  std::optional<bool> awq_clip;            ///< the clipping search; default true
 };
 
 /// Callbacks of a quantize run: `log` receives each line the CLI prints

@@ -170,3 +170,20 @@ def test_woq_awq_output_reads_as_awq_in_numpy(tmp_path, small):
     a = woq.optimize_model(out, activations="f32", progress=False)
     t = woq.optimize_model(str(twin_dir), low_bit="fp32", progress=False)
     np.testing.assert_allclose(a.logits(IDS), t.logits(IDS), rtol=0, atol=1e-4)
+
+
+def test_method_awq_writes_what_the_cli_writes(tmp_path):
+    """woq.quantize(method="awq") is the CLI's --method awq: the same files, byte for byte."""
+    calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
+    py, cli = str(tmp_path / "py"), str(tmp_path / "cli")
+    woq.quantize(MODEL, py, method="awq", low_bit="asym_int4", group_size=32, calib_file=calib, nsamples=4, seqlen=64,
+                 awq_grid=10, no_clip=True, progress=False)
+    r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", cli, "--method", "awq", "--low-bit", "asym_int4",
+                        "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64",
+                        "--awq-grid", "10", "--no-clip"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "layer 5/5 AWQ:" in r.stderr and "q/k/v a=" in r.stderr
+    for f in ("model.safetensors", "config.json"):
+        assert open(os.path.join(py, f), "rb").read() == open(os.path.join(cli, f), "rb").read(), f
+    with pytest.raises(ValueError, match="awq_grid applies to method awq"):
+        woq.quantize(MODEL, str(tmp_path / "x"), awq_grid=10, progress=False)

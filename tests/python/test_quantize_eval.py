@@ -92,7 +92,7 @@ def test_flag_names_in_paths_are_left_alone(tmp_path):
 
 @pytest.mark.parametrize("kwargs,flags", [
     (dict(damp_percent=0.1), ["--damp-percent", "0.1"]),
-    (dict(method="awq"), ["--method", "awq"]),
+    (dict(method="squeeze"), ["--method", "squeeze"]),
     (dict(method="gptq", damp_percent=0.0), ["--method", "gptq", "--damp-percent", "0"]),
     (dict(method="gptq", calib="random:4"), ["--method", "gptq", "--calib", "random:4"]),
     (dict(method="gptq", calib="random:4x8", nsamples=2), ["--method", "gptq", "--calib", "random:4x8", "--nsamples", "2"]),

@@ -16,6 +16,8 @@ Layouts (AutoAWQ awq/modules/linear/gemm.py, gemv.py; vLLM's awq.py reads GEMM t
 --order sequential packs GEMM without AWQ's interleave: the mistake the tests must catch.
 
 Usage: awq_pack.py SRC OUT TWIN [--version gemm|gemv] [--group-size G] [--not-convert NAME ...] [--order awq|sequential]
+Every converted linear needs N % 8 == 0 and K % G == 0 (GEMV also K % 8 == 0); list the others with --not-convert
+(the bundled stories260K: --group-size 32 --not-convert mlp).
 """
 import argparse
 import json
@@ -125,6 +127,10 @@ def write(src, out, twin, version="gemm", group=128, not_convert=(), order=AWQ_O
             packed[name] = twin_weights[name] = w.astype(np.float32)
             continue
         g = w.shape[1] if group == -1 else group
+        n, k = w.shape
+        if n % 8 or k % g or (version == "gemv" and k % 8):
+            raise ValueError(f"{name}: [{n}, {k}] does not fit AWQ's {version} packing at group size {g} "
+                             "(N % 8, K % G); leave it float with --not-convert")
         q, zero, scale = quantize(w, g)
         packed.update(awq_tensors(name[:-len(".weight")], q, zero, scale, version, g, order))
         s = np.repeat(scale.astype(np.float32), g, axis=1)
