@@ -135,12 +135,22 @@ Calibration calibration_of(const QuantizeRequest& r, const LlamaModel& model, co
   if (length > model.context_limit())
     fail("calibration sequences of {} tokens exceed the model's context of {} (--seqlen or --calib random:NxL)",
          length, model.context_limit());
-  const GptqMemory memory = gptq_memory(model.config(), count, length, loaded.other_bytes);
+  GptqMemory memory = gptq_memory(model.config(), count, length, loaded.other_bytes);
+  const std::string method = r.method.value_or("rtn");
+  if (method.starts_with("awq")) {
+    // AWQ records every linear's input and the outputs of o and down for all calibration rows, keeps the block's
+    // inputs for the attention reruns, and a candidate copy of the weights; Hessians only for awq+gptq.
+    const ModelConfig& c = model.config();
+    const auto rows = static_cast<std::uint64_t>(count * length);
+    memory.activations += rows * static_cast<std::uint64_t>(4 * (5 * c.hidden_size + c.q_dim() + c.intermediate_size));
+    memory.block_weights *= 2;
+    if (method == "awq") memory.hessians = 0;
+  }
   const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1u << 30); };
   const std::optional<std::int64_t> available = available_memory_bytes();
   say(cb, fmt::format("{} memory at its peak: about {:.2f} GiB (one decoder block in fp32 {:.2f}, calibration "
                       "activations {:.2f}, Hessians {:.2f}, embeddings and lm_head {:.2f}){}",
-                      r.method.value_or("rtn") == "gptq" ? "GPTQ" : "AWQ", gib(memory.total()),
+                      method == "gptq" ? "GPTQ" : "AWQ", gib(memory.total()),
                       gib(memory.block_weights), gib(memory.activations), gib(memory.hessians), gib(memory.resident),
                       available ? fmt::format("; {:.1f} GiB available", gib(static_cast<std::uint64_t>(*available))) : ""));
   check_gptq_memory(memory, count, length);
@@ -155,8 +165,8 @@ Calibration calibration_of(const QuantizeRequest& r, const LlamaModel& model, co
       fail("--calib-file {}: {}", *r.calib_file, e.what());
     }
   }
-  say(cb, fmt::format("{} calibration: {} sequences x {} tokens ({}); {}",
-                      r.method.value_or("rtn") == "gptq" ? "GPTQ" : "AWQ", count, length,
+  say(cb, fmt::format("{} calibration: {} sequences x {} tokens ({}); {}", method == "gptq" ? "GPTQ" : "AWQ",
+                      count, length,
                       r.calib_file ? *r.calib_file : fmt::format("random ids, seed {}", seed), blas_description()));
   return calibration;
 }

@@ -187,3 +187,94 @@ def test_method_awq_writes_what_the_cli_writes(tmp_path):
         assert open(os.path.join(py, f), "rb").read() == open(os.path.join(cli, f), "rb").read(), f
     with pytest.raises(ValueError, match="awq_grid applies to method awq"):
         woq.quantize(MODEL, str(tmp_path / "x"), awq_grid=10, progress=False)
+
+
+def reference_awq_layer0(calib_ids, grid):
+    """AWQ's scale search for layer 0's q/k/v and gate/up groups of stories260K in float64 NumPy, from the
+    independent reference model (tests/reference/llama_reference.py) and the asym_int4 g32 rule of
+    src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]."""
+    from llama_reference import Model
+    m = Model(MODEL, set())
+    p = "model.layers.0."
+    w = {r: m.w[p + r + ".weight"] for r in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                              "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+
+    def fake_quant(x):  # asym_int4 g32: lo/hi include 0, fp16 scale, round half to even
+        g = x.reshape(x.shape[0], -1, 32)
+        lo, hi = np.minimum(g.min(-1), 0), np.maximum(g.max(-1), 0)
+        s = ((hi - lo) / 15).astype(np.float32).astype(np.float16).astype(np.float64)
+        z = np.clip(np.round(-lo / s), 0, 15)
+        q = np.clip(np.round(g / s[..., None]) + z[..., None], 0, 15)
+        return ((q - z[..., None]) * s[..., None]).reshape(x.shape)
+
+    def attention_out(h, wq, wk, wv):
+        t = h.shape[0]
+        q = (h @ wq.T).reshape(t, m.heads, m.head_dim)
+        k = (h @ wk.T).reshape(t, m.kv_heads, m.head_dim)
+        v = (h @ wv.T).reshape(t, m.kv_heads, m.head_dim)
+        q, k = m.rope(q), m.rope(k)
+        rep = m.heads // m.kv_heads
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(m.head_dim)
+        scores = np.where((np.arange(t)[None, :] <= np.arange(t)[:, None])[None], scores, -np.inf)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+        return np.einsum("hqk,khd->qhd", scores, v).reshape(t, -1) @ w["self_attn.o_proj"].T
+
+    def mlp(h, gate, up):
+        g, u = h @ gate.T, h @ up.T
+        return (g / (1 + np.exp(-g)) * u) @ w["mlp.down_proj"].T
+
+    hs, o_out, h2s, mlp_out = [], [], [], []
+    for seq in calib_ids:
+        x = m.embed[np.array(seq)]
+        h = m.rms(x, m.w[p + "input_layernorm.weight"])
+        o = attention_out(h, w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"])
+        h2 = m.rms(x + o, m.w[p + "post_attention_layernorm.weight"])
+        hs.append(h), o_out.append(o), h2s.append(h2), mlp_out.append(mlp(h2, w["mlp.gate_proj"], w["mlp.up_proj"]))
+
+    def search(x, weights, loss):
+        x_mean = np.abs(np.concatenate(x)).mean(0)
+        cat = np.concatenate(weights).reshape(-1, 32)
+        w_mean = (np.abs(cat) / (np.abs(cat).max(-1, keepdims=True) + 1e-6)).reshape(-1, x_mean.size).mean(0)
+        losses, all_scales = [], []
+        for i in range(grid):
+            a = i / grid
+            s = np.maximum(x_mean ** a / (w_mean ** (1 - a) + 1e-4), 1e-4)
+            s = s / np.sqrt(s.max() * s.min())
+            losses.append(loss([fake_quant(wi * s) / s for wi in weights]))
+            all_scales.append(s)
+        best = int(np.argmin(losses))
+        return best / grid, all_scales[best], losses
+
+    qkv = search(hs, [w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]],
+                 lambda c: np.mean([(attention_out(h, *c) - o) ** 2 for h, o in zip(hs, o_out)]))
+    gate_up = search(h2s, [w["mlp.gate_proj"], w["mlp.up_proj"]],
+                     lambda c: np.mean([(mlp(h, *c) - y) ** 2 for h, y in zip(h2s, mlp_out)]))
+    return {"q/k/v": qkv, "gate/up": gate_up}
+
+
+def test_awq_scale_search_matches_a_float64_reference(tmp_path):
+    """Layer 0's q/k/v and gate/up scales: the exponent woq chose (its log) is the float64 reference's (or ties
+    with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm weights (original / folded)
+    are the reference's for that exponent."""
+    import re
+    calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
+    out = str(tmp_path / "awq")
+    r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", out, "--method", "awq", "--low-bit", "asym_int4",
+                        "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    layer0 = [line for line in r.stderr.splitlines() if "layer 1/5 AWQ:" in line][0]
+    chosen = {g: float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+)", layer0)}
+    ids = woq.optimize_model(MODEL, progress=False).tokenizer.encode(open(calib).read())
+    ref = reference_awq_layer0([ids[i * 64:(i + 1) * 64] for i in range(4)], 20)
+    original = read_safetensors(os.path.join(MODEL, "model.safetensors"))
+    folded = read_safetensors(os.path.join(out, "model.safetensors"))
+    for group, norm in (("q/k/v", "input_layernorm"), ("gate/up", "post_attention_layernorm")):
+        ratio, scales, losses = ref[group]
+        at_woq = losses[int(round(chosen[group] * 20))]
+        assert chosen[group] == ratio or at_woq <= min(losses) * (1 + 1e-3), (group, chosen[group], ratio, losses)
+        if chosen[group] == ratio:  # the folded scales are the reference's for that exponent
+            name = f"model.layers.0.{norm}.weight"
+            np.testing.assert_allclose(original[name].astype(np.float64) / folded[name], scales, rtol=1e-5)
