@@ -50,7 +50,7 @@ void expect_awq_is_in_memory(const std::string& in, const std::string& low_bit, 
   r.low_bit = low_bit;
   r.group_size = group;
   r.method = method;
-  if (method == "gptq") r.calib = "random:4x32";
+  if (method != "rtn") r.calib = "random:4x32";
   run_quantize_request(r, pool, {});
   const auto q = read_quantization_config(r.output);
   ASSERT_TRUE(q);
@@ -97,6 +97,7 @@ TEST(AwqCheckpoint, EveryLayerOfAModelAwqCanPack) {
   write_random_checkpoint(tmp.file("random"), r, pool);
   expect_awq_is_in_memory(tmp.file("random"), "asym_int4", 8);
   expect_awq_is_in_memory(WOQ_MODEL_DIR, "asym_int4", 32, "gptq");
+  expect_awq_is_in_memory(WOQ_MODEL_DIR, "asym_int4", 32, "awq");  // the MLP kept float, scaled as folded
 }
 
 TEST(AwqCheckpoint, WhatAwqCannotHoldIsRefused) {

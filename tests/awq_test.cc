@@ -13,6 +13,7 @@
 #include "io/json_file.h"
 #include "model/llama.h"
 #include "quantize/awq.h"
+#include "quantize/gguf_export.h"
 #include "quantize/quantize_request.h"
 #include "test_files.h"
 #include "tokenizer/tokenizer.h"
@@ -47,10 +48,11 @@ class AwqAccuracy : public ::testing::Test {
   // `woq quantize --method METHOD --low-bit LOW_BIT --group-size G` calibrated on `calib` x `length` tokens of
   // TinyStories, then measured.
   static CompareStats measure(const std::string& method, const std::string& low_bit, std::int64_t group,
-                              std::int64_t calib = 16, std::int64_t length = 128) {
+                              std::int64_t calib = 16, std::int64_t length = 128,
+                              const std::string& input = WOQ_MODEL_DIR) {
     QuantizeRequest r;
-    r.input = WOQ_MODEL_DIR;
-    r.output = tmp_->file(method + "-" + low_bit + "-" + std::to_string(group));
+    r.input = input;
+    r.output = tmp_->file(method + "-" + low_bit + "-" + std::to_string(group) + (input == WOQ_MODEL_DIR ? "" : "-gguf"));
     r.method = method;
     r.low_bit = low_bit;
     r.group_size = group;
@@ -98,6 +100,12 @@ TEST_F(AwqAccuracy, FoldingIsExact) {
   const CompareStats rtn = measure("rtn", "sym_int8", -1), awq = measure("awq", "sym_int8", -1);
   EXPECT_LT(awq.mean_kl, 2 * rtn.mean_kl + 1e-4);
   EXPECT_LT(awq.mean_kl, 0.005);
+  // From a GGUF file of the same model, whose tensors have llama.cpp's names: the folded norms are written too.
+  const std::string gguf = tmp_->file("model-f32.gguf");
+  GgufExportOptions o;
+  o.type = LowBit::kFp32;
+  export_gguf(WOQ_MODEL_DIR, gguf, o, *pool_);
+  EXPECT_LT(measure("awq", "sym_int8", -1, 16, 128, gguf).mean_kl, 0.005);
 }
 
 // The search returns the grid point of least loss and its scales, normalised so that sqrt(max * min) = 1.

@@ -149,14 +149,15 @@ Run add_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--method", args->method,
                   "Quantization algorithm: rtn (round to nearest), gptq, awq (activation-aware scales folded into the "
-                  "norms, clipping, then round to nearest) or awq+gptq (AWQ's scales and clipping, then GPTQ)")
+                  "norms and preceding linears, clipping, then round to nearest) or awq+gptq (AWQ's scales and "
+                  "clipping, then GPTQ)")
       ->capture_default_str();
   cmd->add_option("--awq-grid", args->awq_grid, "AWQ: scale exponents searched per group (0, 1/N, ..., (N-1)/N)")
       ->capture_default_str();
   cmd->add_flag("--no-clip", args->no_clip, "AWQ: skip the weight-clipping search");
-  cmd->add_option("--damp-percent", args->damp_percent, "GPTQ: dampening, as a fraction of mean(diag H)")
+  cmd->add_option("--damp-percent", args->damp_percent, "GPTQ, awq+gptq: dampening, as a fraction of mean(diag H)")
       ->capture_default_str();
-  cmd->add_flag("--desc-act", args->desc_act, "GPTQ: quantize columns by decreasing activation size (act order)");
+  cmd->add_flag("--desc-act", args->desc_act, "GPTQ, awq+gptq: quantize columns by decreasing activation size (act order)");
   cmd->add_flag("--static-groups", args->static_groups, "GPTQ: fit all group scales on the original weights first");
   cmd->add_flag("--true-sequential", args->true_sequential,
                 "GPTQ: quantize q/k/v, o, gate/up, down in turn, each on inputs through the quantized ones");
@@ -182,7 +183,7 @@ Run add_quantize(CLI::App& app) {
                   "0.01, no desc_act, random tokens: Neural Magic's Llama-2-7b w8a16) or w4a16 (gptq, sym_int4 "
                   "group_size 128, desc_act)");
   cmd->add_flag("--resume", r.resume,
-                "GPTQ: continue an interrupted run on this output (same input, options and calibration) from its "
+                "GPTQ only (not AWQ): continue an interrupted run on this output (same input, options and calibration) from its "
                 "last finished decoder block, kept in .OUTPUT.partial beside it");
   cmd->add_flag("--measure", args->measure,
                 "Plan search: measure each linear layer's KL contribution per candidate format on --calib-file text "

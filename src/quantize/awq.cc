@@ -291,9 +291,15 @@ class AwqBlock {
     for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, observe, compute);
   }
 
-  // Q(W·s)/s of linear `role`.
+  // The format linear `role` is written in.
+  const QuantSpec& spec_of(LinearRole role) const {
+    return options_.plan ? options_.plan->linear(layer_, role) : options_.spec;
+  }
+
+  // Q(W·s)/s of linear `role` (W itself for a layer kept float).
   std::vector<float> candidate(LinearRole role, const std::vector<float>& s) {
-    return scaled_fake_quantize(w_[idx(role)], dims(role).first, dims(role).second, s, options_.spec, pool_);
+    if (!is_quantized(spec_of(role).type)) return w_[idx(role)];
+    return scaled_fake_quantize(w_[idx(role)], dims(role).first, dims(role).second, s, spec_of(role), pool_);
   }
 
   // Searches one group's scales and multiplies its columns by them; returns them.
@@ -306,6 +312,11 @@ class AwqBlock {
                                        awq_weight_mean(ws, k, options_.spec.group_size), options_.grid, loss);
     chosen.group = group;
     chosen.loss_unscaled = loss(std::vector<float>(static_cast<std::size_t>(k), 1.0f));
+    if (chosen.loss_unscaled <= chosen.loss) {  // no grid point beats leaving the group unscaled
+      chosen.ratio = -1;
+      chosen.loss = chosen.loss_unscaled;
+      chosen.scales.assign(static_cast<std::size_t>(k), 1.0f);
+    }
     for (const LinearRole r : roles) {
       scale_columns(w_[idx(r)], k, chosen.scales, false);
       in_scale_[idx(r)] = chosen.scales;
@@ -382,8 +393,9 @@ class AwqBlock {
   void clip() {
     for (const LinearRole role : {LinearRole::kV, LinearRole::kO, LinearRole::kGate, LinearRole::kUp, LinearRole::kDown}) {
       const auto [n, k] = dims(role);
-      clip_weights(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), options_.spec,
-                   options_.grid, pool_);
+      if (!is_quantized(spec_of(role).type)) continue;  // kept float: nothing to clip for
+      clip_weights(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), spec_of(role),
+                   options_.clip_grid, pool_);
     }
   }
 
@@ -393,7 +405,9 @@ class AwqBlock {
     for (const LinearSpec& s : kBlockLinears) {
       const auto [n, k] = dims(s.role);
       try {
-        if (options_.gptq) {
+        if (!is_quantized(spec_of(s.role).type)) {  // kept float (--format awq): the scaled, unquantized weights
+          out.linears.push_back(quantize_matrix(w_[idx(s.role)].data(), n, k, spec_of(s.role), &pool_));
+        } else if (options_.gptq) {
           GptqOptions g = *options_.gptq;
           g.spec = options_.spec;
           Hessian h(k);
@@ -402,7 +416,7 @@ class AwqBlock {
           const GptqHessian prepared = prepare_gptq(h.matrix(), k, g, pool_.size());
           out.linears.push_back(gptq_quantize(w_[idx(s.role)].data(), n, k, prepared, g, pool_));
         } else {
-          out.linears.push_back(quantize_matrix(w_[idx(s.role)].data(), n, k, options_.spec, &pool_));
+          out.linears.push_back(quantize_matrix(w_[idx(s.role)].data(), n, k, spec_of(s.role), &pool_));
         }
       } catch (const Error& e) {
         fail("{}: {}", linear_tensor(layer_, s.role), e.what());

@@ -11,8 +11,10 @@
 //     is searched over a = 0, 1/grid, ..., (grid-1)/grid for the least mean
 //     squared error of that group's module output with Q(W·s)/s in place of W
 //     (x_mean: mean |x| per channel; w_mean: mean over rows of |W| / max|W| of
-//     its group). The chosen s is folded exactly: W·s for the group, the
-//     preceding RMSNorm weight or linear's rows divided by s.
+//     its group); s = 1 is kept when no grid point beats it on the
+//     calibration loss (AutoAWQ always scales). The chosen s is folded
+//     exactly: W·s for the group, the preceding RMSNorm weight or linear's
+//     rows divided by s.
 //  3. Weight clipping (o, v, gate, up, down; not q/k): per output row and
 //     group, the threshold max|W|·(1 - i/grid), i < grid/2, whose quantized
 //     group output on sampled inputs is closest to the float one.
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,9 +42,12 @@ struct AwqOptions {
   QuantSpec spec;                  ///< the integer format searched for and written (AWQ's: asym_int4 g128)
   int grid = 20;                   ///< scale exponents a = i / grid, i < grid (AutoAWQ's n_grid)
   bool clip = true;                ///< the clipping search (AutoAWQ's apply_clip)
+  int clip_grid = 20;              ///< clipping thresholds max·(1 - i/clip_grid), i < clip_grid / 2 (AutoAWQ's)
   std::int64_t clip_tokens = 512;  ///< calibration rows the clipping search samples, evenly spaced (n_sample_token)
   /// awq+gptq: GPTQ on the scaled, clipped weights (these settings, spec from `spec`); unset: round to nearest.
   std::optional<GptqOptions> gptq;
+  /// Per-linear formats (awq_plan's for --format awq: the layers AWQ cannot pack stay float); unset: `spec`.
+  std::shared_ptr<const QuantPlan> plan = nullptr;
   /// The next block sees this block's outputs as quantized (as woq's GPTQ does); false: its float outputs
   /// (AutoAWQ's order).
   bool propagate_quantized = true;
@@ -50,7 +56,7 @@ struct AwqOptions {
 /// One scaled group of one block: what the search chose.
 struct AwqScale {
   std::string group;            ///< "q/k/v", "o", "gate/up", "down"
-  double ratio = 0;             ///< the exponent a chosen
+  double ratio = 0;             ///< the exponent a chosen; -1: none (s = 1 beat every grid point)
   double loss = 0;              ///< its mean squared error
   double loss_unscaled = 0;     ///< the error with s = 1 (a = 0 without w_mean), for the report
   std::vector<float> scales;    ///< s [K]

@@ -498,7 +498,8 @@ class BlockFiller {
     const Source& s = plan_.sources[i];
     if (s.layer >= 0 && s.layer != current_) quantize(s.layer);  // a block's first tensor: quantize it
     if (s.copy != nullptr && s.layer >= 0) {
-      if (const auto it = replaced_.find(s.copy->name); it != replaced_.end()) {
+      // By the output's (Hugging Face) name: a GGUF input's tensors have llama.cpp's names.
+      if (const auto it = replaced_.find(plan_.specs[i].name); it != replaced_.end()) {
         write_float(it->second, plan_.specs[i], dst);
         return;
       }
@@ -529,9 +530,13 @@ class BlockFiller {
     const auto pack_start = std::chrono::steady_clock::now();
     if (block.size() != kBlockLinears.size())
       fail("internal: quantizer returned {} matrices for layer {}", block.size(), layer);
-    for (const auto& [name, values] : replaced_)
-      if (!name.starts_with(layer_tensor(layer, "")))
-        fail("internal: the quantizer of layer {} replaced '{}'", layer, name);
+    for (const auto& [name, values] : replaced_) {
+      const bool written = std::any_of(plan_.specs.begin(), plan_.specs.end(), [&](const TensorSpec& t) {
+        return t.name == name && t.dtype != DType::kI32;
+      });
+      if (!name.starts_with(layer_tensor(layer, "")) || !written)
+        fail("internal: the quantizer of layer {} replaced '{}', which the output does not copy", layer, name);
+    }
     for (int j = 0; j < static_cast<int>(kBlockLinears.size()); ++j) {
       QuantMatrix& q = block[static_cast<std::size_t>(j)];
       const std::string module = layer_tensor(layer, kBlockLinears[static_cast<std::size_t>(j)].module);

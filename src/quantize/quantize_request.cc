@@ -143,6 +143,8 @@ Calibration calibration_of(const QuantizeRequest& r, const LlamaModel& model, co
     const ModelConfig& c = model.config();
     const auto rows = static_cast<std::uint64_t>(count * length);
     memory.activations += rows * static_cast<std::uint64_t>(4 * (5 * c.hidden_size + c.q_dim() + c.intermediate_size));
+    // The search's temporaries: the MLP's gate and up products and a candidate output per row.
+    memory.activations += rows * static_cast<std::uint64_t>(4 * (2 * c.intermediate_size + 2 * c.hidden_size));
     memory.block_weights *= 2;
     if (method == "awq") memory.hessians = 0;
   }
@@ -191,6 +193,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   a.spec = options.spec;
   a.grid = r.awq_grid.value_or(20);
   a.clip = r.awq_clip.value_or(true);
+  a.plan = options.plan;  // --format awq: the layers AWQ cannot pack stay float
   if (r.method == "awq+gptq") {
     a.gptq = gptq_options_of(r, options);
     a.gptq->plan = nullptr;
@@ -205,7 +208,9 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   return awq_block_quantizer(model, store, std::move(calibration), a, pool, [&cb, layers](const AwqLayerReport& t) {
     std::vector<std::string> groups;
     for (const AwqScale& s : t.scales)
-      groups.push_back(fmt::format("{} a={:.2f} error {:.3g} (unscaled {:.3g})", s.group, s.ratio, s.loss, s.loss_unscaled));
+      groups.push_back(s.ratio < 0 ? fmt::format("{} a=none error {:.3g} (no grid point beat unscaled)", s.group, s.loss)
+                                   : fmt::format("{} a={:.2f} error {:.3g} (unscaled {:.3g})", s.group, s.ratio,
+                                                 s.loss, s.loss_unscaled));
     for (const std::string& s : t.skipped) groups.push_back("skipped " + s);
     say(cb, fmt::format("layer {}/{} AWQ: forward {:.2f} s, search {:.2f} s, clip {:.2f} s, quantize {:.2f} s; {}",
                         t.layer + 1, layers, t.forward, t.search, t.clip, t.quantize, fmt::join(groups, "; ")));
@@ -296,11 +301,15 @@ void validate(const QuantizeRequest& request) {
   if (method == "awq")
     for (const char* flag : given)
       if (!calibration_flag(flag)) fail("{} is a GPTQ option: it applies to --method gptq or awq+gptq", flag);
+  if (method.starts_with("awq") && r.true_sequential)
+    fail("--true-sequential does not apply to --method {}: AWQ quantizes a block's linears from the inputs it recorded "
+         "in float", method);
   if ((r.awq_grid || r.awq_clip) && method != "awq" && method != "awq+gptq")
     fail("{} applies to --method awq or awq+gptq only", r.awq_grid ? "--awq-grid" : "--no-clip");
   if (r.awq_grid && (*r.awq_grid < 1 || *r.awq_grid > 1000)) fail("--awq-grid must be in [1, 1000], got {}", *r.awq_grid);
   if (r.resume && method != "gptq")
-    fail("--resume applies to --method gptq only ({} is quick to run again)", method == "rtn" ? "round to nearest" : method);
+    fail("--resume applies to --method gptq only ({})",
+         method == "rtn" ? "round to nearest is quick to run again" : "AWQ does not keep its finished blocks yet");
   if (method.starts_with("awq") && r.plan)
     fail("--plan with --method {}: AWQ searches its scales for one format; give --low-bit and --group-size", method);
   if (r.calib && r.calib_file)

@@ -237,6 +237,7 @@ def reference_awq_layer0(calib_ids, grid):
         x_mean = np.abs(np.concatenate(x)).mean(0)
         cat = np.concatenate(weights).reshape(-1, 32)
         w_mean = (np.abs(cat) / (np.abs(cat).max(-1, keepdims=True) + 1e-6)).reshape(-1, x_mean.size).mean(0)
+        unscaled = loss(list(weights) and [fake_quant(wi) for wi in weights])
         losses, all_scales = [], []
         for i in range(grid):
             a = i / grid
@@ -245,7 +246,9 @@ def reference_awq_layer0(calib_ids, grid):
             losses.append(loss([fake_quant(wi * s) / s for wi in weights]))
             all_scales.append(s)
         best = int(np.argmin(losses))
-        return best / grid, all_scales[best], losses
+        if unscaled <= losses[best]:  # woq keeps s = 1 when no grid point beats it
+            return None, np.ones_like(x_mean), losses + [unscaled]
+        return best / grid, all_scales[best], losses + [unscaled]
 
     qkv = search(hs, [w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]],
                  lambda c: np.mean([(attention_out(h, *c) - o) ** 2 for h, o in zip(hs, o_out)]))
@@ -255,9 +258,9 @@ def reference_awq_layer0(calib_ids, grid):
 
 
 def test_awq_scale_search_matches_a_float64_reference(tmp_path):
-    """Layer 0's q/k/v and gate/up scales: the exponent woq chose (its log) is the float64 reference's (or ties
-    with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm weights (original / folded)
-    are the reference's for that exponent."""
+    """Layer 0's q/k/v and gate/up scales: the exponent woq chose (its log; "none": s = 1 beat the grid) is the
+    float64 reference's (or ties with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm
+    weights (original / folded) are the reference's for that exponent."""
     import re
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     out = str(tmp_path / "awq")
@@ -266,14 +269,14 @@ def test_awq_scale_search_matches_a_float64_reference(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     layer0 = [line for line in r.stderr.splitlines() if "layer 1/5 AWQ:" in line][0]
-    chosen = {g: float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+)", layer0)}
+    chosen = {g: None if a == "none" else float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+|none)", layer0)}
     ids = woq.optimize_model(MODEL, progress=False).tokenizer.encode(open(calib).read())
     ref = reference_awq_layer0([ids[i * 64:(i + 1) * 64] for i in range(4)], 20)
     original = read_safetensors(os.path.join(MODEL, "model.safetensors"))
     folded = read_safetensors(os.path.join(out, "model.safetensors"))
     for group, norm in (("q/k/v", "input_layernorm"), ("gate/up", "post_attention_layernorm")):
         ratio, scales, losses = ref[group]
-        at_woq = losses[int(round(chosen[group] * 20))]
+        at_woq = losses[-1] if chosen[group] is None else losses[int(round(chosen[group] * 20))]
         assert chosen[group] == ratio or at_woq <= min(losses) * (1 + 1e-3), (group, chosen[group], ratio, losses)
         if chosen[group] == ratio:  # the folded scales are the reference's for that exponent
             name = f"model.layers.0.{norm}.weight"
