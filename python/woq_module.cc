@@ -489,7 +489,8 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("seqlen", &QuantizeRequest::seqlen)
       .def_readwrite("seed", &QuantizeRequest::seed)
       .def_readwrite("awq_grid", &QuantizeRequest::awq_grid)
-      .def_readwrite("awq_clip", &QuantizeRequest::awq_clip);
+      .def_readwrite("awq_clip", &QuantizeRequest::awq_clip)
+      .def_readwrite("awq_search_tokens", &QuantizeRequest::awq_search_tokens);
 
   py::class_<PlanRequest>(mod, "PlanRequest")
       .def(py::init<>())

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <random>
 
 #include "eval/compare.h"
 #include "eval/reports.h"
@@ -142,6 +144,57 @@ TEST(AwqSearch, PicksTheLeastLossAndNormalisesTheScales) {
   EXPECT_NEAR(m[3], (0.0 + 1.0) / 2, 1e-5);
 }
 
+// The clipping search against a direct float64 one written from AutoAWQ's _compute_best_clip: per row and group,
+// each candidate's Σ_t (x_tg · (Q(clip(w)) − w)_g)² summed over the T products, the least one taken. Heavy-tailed
+// weights and inputs with loud channels, so that clipping chooses differently per group; a ragged last group.
+TEST(AwqClip, TakesTheThresholdOfLeastOutputErrorAsADirectFloat64Search) {
+  const std::int64_t n = 24, k = 80, t = 48;  // asym_int4 g32: groups of 32, 32, 16
+  const QuantSpec spec{LowBit::kAsymInt4, 32};
+  std::mt19937 rng(7);
+  std::student_t_distribution<float> heavy(2.5f);
+  std::vector<float> w(static_cast<std::size_t>(n * k)), x(static_cast<std::size_t>(t * k));
+  for (float& v : w) v = 0.02f * heavy(rng);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = heavy(rng) * (i % 7 == 0 ? 8.0f : 1.0f);
+  ThreadPool pool(2), one(1);
+  std::vector<float> clipped = w, clipped_one = w;
+  const std::vector<float> limits = awq_clip(clipped, n, k, x, spec, 20, pool);
+  EXPECT_EQ(awq_clip(clipped_one, n, k, x, spec, 20, one), limits);  // the same at any pool size
+  const std::int64_t groups = 3;
+  int shrunk = 0;
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t c0 = g * 32, len = std::min<std::int64_t>(32, k - c0);
+      float amax = 0;
+      for (std::int64_t c = c0; c < c0 + len; ++c) amax = std::max(amax, std::abs(w[static_cast<std::size_t>(r * k + c)]));
+      std::vector<double> errors;
+      for (int i = 0; i < 10; ++i) {
+        const float m = amax * (1.0f - static_cast<float>(i) / 20.0f);
+        std::vector<float> row(w.begin() + r * k, w.begin() + (r + 1) * k), q(static_cast<std::size_t>(k));
+        for (float& v : row) v = std::clamp(v, -m, m);
+        dequantize_row(quantize_matrix(row.data(), 1, k, spec), 0, q.data());
+        double err = 0;
+        for (std::int64_t s = 0; s < t; ++s) {
+          double out = 0;
+          for (std::int64_t c = c0; c < c0 + len; ++c)
+            out += static_cast<double>(x[static_cast<std::size_t>(s * k + c)]) *
+                   (static_cast<double>(q[static_cast<std::size_t>(c)]) - w[static_cast<std::size_t>(r * k + c)]);
+          err += out * out;
+        }
+        errors.push_back(err);
+      }
+      const float limit = limits[static_cast<std::size_t>(r * groups + g)];
+      const int chosen = static_cast<int>(std::lround((1.0 - limit / amax) * 20.0));
+      ASSERT_EQ(limit, amax * (1.0f - static_cast<float>(chosen) / 20.0f)) << r << "," << g;
+      const double least = *std::min_element(errors.begin(), errors.end());
+      EXPECT_LE(errors[static_cast<std::size_t>(chosen)], least * (1 + 1e-5) + 1e-12) << r << "," << g;
+      shrunk += chosen > 0;
+      for (std::int64_t c = c0; c < c0 + len; ++c)
+        ASSERT_EQ(clipped[static_cast<std::size_t>(r * k + c)], std::clamp(w[static_cast<std::size_t>(r * k + c)], -limit, limit));
+    }
+  EXPECT_GT(shrunk, n * groups / 4);  // the inputs make clipping matter
+  EXPECT_LT(shrunk, n * groups);
+}
+
 TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   ThreadPool pool(2);
   test::TempDir tmp;
@@ -159,7 +212,13 @@ TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--resume applies to --method gptq only"),
             std::string::npos);
   r.resume = false;
+  r.awq_search_tokens = -1;
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--awq-search-tokens must be 0 (all) or positive"),
+            std::string::npos);
   r.method = "rtn";
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--awq-search-tokens applies to --method awq"),
+            std::string::npos);
+  r.awq_search_tokens.reset();
   r.awq_clip = false;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--no-clip applies to --method awq"), std::string::npos);
 }

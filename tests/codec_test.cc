@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "formats/format_traits.h"
 #include "formats/ggml_types.h"
+#include "formats/group_rule.h"
 #include "formats/int_matrix.h"
 #include "formats/low_bit.h"
 
@@ -177,6 +180,58 @@ TEST(Codec, FloatFormatsRoundTrip) {
       }
     }
   }
+}
+
+// round_even, the rounding of every integer codec, is std::nearbyint (to nearest, ties to even) bit for bit:
+// a sweep of every 61st float (all exponents, both signs), the halves around 0 to 2^24, and the special values.
+TEST(Codec, RoundEvenIsNearbyintBitForBit) {
+  const auto same = [](float x) {
+    const float got = round_even(x), want = std::nearbyint(x);
+    return std::isnan(want) ? std::isnan(got) : std::memcmp(&got, &want, sizeof got) == 0;
+  };
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 61) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(u);
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    ASSERT_TRUE(same(x)) << std::hex << bits;
+  }
+  for (float h = 0.5f; h < 16777216.0f; h = h < 64.0f ? h + 1.0f : h * 1.5f + 0.5f)
+    for (const float x : {h, -h, std::nextafter(h, 0.0f), std::nextafter(h, 1e30f), -std::nextafter(h, 0.0f)})
+      ASSERT_TRUE(same(x)) << x;
+  for (const float x : {0.0f, -0.0f, 8388607.5f, 8388608.0f, -8388609.0f, std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(),
+                        std::nanf("")})
+    ASSERT_TRUE(same(x)) << x;
+}
+
+// quantize_matrix stores, for every value, its group's rule applied on its own (std::nearbyint(x / d) + zero,
+// clamped): the codecs' chunked, vectorized rounding and nibble packing, on ragged groups and odd row lengths.
+TEST(Codec, EveryStoredIntegerIsItsValuesRule) {
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kAsymInt4, LowBit::kSymInt8})
+    for (const Int4Range range : {Int4Range::kFull, Int4Range::kClip})
+      for (const Shape s : {Shape{3, 101, -1}, Shape{2, 100, 48}, Shape{4, 96, 32}, Shape{2, 7, 2}, Shape{1, 600, -1}}) {
+        if (range == Int4Range::kClip && type != LowBit::kSymInt4) continue;
+        const std::vector<float> w = weights(s.rows * s.cols, 11);
+        const QuantMatrix q = quantize_matrix(w.data(), s.rows, s.cols, {type, s.group, range});
+        const std::int64_t g_len = s.group < 0 ? s.cols : s.group;
+        for (std::int64_t r = 0; r < s.rows; ++r)
+          for (std::int64_t c0 = 0; c0 < s.cols; c0 += g_len) {
+            const std::int64_t len = std::min(g_len, s.cols - c0);
+            const float* x = w.data() + r * s.cols + c0;
+            const GroupRule rule = fit_group(type, range, x, len);
+            const float d = rule.step();
+            for (std::int64_t j = 0; j < len; ++j) {
+              const int want = d == 0.0f ? rule.zero
+                                         : static_cast<int>(std::clamp(std::nearbyint(x[j] / d) + static_cast<float>(rule.zero),
+                                                                       static_cast<float>(rule.lo), static_cast<float>(rule.hi)));
+              const int got = type == LowBit::kSymInt8
+                                  ? static_cast<std::int8_t>(q.data[static_cast<std::size_t>(r * q.row_bytes + c0 + j)])
+                                  : nibble(q, r, c0 + j);
+              ASSERT_EQ(got, want) << low_bit_name(type) << " " << s.cols << "/" << s.group << " at " << r << ","
+                                   << c0 + j;
+            }
+          }
+      }
 }
 
 TEST(Codec, RejectsBadInput) {

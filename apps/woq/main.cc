@@ -1,6 +1,9 @@
 // woq: weight-only-quantized LLM inference. Thin front end: parse flags,
 // call the library, print.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -11,8 +14,18 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/utf8.h"
+#include "kernels/blas.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS chose its kernels by CPU model when it was loaded; where woq's choice by features differs, run
+  // again with it (execv returns only when it fails: go on as is).
+  if (woq::choose_blas_kernels()) {
+    char self[4096];
+    if (const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+      self[n] = '\0';
+      execv(self, argv);  // the program's own path: ps and top go on showing its name
+    }
+  }
   CLI::App app{"woq: weight-only-quantized LLM inference for Llama-family models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "woq 0.1.0");

@@ -30,6 +30,7 @@ struct QuantizeArgs {
   std::uint64_t seed = 0;
   int threads = 0;
   int awq_grid = 20;
+  std::int64_t awq_search_tokens = 512;
   bool no_clip = false;
   // Plan search (--measure / --target-kl / --target-bpw).
   bool measure = false;
@@ -62,7 +63,7 @@ int run_plan_search(const QuantizeArgs& a) {
   for (const char* flag : {"--low-bit", "--group-size", "--method", "--recipe", "--format", "--int4-range", "--rounding",
                            "--calib", "--gptq-format", "--max-shard-size", "--damp-percent", "--desc-act",
                            "--static-groups", "--true-sequential", "--block-size", "--seed", "--resume", "--plan",
-                           "--awq-grid", "--no-clip"})
+                           "--awq-grid", "--no-clip", "--awq-search-tokens"})
     if (c->count(flag) > 0) fail("{} does not apply to a plan search (--measure / --target-kl / --target-bpw)", flag);
   PlanRequest p;
   p.input = a.request.input;
@@ -110,6 +111,7 @@ int run_quantize(QuantizeArgs& a) {
   r.seqlen = given(c, "--seqlen", a.seqlen);
   r.seed = given(c, "--seed", a.seed);
   r.awq_grid = given(c, "--awq-grid", a.awq_grid);
+  r.awq_search_tokens = given(c, "--awq-search-tokens", a.awq_search_tokens);
   if (a.no_clip) r.awq_clip = false;
   ThreadPool pool(a.threads);
   std::signal(SIGINT, on_sigint);
@@ -153,6 +155,10 @@ Run add_quantize(CLI::App& app) {
                   "clipping, then GPTQ)")
       ->capture_default_str();
   cmd->add_option("--awq-grid", args->awq_grid, "AWQ: scale exponents searched per group (0, 1/N, ..., (N-1)/N)")
+      ->capture_default_str();
+  cmd->add_option("--awq-search-tokens", args->awq_search_tokens,
+                  "AWQ: calibration tokens each scale search measures its loss on, evenly spaced (q/k/v: whole "
+                  "sequences); 0: all")
       ->capture_default_str();
   cmd->add_flag("--no-clip", args->no_clip, "AWQ: skip the weight-clipping search");
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ, awq+gptq: dampening, as a fraction of mean(diag H)")

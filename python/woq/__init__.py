@@ -23,7 +23,25 @@ import threading
 
 import numbers
 
-from . import _woq
+
+def _choose_blas_kernels():
+    """OpenBLAS's kernels by the CPU's features, the rule woq::choose_blas_kernels (src/kernels/blas.h) applies in
+    the CLI, set before the engine loads OpenBLAS (which reads OPENBLAS_CORETYPE once, when it is loaded): the
+    module and the CLI then compute the same bits, at AVX-512 speed on CPUs newer than the OpenBLAS release."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return
+    if {"avx512f", "avx512cd", "avx512dq", "avx512bw", "avx512vl"} <= set(flags):
+        os.environ["OPENBLAS_CORETYPE"] = "Cooperlake" if "avx512_bf16" in flags else "SkylakeX"
+
+
+_choose_blas_kernels()
+
+from . import _woq  # noqa: E402 (after the BLAS choice)
 
 Error = _woq.Error
 Tokenizer = _woq.Tokenizer
@@ -415,7 +433,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
              force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
              measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False, awq_grid=None,
-             no_clip=False):
+             no_clip=False, awq_search_tokens=None):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -429,8 +447,9 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     method: "rtn" (round to nearest, the default) or "gptq" (calibrated: damp_percent 0.01, desc_act, static_groups,
         true_sequential, block_size 128; calib "random" = nsamples x seqlen random token ids with `seed`, or
         "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens), "awq" (activation-aware
-        scales searched over awq_grid exponents (20) and folded into the norms, weight clipping unless
-        no_clip=True, then round to nearest; calibrated as GPTQ) or "awq+gptq" (AWQ's scales and clipping, then
+        scales searched over awq_grid exponents (20), each loss on awq_search_tokens calibration tokens (512;
+        0: all), folded into the norms, weight clipping unless no_clip=True, then round to nearest; calibrated as
+        GPTQ) or "awq+gptq" (AWQ's scales and clipping, then
         GPTQ with its options).
     low_bit: sym_int4 (default; asym_int4 for format="awq"), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
@@ -514,6 +533,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     r.seqlen = _int(seqlen, "seqlen", optional=True)
     r.seed = _int(seed, "seed", (_INT64[0], _UINT64[1]), optional=True)
     r.awq_grid = _int(awq_grid, "awq_grid", _INT32, optional=True)
+    r.awq_search_tokens = _int(awq_search_tokens, "awq_search_tokens", optional=True)
     if _bool(no_clip, "no_clip"):
         r.awq_clip = False
     if seed is not None and seed < 0:

@@ -23,7 +23,9 @@ inline std::uint16_t encode_scale(float d) {
 /// round-to-nearest-even of x / d clamped to [lo, hi]; 0 when d == 0.
 inline int round_div(float x, float d, int lo, int hi) {
   if (d == 0.0f) return 0;
-  const float r = std::nearbyint(x / d);
+  const float x_d = x / d;  // round to nearest even, as std::nearbyint in the default mode (group_rule.h's round_even)
+  const float a = std::fabs(x_d);
+  const float r = a < 8388608.0f ? std::copysign((a + 8388608.0f) - 8388608.0f, x_d) : x_d;
   return static_cast<int>(std::clamp(r, static_cast<float>(lo), static_cast<float>(hi)));
 }
 

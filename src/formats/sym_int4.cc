@@ -31,14 +31,15 @@ void quantize_row(const float* x, std::int64_t k, std::int64_t group, Int4Range 
     const std::int64_t n = codec::group_len(g, k, group);
     const GroupRule rule = fit_group(range, xg, n);
     scales[g] = rule.scale;
-    for (std::int64_t j = 0; j < n; ++j) codec::put_nibble(q, g * group + j, rule.quantize(xg[j]));
+    quantize_nibbles(rule, xg, n, q, g * group);
   }
 }
 
 void dequantize_row(const std::uint8_t* q, const std::uint16_t* scales, std::int64_t k,
                     std::int64_t group, float* out) {
-  for (std::int64_t j = 0; j < k; ++j) {
-    out[j] = static_cast<float>(codec::get_nibble(q, j) - 8) * fp16_to_fp32(scales[j / group]);
+  for (std::int64_t j0 = 0, g = 0; j0 < k; j0 += group, ++g) {
+    const float d = fp16_to_fp32(scales[g]);
+    for (std::int64_t j = j0; j < std::min(k, j0 + group); ++j) out[j] = static_cast<float>(codec::get_nibble(q, j) - 8) * d;
   }
 }
 

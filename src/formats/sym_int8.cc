@@ -26,14 +26,20 @@ void quantize_row(const float* x, std::int64_t k, std::int64_t group, std::int8_
     const std::int64_t n = codec::group_len(g, k, group);
     const GroupRule rule = fit_group(xg, n);
     scales[g] = rule.scale;
-    for (std::int64_t j = 0; j < n; ++j) q[g * group + j] = static_cast<std::int8_t>(rule.quantize(xg[j]));
+    std::int32_t buf[256];
+    for (std::int64_t j0 = 0; j0 < n; j0 += 256) {
+      const std::int64_t len = std::min<std::int64_t>(256, n - j0);
+      rule.quantize(xg + j0, len, buf);
+      for (std::int64_t j = 0; j < len; ++j) q[g * group + j0 + j] = static_cast<std::int8_t>(buf[j]);
+    }
   }
 }
 
 void dequantize_row(const std::int8_t* q, const std::uint16_t* scales, std::int64_t k,
                     std::int64_t group, float* out) {
-  for (std::int64_t j = 0; j < k; ++j) {
-    out[j] = static_cast<float>(q[j]) * fp16_to_fp32(scales[j / group]);
+  for (std::int64_t j0 = 0, g = 0; j0 < k; j0 += group, ++g) {
+    const float d = fp16_to_fp32(scales[g]);
+    for (std::int64_t j = j0; j < std::min(k, j0 + group); ++j) out[j] = static_cast<float>(q[j]) * d;
   }
 }
 

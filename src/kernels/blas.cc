@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -49,6 +50,17 @@ std::string blas_description() {
   return fmt::format("OpenBLAS {} kernels, as OPENBLAS_CORETYPE={} says; this CPU can run OpenBLAS's AVX-512 kernels "
                      "(1.7 times the Haswell kernels' rate for GPTQ on Zen 5): unset OPENBLAS_CORETYPE to use them",
                      core, forced);
+}
+
+bool choose_blas_kernels() {
+  if (openblas_get_corename == nullptr || !cpu_runs_skylakex_kernels()) return false;
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE"); forced != nullptr && *forced != '\0') return false;
+  std::string wanted = "SkylakeX";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512bf16")) wanted = "Cooperlake";
+#endif
+  setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
+  return wanted != openblas_get_corename();
 }
 
 namespace {
@@ -97,6 +109,29 @@ void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std:
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n1 - n0),
                   static_cast<int>(k), 1.0f, x, static_cast<int>(k), w + n0 * k, static_cast<int>(k), 0.0f, y + n0,
                   static_cast<int>(n));
+    }
+  });
+}
+
+void parallel_quadratic_forms(ThreadPool& pool, std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld,
+                              const float* h, double* out) {
+  if (rows <= 0 || len <= 0) return;
+  constexpr std::int64_t kRows = 64;
+  const ScopedBlasThreads one_blas_thread(1);
+  pool.parallel_for((rows + kRows - 1) / kRows, [&](std::int64_t p0, std::int64_t p1) {
+    std::vector<float> dh(static_cast<std::size_t>(kRows * len));
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t r0 = p * kRows, r1 = std::min(rows, r0 + kRows);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r1 - r0), static_cast<int>(len),
+                  static_cast<int>(len), 1.0f, d + r0 * ld, static_cast<int>(ld), h, static_cast<int>(len), 0.0f,
+                  dh.data(), static_cast<int>(len));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float* dr = d + r * ld;
+        const float* e = dh.data() + (r - r0) * len;
+        double sum = 0;
+        for (std::int64_t c = 0; c < len; ++c) sum += static_cast<double>(e[c]) * dr[c];
+        out[r] = sum;
+      }
     }
   });
 }

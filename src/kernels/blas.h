@@ -19,6 +19,20 @@ namespace woq {
 /// not OpenBLAS.
 std::string blas_description();
 
+/// Chooses OpenBLAS's kernels by the CPU's features rather than its model:
+/// when OPENBLAS_CORETYPE is unset and the CPU runs OpenBLAS's AVX-512
+/// kernels, sets it to "Cooperlake" (with AVX512_BF16) or "SkylakeX".
+/// OpenBLAS (a DYNAMIC_ARCH build, as Debian's) picks by CPU model and does
+/// not know the models newer than its release: 0.3.21 (Debian 12) takes its
+/// SSE3 "Prescott" kernels on an Emerald Rapids Xeon (model 207), whose sgemm
+/// then runs at 26 GFLOP/s on one core against 143 with "Cooperlake". One
+/// rule for every woq process also keeps their float results the same bits
+/// (python/woq/__init__.py applies it before loading the library). Returns
+/// true when the OpenBLAS already loaded runs other kernels than the ones set:
+/// OpenBLAS reads the variable once, when it is loaded, so the caller runs
+/// itself again (the woq CLI does). No-op, false, for a BLAS other than OpenBLAS.
+bool choose_blas_kernels();
+
 /// OpenBLAS's thread count now; 0 for a BLAS other than OpenBLAS.
 int blas_threads();
 
@@ -48,6 +62,15 @@ class ScopedBlasThreads {
 /// those of one sgemm call). Dimensions must fit in int.
 void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std::int64_t k, const float* x,
                        const float* w, float* y);
+
+/// out[r] = d_r · h · d_rᵀ for the rows d_r of d [rows x len] (row-major,
+/// row stride ld >= len) and h [len x len] row-major, symmetric (the squared
+/// error Σ_t (x_t · d_r)² of a weight difference d_r on inputs whose Gram
+/// matrix is h = Σ_t x_tᵀ x_t): cblas_sgemm on panels of 64 rows spread over
+/// pool's threads (one OpenBLAS thread each), each panel's sums in f64. The
+/// panels depend on the shape only: the same bits at any pool size.
+void parallel_quadratic_forms(ThreadPool& pool, std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld,
+                              const float* h, double* out);
 
 /// c[k x k] += x^T x for x [rows x k], row-major f32, upper triangle only
 /// (the lower one is left as it is): bands of c's rows of equal work, each a

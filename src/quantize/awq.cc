@@ -5,11 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "formats/format_traits.h"
 #include "kernels/blas.h"
+#include "kernels/matmul.h"
 
 namespace woq {
 
@@ -32,11 +35,19 @@ std::vector<double> channel_abs_mean(const std::vector<float>& x, std::int64_t k
 }
 
 // Columns of [rows, k] row-major `m` multiplied (divide = false) or divided by s.
-void scale_columns(std::vector<float>& m, std::int64_t k, const std::vector<float>& s, bool divide) {
-  for (std::size_t i = 0; i < m.size(); ++i) {
-    const float f = s[i % static_cast<std::size_t>(k)];
-    m[i] = divide ? m[i] / f : m[i] * f;
+void scale_columns(float* m, std::int64_t rows, std::int64_t k, const std::vector<float>& s, bool divide) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = m + r * k;
+    if (divide) {
+      for (std::int64_t c = 0; c < k; ++c) row[c] /= s[static_cast<std::size_t>(c)];
+    } else {
+      for (std::int64_t c = 0; c < k; ++c) row[c] *= s[static_cast<std::size_t>(c)];
+    }
   }
+}
+
+void scale_columns(std::vector<float>& m, std::int64_t k, const std::vector<float>& s, bool divide) {
+  scale_columns(m.data(), static_cast<std::int64_t>(m.size()) / k, k, s, divide);
 }
 
 // W [n, k] as `spec` stores it, dequantized: the values round to nearest gives.
@@ -50,16 +61,6 @@ std::vector<float> fake_quantize(const std::vector<float>& w, std::int64_t n, st
   return out;
 }
 
-// Q(W·s)/s of W [n, k] in `spec`.
-std::vector<float> scaled_fake_quantize(const std::vector<float>& w, std::int64_t n, std::int64_t k,
-                                        const std::vector<float>& s, const QuantSpec& spec, ThreadPool& pool) {
-  std::vector<float> ws = w;
-  scale_columns(ws, k, s, false);
-  std::vector<float> q = fake_quantize(ws, n, k, spec, pool);
-  scale_columns(q, k, s, true);
-  return q;
-}
-
 double mean_squared_error(const std::vector<float>& a, const std::vector<float>& b) {
   double sum = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -69,89 +70,135 @@ double mean_squared_error(const std::vector<float>& a, const std::vector<float>&
   return sum / static_cast<double>(std::max<std::size_t>(a.size(), 1));
 }
 
-// y [rows, n] = x [rows, k] W^T.
-std::vector<float> matmul(ThreadPool& pool, const std::vector<float>& x, const std::vector<float>& w, std::int64_t n,
-                          std::int64_t k) {
-  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / k;
-  std::vector<float> y(static_cast<std::size_t>(rows * n));
-  parallel_sgemm_nt(pool, rows, n, k, x.data(), w.data(), y.data());
-  return y;
-}
+// A linear as AWQ runs it: y [rows, n] = (x / in) · Wᵀ for x [rows, k], each output times `out` (in, out empty:
+// 1); W in fp32 (sgemm) or quantized, on woq's kernels with int16 activations (each input rounded to about
+// amax/65024 of its block: the product is the exact one's to about 1e-5, at prefill's speed).
+class AwqLinear {
+ public:
+  AwqLinear() = default;
+  // fp32 W [n, k] (borrowed).
+  AwqLinear(const std::vector<float>& w, std::int64_t n, std::int64_t k) : w_(&w), n_(n), k_(k) {}
+  // A quantized W, taking x / in and giving y · out.
+  AwqLinear(QuantMatrix q, std::vector<float> in, std::vector<float> out, ThreadPool& pool)
+      : q_(std::move(q)), in_(std::move(in)), out_(std::move(out)), n_(q_->rows), k_(q_->cols) {
+    q_->activations = format_traits(q_->type).activation_blocks == ActivationBlocks::kQ8_K ? Activations::kF32
+                                                                                          : Activations::kInt16;
+    prepare_for_kernels(*q_, &pool);
+  }
+  // Q(W·s) of fp32 W [n, k] in `spec`, taking x / s (fp32 W itself for a format that is not quantized).
+  static AwqLinear scaled(const std::vector<float>& w, std::int64_t n, std::int64_t k, const std::vector<float>& s,
+                          const QuantSpec& spec, ThreadPool& pool) {
+    if (!is_quantized(spec.type)) return AwqLinear(w, n, k);
+    const RowReader scaled_row = [&](std::int64_t r, float* row) {
+      std::copy_n(w.data() + r * k, k, row);
+      scale_columns(row, 1, k, s, false);
+    };
+    return AwqLinear(quantize_matrix(scaled_row, n, k, spec, &pool), s, {}, pool);
+  }
 
-// The Llama MLP down(silu(gate x) * up x) on rows x [R, hidden].
-std::vector<float> mlp(ThreadPool& pool, const std::vector<float>& x, const std::vector<float>& gate,
-                       const std::vector<float>& up, const std::vector<float>& down, std::int64_t hidden,
-                       std::int64_t inter) {
-  std::vector<float> g = matmul(pool, x, gate, inter, hidden);
-  const std::vector<float> u = matmul(pool, x, up, inter, hidden);
-  for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  return matmul(pool, g, down, hidden, inter);
-}
+  std::int64_t rows() const { return n_; }
 
-// Clips W [n, k] per output row and group to the threshold (max |W| of the group shrunk by i / grid,
-// i < grid / 2) whose quantized group output on the sampled inputs x [T, k] is closest to the float one
-// (AutoAWQ's _compute_best_clip).
-void clip_weights(std::vector<float>& w, std::int64_t n, std::int64_t k, const std::vector<float>& x,
-                  const QuantSpec& spec, int grid, ThreadPool& pool) {
+  void apply(ThreadPool& pool, Workspace& ws, const float* x, std::int64_t rows, float* y) const {
+    if (!q_) {
+      parallel_sgemm_nt(pool, rows, n_, k_, x, w_->data(), y);
+      return;
+    }
+    if (in_.empty()) {
+      matmul(*q_, x, rows, y, pool, ws);
+    } else {
+      std::vector<float> xs(x, x + rows * k_);
+      scale_columns(xs, k_, in_, true);
+      matmul(*q_, xs.data(), rows, y, pool, ws);
+    }
+    if (!out_.empty()) scale_columns(y, rows, n_, out_, false);
+  }
+
+  std::vector<float> apply(ThreadPool& pool, Workspace& ws, const std::vector<float>& x) const {
+    const std::int64_t rows = static_cast<std::int64_t>(x.size()) / k_;
+    std::vector<float> y(static_cast<std::size_t>(rows * n_));
+    apply(pool, ws, x.data(), rows, y.data());
+    return y;
+  }
+
+ private:
+  const std::vector<float>* w_ = nullptr;
+  std::optional<QuantMatrix> q_;
+  std::vector<float> in_, out_;
+  std::int64_t n_ = 0, k_ = 0;
+};
+
+}  // namespace
+
+// The error Σ_t (x_tg · Δ_rg)² with Δ = Q(clip(W)) − W is taken as Δ_rg H_g Δ_rgᵀ with each group's Gram matrix
+// H_g = Σ_t x_tgᵀ x_tg: the same sum without the T products of each candidate.
+std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t k, const std::vector<float>& x,
+                            const QuantSpec& spec, int grid, ThreadPool& pool) {
   const std::int64_t g_len = spec.group_size <= 0 ? k : std::min(spec.group_size, k);
   const std::int64_t groups = (k + g_len - 1) / g_len;
   const std::int64_t t = static_cast<std::int64_t>(x.size()) / k;
-  // Each group's columns of x and of W, contiguous.
-  const auto columns = [&](const std::vector<float>& m, std::int64_t rows, std::int64_t g) {
-    const std::int64_t c0 = g * g_len, len = std::min(g_len, k - c0);
-    std::vector<float> out(static_cast<std::size_t>(rows * len));
-    for (std::int64_t r = 0; r < rows; ++r)
-      std::copy_n(m.begin() + r * k + c0, len, out.begin() + r * len);
-    return out;
-  };
-  std::vector<std::vector<float>> xg(static_cast<std::size_t>(groups)), org(static_cast<std::size_t>(groups));
+  const auto len_of = [&](std::int64_t g) { return std::min(g_len, k - g * g_len); };
+  std::vector<std::vector<float>> gram(static_cast<std::size_t>(groups));
+  pool.parallel_for(groups, [&](std::int64_t g0, std::int64_t g1) {
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::int64_t len = len_of(g);
+      std::vector<float>& h = gram[static_cast<std::size_t>(g)];
+      h.assign(static_cast<std::size_t>(len * len), 0.0f);
+      for (std::int64_t s = 0; s < t; ++s) {
+        const float* xr = x.data() + s * k + g * g_len;
+        for (std::int64_t a = 0; a < len; ++a) {
+          float* hr = h.data() + a * len;
+          for (std::int64_t b = 0; b < len; ++b) hr[b] += xr[a] * xr[b];
+        }
+      }
+    }
+  });
   std::vector<float> amax(static_cast<std::size_t>(n * groups), 0.0f);
-  for (std::int64_t g = 0; g < groups; ++g) {
-    const std::int64_t len = std::min(g_len, k - g * g_len);
-    xg[static_cast<std::size_t>(g)] = columns(x, t, g);
-    org[static_cast<std::size_t>(g)] = matmul(pool, xg[static_cast<std::size_t>(g)], columns(w, n, g), n, len);
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < len; ++c)
-        amax[static_cast<std::size_t>(r * groups + g)] =
-            std::max(amax[static_cast<std::size_t>(r * groups + g)], std::abs(w[static_cast<std::size_t>(r * k + g * g_len + c)]));
-  }
-  std::vector<float> best = amax;
-  std::vector<double> best_err(amax.size(), std::numeric_limits<double>::infinity());
+  pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t c = 0; c < k; ++c) {
+        float& m = amax[static_cast<std::size_t>(r * groups + c / g_len)];
+        m = std::max(m, std::abs(w[static_cast<std::size_t>(r * k + c)]));
+      }
+  });
+  // W clamped to the thresholds `limit` [n, groups] times `shrink`.
+  const auto clamped = [&](const std::vector<float>& limit, float shrink, std::vector<float>& out) {
+    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t g = 0; g < groups; ++g) {
+          const float m = limit[static_cast<std::size_t>(r * groups + g)] * shrink;
+          const float* in = w.data() + r * k + g * g_len;
+          float* o = out.data() + r * k + g * g_len;
+          for (std::int64_t c = 0; c < len_of(g); ++c) o[c] = std::clamp(in[c], -m, m);
+        }
+    });
+  };
+  std::vector<float> best = amax, clipped(w.size());
+  std::vector<double> best_err(amax.size(), std::numeric_limits<double>::infinity()), err(static_cast<std::size_t>(n));
   for (int i = 0; i < grid / 2; ++i) {
     const float shrink = 1.0f - static_cast<float>(i) / static_cast<float>(grid);
-    std::vector<float> clipped = w;
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < k; ++c) {
-        const float m = amax[static_cast<std::size_t>(r * groups + c / g_len)] * shrink;
-        float& v = clipped[static_cast<std::size_t>(r * k + c)];
-        v = std::clamp(v, -m, m);
-      }
-    const std::vector<float> q = fake_quantize(clipped, n, k, spec, pool);
+    clamped(amax, shrink, clipped);
+    std::vector<float> delta = fake_quantize(clipped, n, k, spec, pool);
+    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t j = r0 * k; j < r1 * k; ++j) delta[static_cast<std::size_t>(j)] -= w[static_cast<std::size_t>(j)];
+    });
     for (std::int64_t g = 0; g < groups; ++g) {
-      const std::int64_t len = std::min(g_len, k - g * g_len);
-      const std::vector<float> out = matmul(pool, xg[static_cast<std::size_t>(g)], columns(q, n, g), n, len);
-      const std::vector<float>& ref = org[static_cast<std::size_t>(g)];
+      parallel_quadratic_forms(pool, n, len_of(g), delta.data() + g * g_len, k, gram[static_cast<std::size_t>(g)].data(),
+                               err.data());
       for (std::int64_t r = 0; r < n; ++r) {
-        double err = 0;
-        for (std::int64_t s = 0; s < t; ++s) {
-          const double d = static_cast<double>(out[static_cast<std::size_t>(s * n + r)]) - ref[static_cast<std::size_t>(s * n + r)];
-          err += d * d;
-        }
         const std::size_t j = static_cast<std::size_t>(r * groups + g);
-        if (err / static_cast<double>(t) < best_err[j]) {
-          best_err[j] = err / static_cast<double>(t);
+        if (err[static_cast<std::size_t>(r)] < best_err[j]) {
+          best_err[j] = err[static_cast<std::size_t>(r)];
           best[j] = amax[j] * shrink;
         }
       }
     }
   }
-  for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t c = 0; c < k; ++c) {
-      const float m = best[static_cast<std::size_t>(r * groups + c / g_len)];
-      float& v = w[static_cast<std::size_t>(r * k + c)];
-      v = std::clamp(v, -m, m);
-    }
+  clamped(best, 1.0f, clipped);
+  w = std::move(clipped);
+  return best;
 }
+
+namespace {
 
 // Every `step`-th row of x [R, k], at most `count` rows.
 std::vector<float> sample_rows(const std::vector<float>& x, std::int64_t k, std::int64_t count) {
@@ -226,7 +273,7 @@ namespace {
 // next block's inputs by run()).
 class AwqBlock {
  public:
-  using Weights = std::array<const std::vector<float>*, kBlockLinears.size()>;
+  using Weights = std::array<const AwqLinear*, kBlockLinears.size()>;
 
   AwqBlock(LlamaModel& model, const TensorStore& store, const AwqOptions& options, ThreadPool& pool,
            std::int64_t layer, std::int64_t length, std::vector<std::vector<float>>& states)
@@ -266,12 +313,12 @@ class AwqBlock {
   LlamaModel::LinearCompute compute_with(const Weights& weights, std::vector<float>* o_out,
                                          std::vector<float>* down_out) {
     return [this, weights, o_out, down_out](LinearRole role, const float* in, std::int64_t rows, float* y) {
-      const auto [n, k] = dims(role);
+      const std::int64_t n = dims(role).first;
       if (weights[idx(role)] == nullptr) {
         std::fill(y, y + rows * n, 0.0f);
         return;
       }
-      parallel_sgemm_nt(pool_, rows, n, k, in, weights[idx(role)]->data(), y);
+      weights[idx(role)]->apply(pool_, ws_, in, rows, y);
       if (role == LinearRole::kO && o_out != nullptr) o_out->insert(o_out->end(), y, y + rows * n);
       if (role == LinearRole::kDown && down_out != nullptr) down_out->insert(down_out->end(), y, y + rows * n);
     };
@@ -285,10 +332,38 @@ class AwqBlock {
       if (role == LinearRole::kQ || role == LinearRole::kO || role == LinearRole::kGate || role == LinearRole::kDown)
         x_[idx(role)].insert(x_[idx(role)].end(), in, in + rows * dims(role).second);
     };
+    std::array<AwqLinear, kBlockLinears.size()> linears;
     Weights originals{};
-    for (const LinearSpec& s : kBlockLinears) originals[idx(s.role)] = &w_[idx(s.role)];
+    for (const LinearSpec& s : kBlockLinears) {
+      linears[idx(s.role)] = float_linear(s.role);
+      originals[idx(s.role)] = &linears[idx(s.role)];
+    }
     const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_, &y_down_);
     for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, observe, compute);
+    sample();
+  }
+
+  // The calibration rows the scale searches measure their losses on (AwqOptions::search_tokens): whole
+  // sequences for q/k/v (the attention needs them), evenly spaced rows for the others.
+  void sample() {
+    const std::int64_t sequences = static_cast<std::int64_t>(inputs_.size());
+    const std::int64_t budget = options_.search_tokens <= 0 ? sequences * length_ : options_.search_tokens;
+    const std::int64_t chosen = std::clamp<std::int64_t>((budget + length_ - 1) / length_, 1, sequences);
+    const std::int64_t hidden = c_.hidden_size;
+    for (std::int64_t i = 0; i < chosen; ++i) {
+      const std::int64_t seq = i * sequences / chosen;
+      search_inputs_.push_back(inputs_[static_cast<std::size_t>(seq)]);
+      y_o_search_.insert(y_o_search_.end(), y_o_.begin() + seq * length_ * hidden,
+                         y_o_.begin() + (seq + 1) * length_ * hidden);
+    }
+    const std::int64_t count = std::min(budget, sequences * length_);
+    y_o_rows_ = sample_rows(y_o_, hidden, count);
+    y_down_rows_ = sample_rows(y_down_, hidden, count);
+  }
+
+  // fp32 W of linear `role`, as it is now.
+  AwqLinear float_linear(LinearRole role) const {
+    return AwqLinear(w_[idx(role)], dims(role).first, dims(role).second);
   }
 
   // The format linear `role` is written in.
@@ -296,15 +371,20 @@ class AwqBlock {
     return options_.plan ? options_.plan->linear(layer_, role) : options_.spec;
   }
 
-  // Q(W·s)/s of linear `role` (W itself for a layer kept float).
-  std::vector<float> candidate(LinearRole role, const std::vector<float>& s) {
-    if (!is_quantized(spec_of(role).type)) return w_[idx(role)];
-    return scaled_fake_quantize(w_[idx(role)], dims(role).first, dims(role).second, s, spec_of(role), pool_);
+  // Q(W·s) of linear `role`, taking x / s (W itself for a layer kept float).
+  AwqLinear candidate(LinearRole role, const std::vector<float>& s) {
+    return AwqLinear::scaled(w_[idx(role)], dims(role).first, dims(role).second, s, spec_of(role), pool_);
+  }
+
+  // The search's rows of the recorded (scaled) inputs of `role`'s group.
+  std::vector<float> search_rows(LinearRole role) const {
+    return sample_rows(x_[idx(role)], dims(role).second, static_cast<std::int64_t>(y_o_rows_.size()) / c_.hidden_size);
   }
 
   // Searches one group's scales and multiplies its columns by them; returns them.
   std::vector<float> search(const char* group, const std::vector<LinearRole>& roles,
                             const std::function<double(const std::vector<float>&)>& loss) {
+    const auto t0 = Clock::now();
     const std::int64_t k = dims(roles.front()).second;
     std::vector<std::pair<const float*, std::int64_t>> ws;
     for (const LinearRole r : roles) ws.emplace_back(w_[idx(r)].data(), dims(r).first);
@@ -322,6 +402,7 @@ class AwqBlock {
       in_scale_[idx(r)] = chosen.scales;
     }
     scale_columns(x_[idx(roles.front())], k, chosen.scales, true);
+    chosen.seconds = seconds_since(t0);
     report_.scales.push_back(chosen);
     return report_.scales.back().scales;
   }
@@ -333,50 +414,51 @@ class AwqBlock {
     out_scale_[idx(role)] = s;
   }
 
-  // Step 2: each group's scales, folded before the next group is searched.
+  // Step 2: each group's scales, folded before the next group is searched; the losses on the sampled rows.
   void search_scales() {
-    const std::int64_t hidden = c_.hidden_size, inter = c_.intermediate_size;
-    // q/k/v: the attention's output (after o_proj), rerun with Q(W·s)/s for q, k and v.
+    // q/k/v: the attention's output (after o_proj), rerun with Q(W·s) for q, k and v.
     const std::vector<float> s_qkv = search("q/k/v", {LinearRole::kQ, LinearRole::kK, LinearRole::kV},
                                             [&](const std::vector<float>& s) {
-      const std::vector<float> q = candidate(LinearRole::kQ, s), k = candidate(LinearRole::kK, s),
-                               v = candidate(LinearRole::kV, s);
+      const AwqLinear q = candidate(LinearRole::kQ, s), k = candidate(LinearRole::kK, s),
+                      v = candidate(LinearRole::kV, s), o = float_linear(LinearRole::kO);
       Weights ws{};
       ws[idx(LinearRole::kQ)] = &q;
       ws[idx(LinearRole::kK)] = &k;
       ws[idx(LinearRole::kV)] = &v;
-      ws[idx(LinearRole::kO)] = &w_[idx(LinearRole::kO)];
+      ws[idx(LinearRole::kO)] = &o;
       std::vector<float> out;
       const LlamaModel::LinearCompute compute = compute_with(ws, &out, nullptr);
-      for (const auto& input : inputs_) {
+      for (const auto& input : search_inputs_) {
         std::vector<float> h = input;
         model_.forward_block(layer_, h.data(), length_, nullptr, compute);
       }
-      return mean_squared_error(out, y_o_);
+      return mean_squared_error(out, y_o_search_);
     });
     for (std::size_t i = 0; i < attn_norm_.size(); ++i) attn_norm_[i] /= s_qkv[i];
     // o after v: only where v's output is o's input, feature for feature.
     const bool v_bias = store_.find(linear_tensor(layer_, LinearRole::kV, "bias")) != nullptr;
     if (dims(LinearRole::kV).first == dims(LinearRole::kO).second && !v_bias) {
-      const std::int64_t k = dims(LinearRole::kO).second;
+      const std::vector<float> x = search_rows(LinearRole::kO);
       divide_rows(LinearRole::kV, search("o", {LinearRole::kO}, [&](const std::vector<float>& s) {
-                    return mean_squared_error(matmul(pool_, x_[idx(LinearRole::kO)], candidate(LinearRole::kO, s),
-                                                     hidden, k), y_o_);
+                    return mean_squared_error(candidate(LinearRole::kO, s).apply(pool_, ws_, x), y_o_rows_);
                   }));
     } else {
       report_.skipped.push_back(v_bias ? "o: v has a bias" : "o: v's output is not o's input (grouped-query attention)");
     }
-    // gate/up: the MLP's output with Q(W·s)/s for gate and up.
+    // gate/up: the MLP's output down(silu(gate x) · up x) with Q(W·s) for gate and up.
+    const std::vector<float> x_mlp = search_rows(LinearRole::kGate);
     const std::vector<float> s_mlp = search("gate/up", {LinearRole::kGate, LinearRole::kUp},
                                             [&](const std::vector<float>& s) {
-      return mean_squared_error(mlp(pool_, x_[idx(LinearRole::kGate)], candidate(LinearRole::kGate, s),
-                                    candidate(LinearRole::kUp, s), w_[idx(LinearRole::kDown)], hidden, inter), y_down_);
+      std::vector<float> g = candidate(LinearRole::kGate, s).apply(pool_, ws_, x_mlp);
+      const std::vector<float> u = candidate(LinearRole::kUp, s).apply(pool_, ws_, x_mlp);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      return mean_squared_error(float_linear(LinearRole::kDown).apply(pool_, ws_, g), y_down_rows_);
     });
     for (std::size_t i = 0; i < mlp_norm_.size(); ++i) mlp_norm_[i] /= s_mlp[i];
     // down after up.
+    const std::vector<float> x_down = search_rows(LinearRole::kDown);
     divide_rows(LinearRole::kUp, search("down", {LinearRole::kDown}, [&](const std::vector<float>& s) {
-                  return mean_squared_error(matmul(pool_, x_[idx(LinearRole::kDown)], candidate(LinearRole::kDown, s),
-                                                   hidden, inter), y_down_);
+                  return mean_squared_error(candidate(LinearRole::kDown, s).apply(pool_, ws_, x_down), y_down_rows_);
                 }));
   }
 
@@ -394,8 +476,8 @@ class AwqBlock {
     for (const LinearRole role : {LinearRole::kV, LinearRole::kO, LinearRole::kGate, LinearRole::kUp, LinearRole::kDown}) {
       const auto [n, k] = dims(role);
       if (!is_quantized(spec_of(role).type)) continue;  // kept float: nothing to clip for
-      clip_weights(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), spec_of(role),
-                   options_.clip_grid, pool_);
+      awq_clip(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), spec_of(role),
+               options_.clip_grid, pool_);
     }
   }
 
@@ -429,20 +511,26 @@ class AwqBlock {
   // (columns divided by the scale its input was divided by, rows times the scale its output was divided by),
   // so that the model's own norms apply.
   void propagate(const std::vector<QuantMatrix>& linears) {
-    std::array<std::vector<float>, kBlockLinears.size()> runs;
+    std::array<std::vector<float>, kBlockLinears.size()> floats;
+    std::array<AwqLinear, kBlockLinears.size()> runs;
     Weights ptrs{};
     for (const LinearSpec& s : kBlockLinears) {
       const auto [n, k] = dims(s.role);
-      std::vector<float>& e = runs[idx(s.role)];
-      e.resize(static_cast<std::size_t>(n * k));
       const QuantMatrix& q = linears[idx(s.role)];
-      pool_.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, e.data() + r * k);
-      });
-      if (!in_scale_[idx(s.role)].empty()) scale_columns(e, k, in_scale_[idx(s.role)], true);
-      if (!out_scale_[idx(s.role)].empty())
-        for (std::size_t i = 0; i < e.size(); ++i) e[i] *= out_scale_[idx(s.role)][i / static_cast<std::size_t>(k)];
-      ptrs[idx(s.role)] = &e;
+      if (is_quantized(q.type)) {
+        runs[idx(s.role)] = AwqLinear(q, in_scale_[idx(s.role)], out_scale_[idx(s.role)], pool_);
+      } else {
+        std::vector<float>& e = floats[idx(s.role)];
+        e.resize(static_cast<std::size_t>(n * k));
+        pool_.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, e.data() + r * k);
+        });
+        if (!in_scale_[idx(s.role)].empty()) scale_columns(e, k, in_scale_[idx(s.role)], true);
+        if (!out_scale_[idx(s.role)].empty())
+          for (std::size_t i = 0; i < e.size(); ++i) e[i] *= out_scale_[idx(s.role)][i / static_cast<std::size_t>(k)];
+        runs[idx(s.role)] = AwqLinear(e, n, k);
+      }
+      ptrs[idx(s.role)] = &runs[idx(s.role)];
     }
     const LlamaModel::LinearCompute compute = compute_with(ptrs, nullptr, nullptr);
     states_ = std::move(inputs_);
@@ -462,6 +550,10 @@ class AwqBlock {
   std::vector<std::vector<float>> inputs_;                   ///< the block's inputs, per sequence
   std::array<std::vector<float>, kBlockLinears.size()> x_;   ///< inputs by owner (q, o, gate, down), scaled as folded
   std::vector<float> y_o_, y_down_;                          ///< the float block's o and down outputs
+  std::vector<std::vector<float>> search_inputs_;            ///< the sequences the q/k/v search reruns
+  std::vector<float> y_o_search_;                            ///< their o outputs
+  std::vector<float> y_o_rows_, y_down_rows_;                ///< o's and down's outputs on the sampled rows
+  Workspace ws_;                                             ///< the kernels' buffers
   /// What each linear's columns were multiplied by / rows divided by (empty: nothing).
   std::array<std::vector<float>, kBlockLinears.size()> in_scale_, out_scale_;
 };

@@ -43,6 +43,9 @@ struct AwqOptions {
   int grid = 20;                   ///< scale exponents a = i / grid, i < grid (AutoAWQ's n_grid)
   bool clip = true;                ///< the clipping search (AutoAWQ's apply_clip)
   int clip_grid = 20;              ///< clipping thresholds max·(1 - i/clip_grid), i < clip_grid / 2 (AutoAWQ's)
+  /// Calibration rows each scale search's loss is measured on, evenly spaced (q/k/v: whole sequences,
+  /// ceil(search_tokens / length) of them); 0: all (AutoAWQ's). x_mean always takes every row.
+  std::int64_t search_tokens = 512;
   std::int64_t clip_tokens = 512;  ///< calibration rows the clipping search samples, evenly spaced (n_sample_token)
   /// awq+gptq: GPTQ on the scaled, clipped weights (these settings, spec from `spec`); unset: round to nearest.
   std::optional<GptqOptions> gptq;
@@ -60,6 +63,7 @@ struct AwqScale {
   double loss = 0;              ///< its mean squared error
   double loss_unscaled = 0;     ///< the error with s = 1 (a = 0 without w_mean), for the report
   std::vector<float> scales;    ///< s [K]
+  double seconds = 0;           ///< the search's time
 };
 
 /// What AWQ did to one block, and how long each part took (seconds).
@@ -82,6 +86,15 @@ AwqScale awq_search_scale(const std::vector<double>& x_mean, const std::vector<d
 /// groups of `group_size` along K (-1: K).
 std::vector<double> awq_weight_mean(const std::vector<std::pair<const float*, std::int64_t>>& w, std::int64_t k,
                                     std::int64_t group_size);
+
+/// AWQ's clipping search (step 3; AutoAWQ's _compute_best_clip) of W [n, k]
+/// row-major on inputs x [T, k]: per output row and group of spec.group_size
+/// (-1: k), the threshold max|W_g|·(1 − i/grid), i < grid/2, whose error
+/// Σ_t (x_tg · (Q(clip(W)) − W)_g)² is least (the first on ties), with Q
+/// round to nearest in `spec`; W is clamped to it. Returns the thresholds
+/// [n, groups]. Throws what quantize_matrix throws.
+std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t k, const std::vector<float>& x,
+                            const QuantSpec& spec, int grid, ThreadPool& pool);
 
 /// The BlockQuantizer of AWQ for `model` (loaded without its block linears:
 /// load_for_calibration) reading float weights from `store`: each block's

@@ -193,6 +193,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   a.spec = options.spec;
   a.grid = r.awq_grid.value_or(20);
   a.clip = r.awq_clip.value_or(true);
+  a.search_tokens = r.awq_search_tokens.value_or(a.search_tokens);
   a.plan = options.plan;  // --format awq: the layers AWQ cannot pack stay float
   if (r.method == "awq+gptq") {
     a.gptq = gptq_options_of(r, options);
@@ -208,9 +209,10 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   return awq_block_quantizer(model, store, std::move(calibration), a, pool, [&cb, layers](const AwqLayerReport& t) {
     std::vector<std::string> groups;
     for (const AwqScale& s : t.scales)
-      groups.push_back(s.ratio < 0 ? fmt::format("{} a=none error {:.3g} (no grid point beat unscaled)", s.group, s.loss)
-                                   : fmt::format("{} a={:.2f} error {:.3g} (unscaled {:.3g})", s.group, s.ratio,
-                                                 s.loss, s.loss_unscaled));
+      groups.push_back(s.ratio < 0 ? fmt::format("{} a=none error {:.3g} (no grid point beat unscaled; {:.1f} s)",
+                                                 s.group, s.loss, s.seconds)
+                                   : fmt::format("{} a={:.2f} error {:.3g} (unscaled {:.3g}; {:.1f} s)", s.group,
+                                                 s.ratio, s.loss, s.loss_unscaled, s.seconds));
     for (const std::string& s : t.skipped) groups.push_back("skipped " + s);
     say(cb, fmt::format("layer {}/{} AWQ: forward {:.2f} s, search {:.2f} s, clip {:.2f} s, quantize {:.2f} s; {}",
                         t.layer + 1, layers, t.forward, t.search, t.clip, t.quantize, fmt::join(groups, "; ")));
@@ -304,8 +306,11 @@ void validate(const QuantizeRequest& request) {
   if (method.starts_with("awq") && r.true_sequential)
     fail("--true-sequential does not apply to --method {}: AWQ quantizes a block's linears from the inputs it recorded "
          "in float", method);
-  if ((r.awq_grid || r.awq_clip) && method != "awq" && method != "awq+gptq")
-    fail("{} applies to --method awq or awq+gptq only", r.awq_grid ? "--awq-grid" : "--no-clip");
+  if ((r.awq_grid || r.awq_clip || r.awq_search_tokens) && method != "awq" && method != "awq+gptq")
+    fail("{} applies to --method awq or awq+gptq only",
+         r.awq_grid ? "--awq-grid" : r.awq_clip ? "--no-clip" : "--awq-search-tokens");
+  if (r.awq_search_tokens && *r.awq_search_tokens < 0)
+    fail("--awq-search-tokens must be 0 (all) or positive, got {}", *r.awq_search_tokens);
   if (r.awq_grid && (*r.awq_grid < 1 || *r.awq_grid > 1000)) fail("--awq-grid must be in [1, 1000], got {}", *r.awq_grid);
   if (r.resume && method != "gptq")
     fail("--resume applies to --method gptq only ({})",

@@ -56,6 +56,7 @@ struct QuantizeRequest {
   // AWQ only (calibration as GPTQ's).
   std::optional<int> awq_grid;             ///< scale exponents searched; default 20
   std::optional<bool> awq_clip;            ///< the clipping search; default true
+  std::optional<std::int64_t> awq_search_tokens;  ///< rows each scale search's loss takes; default 512, 0: all
 };
 
 /// Callbacks of a quantize run: `log` receives each line the CLI prints

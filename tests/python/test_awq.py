@@ -173,26 +173,30 @@ def test_woq_awq_output_reads_as_awq_in_numpy(tmp_path, small):
 
 
 def test_method_awq_writes_what_the_cli_writes(tmp_path):
-    """woq.quantize(method="awq") is the CLI's --method awq: the same files, byte for byte."""
+    """woq.quantize(method="awq") is the CLI's --method awq: the same files, byte for byte (the same OpenBLAS
+    kernels chosen by both: python/woq/__init__.py's _choose_blas_kernels)."""
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     py, cli = str(tmp_path / "py"), str(tmp_path / "cli")
     woq.quantize(MODEL, py, method="awq", low_bit="asym_int4", group_size=32, calib_file=calib, nsamples=4, seqlen=64,
-                 awq_grid=10, no_clip=True, progress=False)
+                 awq_grid=10, awq_search_tokens=128, progress=False)
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", cli, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64",
-                        "--awq-grid", "10", "--no-clip"], capture_output=True, text=True, timeout=300)
+                        "--awq-grid", "10", "--awq-search-tokens", "128"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "layer 5/5 AWQ:" in r.stderr and "q/k/v a=" in r.stderr
     for f in ("model.safetensors", "config.json"):
         assert open(os.path.join(py, f), "rb").read() == open(os.path.join(cli, f), "rb").read(), f
     with pytest.raises(ValueError, match="awq_grid applies to method awq"):
         woq.quantize(MODEL, str(tmp_path / "x"), awq_grid=10, progress=False)
+    with pytest.raises(ValueError, match="awq_search_tokens applies to method awq"):
+        woq.quantize(MODEL, str(tmp_path / "x"), awq_search_tokens=64, progress=False)
 
 
-def reference_awq_layer0(calib_ids, grid):
+def reference_awq_layer0(calib_ids, grid, qkv_seqs=None, row_step=1):
     """AWQ's scale search for layer 0's q/k/v and gate/up groups of stories260K in float64 NumPy, from the
     independent reference model (tests/reference/llama_reference.py) and the asym_int4 g32 rule of
-    src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]."""
+    src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]. The q/k/v loss is taken on the
+    sequences qkv_seqs (None: all), the gate/up loss on every row_step-th row of all sequences' rows."""
     from llama_reference import Model
     m = Model(MODEL, set())
     p = "model.layers.0."
@@ -250,28 +254,33 @@ def reference_awq_layer0(calib_ids, grid):
             return None, np.ones_like(x_mean), losses + [unscaled]
         return best / grid, all_scales[best], losses + [unscaled]
 
+    seqs = range(len(hs)) if qkv_seqs is None else qkv_seqs
     qkv = search(hs, [w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]],
-                 lambda c: np.mean([(attention_out(h, *c) - o) ** 2 for h, o in zip(hs, o_out)]))
-    gate_up = search(h2s, [w["mlp.gate_proj"], w["mlp.up_proj"]],
-                     lambda c: np.mean([(mlp(h, *c) - y) ** 2 for h, y in zip(h2s, mlp_out)]))
+                 lambda c: np.mean([(attention_out(hs[i], *c) - o_out[i]) ** 2 for i in seqs]))
+    rows, ys = np.concatenate(h2s)[::row_step], np.concatenate(mlp_out)[::row_step]
+    gate_up = search(h2s, [w["mlp.gate_proj"], w["mlp.up_proj"]], lambda c: np.mean((mlp(rows, *c) - ys) ** 2))
     return {"q/k/v": qkv, "gate/up": gate_up}
 
 
-def test_awq_scale_search_matches_a_float64_reference(tmp_path):
+@pytest.mark.parametrize("search_tokens,qkv_seqs,row_step", [(None, None, 1), ("128", [0, 2], 2)])
+def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, qkv_seqs, row_step):
     """Layer 0's q/k/v and gate/up scales: the exponent woq chose (its log; "none": s = 1 beat the grid) is the
     float64 reference's (or ties with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm
-    weights (original / folded) are the reference's for that exponent."""
+    weights (original / folded) are the reference's for that exponent. 4 x 64 calibration tokens, all of them in
+    the losses (the default --awq-search-tokens 512), or 128 of them: sequences 0 and 2 for q/k/v, every second
+    row for gate/up."""
     import re
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     out = str(tmp_path / "awq")
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", out, "--method", "awq", "--low-bit", "asym_int4",
-                        "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"],
+                        "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"]
+                       + (["--awq-search-tokens", search_tokens] if search_tokens else []),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     layer0 = [line for line in r.stderr.splitlines() if "layer 1/5 AWQ:" in line][0]
     chosen = {g: None if a == "none" else float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+|none)", layer0)}
     ids = woq.optimize_model(MODEL, progress=False).tokenizer.encode(open(calib).read())
-    ref = reference_awq_layer0([ids[i * 64:(i + 1) * 64] for i in range(4)], 20)
+    ref = reference_awq_layer0([ids[i * 64:(i + 1) * 64] for i in range(4)], 20, qkv_seqs, row_step)
     original = read_safetensors(os.path.join(MODEL, "model.safetensors"))
     folded = read_safetensors(os.path.join(out, "model.safetensors"))
     for group, norm in (("q/k/v", "input_layernorm"), ("gate/up", "post_attention_layernorm")):
