@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <random>
@@ -195,6 +196,54 @@ TEST(AwqClip, TakesTheThresholdOfLeastOutputErrorAsADirectFloat64Search) {
   EXPECT_LT(shrunk, n * groups);
 }
 
+// A run stopped after two blocks and continued with --resume writes the files of a run that was not stopped
+// (the resumed blocks' folded norms and scales are read back, and the states move on through them as they did);
+// another AWQ option is another run.
+class AwqResume : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  QuantizeRequest r;
+  r.input = WOQ_MODEL_DIR;
+  r.method = GetParam();
+  r.low_bit = "asym_int4";
+  r.group_size = 32;
+  r.calib_file = WOQ_TEST_DATA "/tinystories_calibration.txt";
+  r.nsamples = 4;
+  r.seqlen = 64;
+  r.awq_search_tokens = 128;  // q/k/v on two of the four sequences
+  r.output = tmp.file("whole");
+  run_quantize_request(r, pool, {});
+  r.output = tmp.file("cut");
+  std::int64_t done = 0;
+  QuantizeCallbacks stop;
+  stop.layers = [&](std::int64_t d, std::int64_t) { done = d; };
+  stop.stop = [&] { return done >= 2; };
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, stop); })
+                .find("stopped after decoder block 2 of 5; the same command with --resume continues from there"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(r.output));
+  r.resume = true;
+  r.awq_grid = 10;
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("belongs to a different run (awq_grid differs)"),
+            std::string::npos);
+  r.awq_grid.reset();
+  std::string said;
+  QuantizeCallbacks log;
+  log.log = [&](const std::string& line) { said += line + "\n"; };
+  run_quantize_request(r, pool, log);
+  EXPECT_NE(said.find("resuming: 2 of 5 blocks"), std::string::npos) << said;
+  EXPECT_EQ(said.find("layer 1/5 AWQ"), std::string::npos) << said;  // not searched again
+  EXPECT_NE(said.find("layer 3/5 AWQ"), std::string::npos) << said;
+  for (const char* file : {"model.safetensors", "config.json"})
+    EXPECT_TRUE(test::read_file(tmp.file("cut") + "/" + file) == test::read_file(tmp.file("whole") + "/" + file)) << file;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file(".cut.partial")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, AwqResume, ::testing::Values("awq", "awq+gptq"),
+                         [](const auto& p) { return std::string(p.param == std::string("awq") ? "Awq" : "AwqGptq"); });
+
 TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   ThreadPool pool(2);
   test::TempDir tmp;
@@ -208,10 +257,12 @@ TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   r.damp_percent = 0.1;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--damp-percent is a GPTQ option"), std::string::npos);
   r.damp_percent.reset();
+  r.method = "rtn";
   r.resume = true;
-  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--resume applies to --method gptq only"),
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--resume applies to --method gptq, awq or awq+gptq only"),
             std::string::npos);
   r.resume = false;
+  r.method = "awq";
   r.awq_search_tokens = -1;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--awq-search-tokens must be 0 (all) or positive"),
             std::string::npos);

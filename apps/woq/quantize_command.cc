@@ -189,7 +189,7 @@ Run add_quantize(CLI::App& app) {
                   "0.01, no desc_act, random tokens: Neural Magic's Llama-2-7b w8a16) or w4a16 (gptq, sym_int4 "
                   "group_size 128, desc_act)");
   cmd->add_flag("--resume", r.resume,
-                "GPTQ only (not AWQ): continue an interrupted run on this output (same input, options and calibration) from its "
+                "GPTQ and AWQ: continue an interrupted run on this output (same input, options and calibration) from its "
                 "last finished decoder block, kept in .OUTPUT.partial beside it");
   cmd->add_flag("--measure", args->measure,
                 "Plan search: measure each linear layer's KL contribution per candidate format on --calib-file text "

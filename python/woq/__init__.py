@@ -455,7 +455,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
         one that does not apply (a GPTQ option with method="rtn") raises ValueError, as the CLI refuses the flag.
     The output is written into a temporary directory beside it and renamed into place; an existing output is
-    replaced only with force=True. GPTQ keeps each finished decoder block in .OUTPUT.partial beside it: after an
+    replaced only with force=True. GPTQ and AWQ keep each finished decoder block in .OUTPUT.partial beside it: after an
     interruption (Ctrl-C raises KeyboardInterrupt after the current block, or the process was killed),
     resume=True continues from the last finished block with the same input, options and calibration. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
     a terminal (tqdm when installed); False: silent.

@@ -276,13 +276,17 @@ class AwqBlock {
   using Weights = std::array<const AwqLinear*, kBlockLinears.size()>;
 
   AwqBlock(LlamaModel& model, const TensorStore& store, const AwqOptions& options, ThreadPool& pool,
-           std::int64_t layer, std::int64_t length, std::vector<std::vector<float>>& states)
+           std::int64_t layer, std::int64_t length, std::vector<std::vector<float>>& states, ResumeDir* resume)
       : model_(model), store_(store), options_(options), pool_(pool), c_(model.config()), layer_(layer),
-        length_(length), states_(states) {
+        length_(length), states_(states), resume_(resume) {
     report_.layer = layer;
   }
 
+  // Whether this block was finished before an interruption (--resume).
+  bool finished() const { return resume_ != nullptr && layer_ < resume_->completed(); }
+
   QuantizedBlock run() {
+    if (finished()) return resumed();
     auto t0 = Clock::now();
     for (const LinearSpec& s : kBlockLinears) read_float_linear(store_, c_, layer_, s.role, w_[idx(s.role)]);
     attn_norm_ = read_vector(store_, layer_tensor(layer_, kAttnNorm.hf));
@@ -297,7 +301,11 @@ class AwqBlock {
     report_.clip = seconds_since(t0);
     t0 = Clock::now();
     QuantizedBlock out = quantize();
-    if (options_.propagate_quantized) propagate(out.linears);
+    if (options_.propagate_quantized) {
+      states_ = std::move(inputs_);
+      advance(out.linears);
+    }
+    if (resume_ != nullptr) resume_->save_block(layer_, saved(out.linears));
     out.replaced[layer_tensor(layer_, kAttnNorm.hf)] = std::move(attn_norm_);
     out.replaced[layer_tensor(layer_, kMlpNorm.hf)] = std::move(mlp_norm_);
     report_.quantize = seconds_since(t0);
@@ -507,10 +515,69 @@ class AwqBlock {
     return out;
   }
 
-  // The next block's inputs through this block as it will run: each quantized linear with its folds undone
-  // (columns divided by the scale its input was divided by, rows times the scale its output was divided by),
-  // so that the model's own norms apply.
-  void propagate(const std::vector<QuantMatrix>& linears) {
+  // The folded norms and the scales a finished block is resumed from: what --resume stores after the linears.
+  std::array<std::vector<float>, 6> folds() const {
+    const auto or_ones = [&](const std::vector<float>& s, LinearRole role) {
+      return s.empty() ? std::vector<float>(static_cast<std::size_t>(dims(role).second), 1.0f) : s;
+    };
+    return {attn_norm_, mlp_norm_, or_ones(in_scale_[idx(LinearRole::kQ)], LinearRole::kQ),
+            or_ones(in_scale_[idx(LinearRole::kO)], LinearRole::kO),
+            or_ones(in_scale_[idx(LinearRole::kGate)], LinearRole::kGate),
+            or_ones(in_scale_[idx(LinearRole::kDown)], LinearRole::kDown)};
+  }
+
+  // The block as --resume stores it: the linears, then folds() as fp32 rows (kAwqResumeMatrices in all).
+  std::vector<QuantMatrix> saved(const std::vector<QuantMatrix>& linears) const {
+    std::vector<QuantMatrix> out = linears;
+    for (const std::vector<float>& v : folds())
+      out.push_back(quantize_matrix(v.data(), 1, static_cast<std::int64_t>(v.size()), QuantSpec{LowBit::kFp32}));
+    return out;
+  }
+
+  // A block finished before an interruption: its linears, folded norms and scales as stored; the states move on
+  // as run() moved them (through the quantized block, scales applied as they were; a scale of 1 where none was
+  // searched gives the same bits as none).
+  QuantizedBlock resumed() {
+    std::vector<QuantMatrix> block = resume_->load_block(layer_);
+    std::array<std::vector<float>, 6> v;
+    const std::array<std::int64_t, 6> sizes = {c_.hidden_size, c_.hidden_size, dims(LinearRole::kQ).second,
+                                               dims(LinearRole::kO).second, dims(LinearRole::kGate).second,
+                                               dims(LinearRole::kDown).second};
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const QuantMatrix& m = block[kBlockLinears.size() + i];
+      if (m.type != LowBit::kFp32 || m.rows != 1 || m.cols != sizes[i])
+        fail("--resume: block {}'s stored AWQ scales do not fit this model; start over with --force", layer_);
+      v[i].resize(static_cast<std::size_t>(m.cols));
+      dequantize_row(m, 0, v[i].data());
+    }
+    block.resize(kBlockLinears.size());
+    for (const LinearRole r : {LinearRole::kQ, LinearRole::kK, LinearRole::kV}) in_scale_[idx(r)] = v[2];
+    in_scale_[idx(LinearRole::kO)] = out_scale_[idx(LinearRole::kV)] = v[3];
+    for (const LinearRole r : {LinearRole::kGate, LinearRole::kUp}) in_scale_[idx(r)] = v[4];
+    in_scale_[idx(LinearRole::kDown)] = out_scale_[idx(LinearRole::kUp)] = v[5];
+    if (options_.propagate_quantized) {
+      advance(block);
+    } else {  // the float block, as record() runs it
+      for (const LinearSpec& s : kBlockLinears) read_float_linear(store_, c_, layer_, s.role, w_[idx(s.role)]);
+      std::array<AwqLinear, kBlockLinears.size()> linears;
+      Weights originals{};
+      for (const LinearSpec& s : kBlockLinears) {
+        linears[idx(s.role)] = float_linear(s.role);
+        originals[idx(s.role)] = &linears[idx(s.role)];
+      }
+      const LlamaModel::LinearCompute compute = compute_with(originals, nullptr, nullptr);
+      for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, nullptr, compute);
+    }
+    QuantizedBlock out{std::move(block), {}};
+    out.replaced[layer_tensor(layer_, kAttnNorm.hf)] = std::move(v[0]);
+    out.replaced[layer_tensor(layer_, kMlpNorm.hf)] = std::move(v[1]);
+    return out;
+  }
+
+  // The states through this block as it will run: each quantized linear with its folds undone (columns divided
+  // by the scale its input was divided by, rows times the scale its output was divided by), so that the model's
+  // own norms apply.
+  void advance(const std::vector<QuantMatrix>& linears) {
     std::array<std::vector<float>, kBlockLinears.size()> floats;
     std::array<AwqLinear, kBlockLinears.size()> runs;
     Weights ptrs{};
@@ -533,7 +600,6 @@ class AwqBlock {
       ptrs[idx(s.role)] = &runs[idx(s.role)];
     }
     const LlamaModel::LinearCompute compute = compute_with(ptrs, nullptr, nullptr);
-    states_ = std::move(inputs_);
     for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, nullptr, compute);
   }
 
@@ -544,6 +610,7 @@ class AwqBlock {
   const ModelConfig& c_;
   const std::int64_t layer_, length_;
   std::vector<std::vector<float>>& states_;
+  ResumeDir* resume_;
   AwqLayerReport report_;
   std::array<std::vector<float>, kBlockLinears.size()> w_;  ///< fp32 weights, scaled and clipped as AWQ goes
   std::vector<float> attn_norm_, mlp_norm_;                  ///< the RMSNorm weights, scales folded in
@@ -564,7 +631,6 @@ BlockQuantizer awq_block_quantizer(LlamaModel& model, const TensorStore& store, 
                                    const AwqOptions& options, ThreadPool& pool,
                                    const std::function<void(const AwqLayerReport&)>& on_layer, ResumeDir* resume) {
   if (calibration.empty()) fail("AWQ needs calibration data");
-  if (resume != nullptr) fail("--resume is not available for --method awq yet (its blocks are quick to run again)");
   const std::int64_t length = static_cast<std::int64_t>(calibration.front().size());
   auto states = std::make_shared<std::vector<std::vector<float>>>();
   for (const auto& seq : calibration) {
@@ -572,10 +638,11 @@ BlockQuantizer awq_block_quantizer(LlamaModel& model, const TensorStore& store, 
     states->emplace_back(static_cast<std::size_t>(length * model.config().hidden_size));
     model.embed(seq, states->back().data());
   }
-  return [&model, &store, states, options, &pool, length, on_layer](std::int64_t layer) {
-    AwqBlock block(model, store, options, pool, layer, length, *states);
+  return [&model, &store, states, options, &pool, length, on_layer, resume](std::int64_t layer) {
+    AwqBlock block(model, store, options, pool, layer, length, *states, resume);
+    const bool finished = block.finished();
     QuantizedBlock out = block.run();
-    if (on_layer) on_layer(block.report());
+    if (on_layer && !finished) on_layer(block.report());
     return out;
   };
 }

@@ -96,11 +96,18 @@ std::vector<double> awq_weight_mean(const std::vector<std::pair<const float*, st
 std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t k, const std::vector<float>& x,
                             const QuantSpec& spec, int grid, ThreadPool& pool);
 
+/// Matrices per block in AWQ's --resume directory (ResumeDir): the seven
+/// linears, the two folded RMSNorm weights and the q/k/v, o, gate/up and down
+/// input scales (1 where none was searched), each an fp32 row.
+inline constexpr std::int64_t kAwqResumeMatrices = static_cast<std::int64_t>(kBlockLinears.size()) + 6;
+
 /// The BlockQuantizer of AWQ for `model` (loaded without its block linears:
 /// load_for_calibration) reading float weights from `store`: each block's
 /// seven linears in options.spec plus its two RMSNorm weights with the
 /// scales folded in (QuantizedBlock::replaced). Reports each block to
-/// `on_layer`. With `resume`, blocks finished before are read back instead.
+/// `on_layer`. With `resume` (a ResumeDir of kAwqResumeMatrices per block),
+/// each finished block is saved there, and the blocks finished before are
+/// read back instead of searched (the same output as an uninterrupted run).
 /// Throws woq::Error for empty or ragged calibration, non-finite weights,
 /// and what quantize_matrix / GPTQ throw (naming the tensor).
 BlockQuantizer awq_block_quantizer(LlamaModel& model, const TensorStore& store, Calibration calibration,

@@ -188,7 +188,8 @@ GptqOptions gptq_options_of(const QuantizeRequest& r, const QuantizeOptions& opt
 // --method awq / awq+gptq: AWQ's block quantizer, saying what each block chose.
 BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& options, LlamaModel& model,
                                 const TensorStore& store, Calibration calibration, ThreadPool& pool,
-                                const QuantizeCallbacks& cb) {
+                                const QuantizeCallbacks& cb, nlohmann::ordered_json fingerprint,
+                                std::optional<ResumeDir>& resume) {
   AwqOptions a;
   a.spec = options.spec;
   a.grid = r.awq_grid.value_or(20);
@@ -202,10 +203,23 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
     options.desc_act = a.gptq->desc_act;
     options.static_groups = a.gptq->static_groups;
   }
+  // What makes another run: AWQ's options with the GPTQ run's fingerprint (input, format, calibration, plan).
+  fingerprint["method"] = a.gptq ? "awq+gptq" : "awq";
+  fingerprint["awq_grid"] = a.grid;
+  fingerprint["awq_clip"] = a.clip;
+  fingerprint["awq_search_tokens"] = a.search_tokens;
+  if (!a.gptq) {
+    for (const char* key : {"damp_percent", "desc_act", "static_groups", "true_sequential", "block_size"})
+      fingerprint.erase(key);
+  } else {
+    fingerprint["block_size"] = a.gptq->block_size;
+  }
+  const std::int64_t layers = model.config().num_hidden_layers;
+  resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force, cb.log,
+                 kAwqResumeMatrices);
   say(cb, fmt::format("AWQ: scale grid {}, clipping {}, then {}", a.grid, a.clip ? "on" : "off",
                       a.gptq ? fmt::format("GPTQ (damp_percent {}, desc_act {})", a.gptq->damp_percent, a.gptq->desc_act)
                              : std::string("round to nearest")));
-  const std::int64_t layers = model.config().num_hidden_layers;
   return awq_block_quantizer(model, store, std::move(calibration), a, pool, [&cb, layers](const AwqLayerReport& t) {
     std::vector<std::string> groups;
     for (const AwqScale& s : t.scales)
@@ -216,7 +230,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
     for (const std::string& s : t.skipped) groups.push_back("skipped " + s);
     say(cb, fmt::format("layer {}/{} AWQ: forward {:.2f} s, search {:.2f} s, clip {:.2f} s, quantize {:.2f} s; {}",
                         t.layer + 1, layers, t.forward, t.search, t.clip, t.quantize, fmt::join(groups, "; ")));
-  });
+  }, &*resume);
 }
 
 }  // namespace
@@ -312,9 +326,8 @@ void validate(const QuantizeRequest& request) {
   if (r.awq_search_tokens && *r.awq_search_tokens < 0)
     fail("--awq-search-tokens must be 0 (all) or positive, got {}", *r.awq_search_tokens);
   if (r.awq_grid && (*r.awq_grid < 1 || *r.awq_grid > 1000)) fail("--awq-grid must be in [1, 1000], got {}", *r.awq_grid);
-  if (r.resume && method != "gptq")
-    fail("--resume applies to --method gptq only ({})",
-         method == "rtn" ? "round to nearest is quick to run again" : "AWQ does not keep its finished blocks yet");
+  if (r.resume && method == "rtn")
+    fail("--resume applies to --method gptq, awq or awq+gptq only (round to nearest is quick to run again)");
   if (method.starts_with("awq") && r.plan)
     fail("--plan with --method {}: AWQ searches its scales for one format; give --low-bit and --group-size", method);
   if (r.calib && r.calib_file)
@@ -387,33 +400,34 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
     if (cb.layers) cb.layers(done, total);
     if (cb.stop && cb.stop() && done < total)
       fail("stopped after decoder block {} of {}{}", done, total,
-           method == "gptq" ? "; the same command with --resume continues from there" : "");
+           method != "rtn" ? "; the same command with --resume continues from there" : "");
   };
   if (method != "rtn") {
     LoadReport loaded;
     model = load_for_calibration(r.input, pool, &loaded);
     store = TensorStore::open(r.input);
     Calibration calibration = calibration_of(r, *model, loaded, cb);
+    options.damp_percent = damp_percent;
+    options.desc_act = r.desc_act.value_or(false);
+    options.static_groups = r.static_groups.value_or(false);
+    options.true_sequential = r.true_sequential.value_or(false);
+    const GptqOptions g = gptq_options_of(r, options);
+    // What --resume checks a .OUT.partial against (AWQ adds its options).
+    const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
+                                                {"low_bit", low_bit},
+                                                {"group_size", group_size},
+                                                {"int4_range", r.int4_range.value_or("full")},
+                                                {"gptq_format", gptq_format},
+                                                {"damp_percent", damp_percent},
+                                                {"desc_act", options.desc_act},
+                                                {"static_groups", options.static_groups},
+                                                {"true_sequential", options.true_sequential},
+                                                {"block_size", g.block_size},
+                                                {"calibration", calibration_fingerprint(calibration)},
+                                                {"plan", options.plan ? plan_json(*options.plan) : nullptr}};
     if (method == "gptq") {
-      options.damp_percent = damp_percent;
-      options.desc_act = r.desc_act.value_or(false);
-      options.static_groups = r.static_groups.value_or(false);
-      options.true_sequential = r.true_sequential.value_or(false);
-      const GptqOptions g = gptq_options_of(r, options);
       say(cb, fmt::format("GPTQ: damp_percent {}, desc_act {}, static_groups {}, true_sequential {}, block_size {}",
                           g.damp_percent, g.desc_act, g.static_groups, options.true_sequential, g.block_size));
-      const nlohmann::ordered_json fingerprint = {{"input", input_fingerprint(r.input)},
-                                                  {"low_bit", low_bit},
-                                                  {"group_size", group_size},
-                                                  {"int4_range", r.int4_range.value_or("full")},
-                                                  {"gptq_format", gptq_format},
-                                                  {"damp_percent", damp_percent},
-                                                  {"desc_act", options.desc_act},
-                                                  {"static_groups", options.static_groups},
-                                                  {"true_sequential", options.true_sequential},
-                                                  {"block_size", g.block_size},
-                                                  {"calibration", calibration_fingerprint(calibration)},
-                                                  {"plan", options.plan ? plan_json(*options.plan) : nullptr}};
       const std::int64_t layers = model->config().num_hidden_layers;
       resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force,
                      cb.log);
@@ -425,7 +439,7 @@ void run_quantize_request(const QuantizeRequest& request, ThreadPool& pool, cons
                                   },
                                   &*resume);
     } else {
-      gptq = awq_quantizer_of(r, options, *model, *store, std::move(calibration), pool, cb);
+      gptq = awq_quantizer_of(r, options, *model, *store, std::move(calibration), pool, cb, fingerprint, resume);
     }
   }
   const QuantizeReport rep = quantize_checkpoint(r.input, r.output, options, pool, gptq);

@@ -67,7 +67,7 @@ struct QuantizeCallbacks {
   std::function<void(const std::string&)> log;
   Progress layers;
   /// Asked after each decoder block; true stops the run there with a
-  /// woq::Error (a GPTQ run's finished blocks stay for resume). May be null.
+  /// woq::Error (a GPTQ or AWQ run's finished blocks stay for resume). May be null.
   std::function<bool()> stop;
 };
 

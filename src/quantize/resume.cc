@@ -154,10 +154,10 @@ std::string fnv1a64_hex(const void* bytes, std::size_t size) {
 }
 
 ResumeDir::ResumeDir(const fs::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,
-                     bool discard, const std::function<void(const std::string&)>& log)
+                     bool discard, const std::function<void(const std::string&)>& log, std::int64_t block_matrices)
     : dir_(out.parent_path() / fmt::format(".{}.partial", out.filename().string())),
       fingerprint_(std::move(fingerprint)),
-      layers_(layers) {
+      layers_(layers), block_matrices_(block_matrices) {
   std::error_code ec;
   const fs::file_status status = fs::symlink_status(dir_, ec);
   const bool exists = fs::exists(status);
@@ -250,6 +250,8 @@ void ResumeDir::write_manifest() const {
 
 void ResumeDir::save_block(std::int64_t layer, const std::vector<QuantMatrix>& block) {
   if (layer != completed()) fail("internal: block {} saved after {} blocks", layer, completed());
+  if (static_cast<std::int64_t>(block.size()) != block_matrices_)
+    fail("internal: a block of {} matrices, not {}", block.size(), block_matrices_);
   std::string out(kMagic, sizeof kMagic);
   put_value<std::uint64_t>(out, block.size());
   for (const QuantMatrix& m : block) {
@@ -279,8 +281,8 @@ std::vector<QuantMatrix> ResumeDir::load_block(std::int64_t layer) const {
   r.get(magic, sizeof magic);
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq block file", name);
   std::vector<QuantMatrix> block(static_cast<std::size_t>(r.value<std::uint64_t>()));
-  if (block.size() != kBlockLinears.size())
-    fail("{}: {} matrices, not {}", name, block.size(), kBlockLinears.size());
+  if (static_cast<std::int64_t>(block.size()) != block_matrices_)
+    fail("{}: {} matrices, not {}", name, block.size(), block_matrices_);
   for (QuantMatrix& m : block) {
     m.type = static_cast<LowBit>(r.value<std::int32_t>());
     m.int4_range = static_cast<Int4Range>(r.value<std::int32_t>());

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "arch/architecture.h"
 #include "formats/low_bit.h"
 
 namespace woq {
@@ -47,16 +48,19 @@ class ResumeDir {
   /// field). Without `resume`, an existing one holding finished blocks is
   /// an error unless `discard` (--force): then it is emptied and reported to
   /// `log` and a new run starts over. Locked with flock(2) while open: a
-  /// second run on the same output is refused. Throws woq::Error on I/O failure.
+  /// second run on the same output is refused. Each block holds
+  /// `block_matrices` matrices (GPTQ: the seven linears; AWQ adds its folded
+  /// norms and scales). Throws woq::Error on I/O failure.
   ResumeDir(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,
-            bool discard, const std::function<void(const std::string&)>& log);
+            bool discard, const std::function<void(const std::string&)>& log,
+            std::int64_t block_matrices = static_cast<std::int64_t>(kBlockLinears.size()));
   ~ResumeDir();
   ResumeDir(const ResumeDir&) = delete;
   ResumeDir& operator=(const ResumeDir&) = delete;
 
   /// Blocks 0 .. completed() - 1 are stored.
   std::int64_t completed() const { return static_cast<std::int64_t>(hashes_.size()); }
-  /// Stores block `layer` (its seven matrices) and records it in the
+  /// Stores block `layer` (its block_matrices matrices) and records it in the
   /// manifest; `layer` must be completed(). Throws woq::Error on I/O failure.
   void save_block(std::int64_t layer, const std::vector<QuantMatrix>& block);
   /// Block `layer` (< completed()) as saved; throws woq::Error when its file
@@ -74,6 +78,7 @@ class ResumeDir {
   std::filesystem::path dir_;
   nlohmann::ordered_json fingerprint_;
   std::int64_t layers_;
+  std::int64_t block_matrices_;
   std::vector<std::string> hashes_;  ///< per completed block
   int lock_fd_ = -1;
 };
