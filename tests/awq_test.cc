@@ -229,6 +229,14 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("belongs to a different run (awq_grid differs)"),
             std::string::npos);
   r.awq_grid.reset();
+  for (const char* other : {"awq", "awq+gptq", "gptq"}) {
+    if (r.method == other) continue;
+    QuantizeRequest o = r;
+    o.method = other;
+    if (o.method == "gptq") o.awq_search_tokens.reset();
+    EXPECT_NE(error_of([&] { run_quantize_request(o, pool, {}); }).find("belongs to a different run (method differs)"),
+              std::string::npos) << other;
+  }
   std::string said;
   QuantizeCallbacks log;
   log.log = [&](const std::string& line) { said += line + "\n"; };
@@ -243,6 +251,28 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, AwqResume, ::testing::Values("awq", "awq+gptq"),
                          [](const auto& p) { return std::string(p.param == std::string("awq") ? "Awq" : "AwqGptq"); });
+
+// More search tokens than the calibration holds (up to INT64_MAX, what CLI11 makes of a larger number) means all.
+TEST(AwqRequest, SearchTokensBeyondTheCalibrationMeanAll) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  QuantizeRequest r;
+  r.input = WOQ_MODEL_DIR;
+  r.method = "awq";
+  r.calib_file = WOQ_TEST_DATA "/tinystories_calibration.txt";
+  r.nsamples = 4;
+  r.seqlen = 64;
+  r.awq_clip = false;
+  std::vector<std::string> files;
+  for (const std::int64_t tokens : {std::int64_t{0}, std::int64_t{256}, std::numeric_limits<std::int64_t>::max()}) {
+    r.awq_search_tokens = tokens;
+    r.output = tmp.file(std::to_string(tokens));
+    run_quantize_request(r, pool, {});
+    files.push_back(test::read_file(r.output + "/model.safetensors"));
+  }
+  EXPECT_TRUE(files[0] == files[1]);
+  EXPECT_TRUE(files[0] == files[2]);
+}
 
 TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   ThreadPool pool(2);

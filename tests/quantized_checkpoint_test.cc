@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -649,6 +651,58 @@ TEST(ResumeManifest, EveryFieldIsTypeChecked) {
   const std::string bad = resume_error([](nlohmann::json& m) { m["blocks"] = {{"a", 1}}; });
   EXPECT_NE(bad.find("no readable manifest"), std::string::npos) << bad;
   EXPECT_EQ(error_of([&] { ResumeDir fresh(out, fingerprint, 2, false, false, nullptr); }), "");
+}
+
+// A block file edited and given a matching hash in the manifest (a hash proves no accident, not a sound file): every
+// header field that disagrees with the matrix's buffers or layout is refused naming the file and the matrix, and the
+// matrix count is checked before anything is allocated for it.
+TEST(ResumeManifest, ABlockWhoseHeaderDisagreesWithItsBuffersIsRefused) {
+  TempDir tmp;
+  const fs::path out = tmp.file("q");
+  const nlohmann::ordered_json fingerprint = {{"input", "x"}};
+  const std::vector<float> w(64 * 96, 0.25f);
+  std::vector<QuantMatrix> block;
+  for (std::size_t i = 0; i < kBlockLinears.size(); ++i)
+    block.push_back(quantize_matrix(w.data(), 64, 96, QuantSpec{i % 2 ? LowBit::kAsymInt4 : LowBit::kSymInt8, 32}));
+  { ResumeDir run(out, fingerprint, 2, false, false, nullptr); run.save_block(0, block); }
+  const std::string file = tmp.file(".q.partial/block-00000.bin"), manifest = tmp.file(".q.partial/manifest.json");
+  const std::string good = test::read_file(file);
+  const nlohmann::json good_manifest = nlohmann::json::parse(test::read_file(manifest));
+  // The first matrix's header: magic (8), count (8), type, int4_range, activations (int32), then int64 rows, cols,
+  // group_size, groups_per_row, row_bytes, interleave.
+  const auto resumed_with = [&](std::size_t offset, std::int64_t value, std::size_t bytes) {
+    std::string edited = good;
+    std::memcpy(edited.data() + offset, &value, bytes);
+    test::write_file(file, edited);
+    nlohmann::json m = good_manifest;
+    m["blocks"][0]["fnv1a64"] = fnv1a64_hex(edited.data(), edited.size());
+    test::write_file(manifest, m.dump());
+    return error_of([&] { ResumeDir again(out, fingerprint, 2, true, false, nullptr); });
+  };
+  EXPECT_EQ(resumed_with(0, 'W', 1), "");
+  const std::vector<std::tuple<std::size_t, std::int64_t, std::size_t>> edits = {
+      {8, 1LL << 40, 8},            // the matrix count
+      {16, 99, 4},                  // the format
+      {16, 1, 4},                   // another format's layout for sym_int8's buffers
+      {20, 7, 4},                   // int4_range
+      {24, 9, 4},                   // activations
+      {28, 0, 8},                   // rows
+      {28, 65, 8},                  // rows beyond the buffers
+      {28, 1LL << 40, 8},           // rows far beyond
+      {36, -3, 8},                  // cols
+      {36, 97, 8},                  // cols
+      {44, 0, 8},                   // group_size
+      {44, 1LL << 30, 8},           // group_size
+      {52, 0, 8},                   // groups_per_row
+      {60, 7, 8},                   // row_bytes
+      {68, 8, 8},                   // interleave
+  };
+  for (const auto& [offset, value, bytes] : edits) {
+    const std::string e = resumed_with(offset, value, bytes);
+    EXPECT_NE(e.find(file), std::string::npos) << offset << ": " << e;
+    EXPECT_TRUE(e.find("matrix 0 is damaged") != std::string::npos || e.find("matrices, not 7") != std::string::npos)
+        << offset << ": " << e;
+  }
 }
 
 // The input fingerprint of --resume: an edit that keeps the size and sets the mtime back (cp -p, rsync -t,

@@ -132,7 +132,7 @@ std::string describe(const QuantSpec& spec) {
   return s;
 }
 
-QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
+QuantMatrix matrix_layout(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
   if (rows <= 0 || cols <= 0) fail("cannot store an empty matrix [{}, {}]", rows, cols);
   validate(spec);
   QuantMatrix w;
@@ -152,6 +152,13 @@ QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpe
     const std::int64_t g = spec.group_size;
     w.group_size = (g == -1 || g > cols) ? cols : g;
     w.groups_per_row = (cols + w.group_size - 1) / w.group_size;
+  }
+  return w;
+}
+
+QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
+  QuantMatrix w = matrix_layout(rows, cols, spec);
+  if (is_quantized(spec.type)) {
     w.scales.assign(static_cast<std::size_t>(rows * w.groups_per_row), 0);
     if (spec.type == LowBit::kAsymInt4) w.zeros.assign(w.scales.size(), 0);
   }

@@ -175,6 +175,11 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
 QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool = nullptr);
 
+/// The fields allocate_matrix(rows, cols, spec) sets (type, shape,
+/// group_size, groups_per_row, row_bytes), with empty buffers: the layout a
+/// stored matrix must have. Throws woq::Error as allocate_matrix does.
+QuantMatrix matrix_layout(std::int64_t rows, std::int64_t cols, const QuantSpec& spec);
+
 /// An all-zero [rows, cols] matrix in `spec`'s format with every buffer
 /// sized (scales and zeros zeroed): for importers that fill in stored
 /// integers. Throws woq::Error on an empty shape or an invalid spec.

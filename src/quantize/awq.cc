@@ -355,7 +355,8 @@ class AwqBlock {
   // sequences for q/k/v (the attention needs them), evenly spaced rows for the others.
   void sample() {
     const std::int64_t sequences = static_cast<std::int64_t>(inputs_.size());
-    const std::int64_t budget = options_.search_tokens <= 0 ? sequences * length_ : options_.search_tokens;
+    const std::int64_t budget = options_.search_tokens <= 0 ? sequences * length_
+                                                            : std::min(options_.search_tokens, sequences * length_);
     const std::int64_t chosen = std::clamp<std::int64_t>((budget + length_ - 1) / length_, 1, sequences);
     const std::int64_t hidden = c_.hidden_size;
     for (std::int64_t i = 0; i < chosen; ++i) {

@@ -13,6 +13,7 @@
 
 #include "arch/architecture.h"
 #include "core/error.h"
+#include "formats/format_traits.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
 
@@ -26,7 +27,9 @@ constexpr char kMagic[8] = {'W', 'O', 'Q', 'B', 'L', 'K', '0', '1'};
 // 2: the input files are fingerprinted by size, mtime, ctime and inode (1 had size and a std::filesystem mtime).
 constexpr int kManifestVersion = 2;
 
-void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+void put(std::string& out, const void* p, std::size_t n) {
+  if (n > 0) out.append(static_cast<const char*>(p), n);  // an empty vector's data() may be null
+}
 template <class T>
 void put_value(std::string& out, T v) {
   put(out, &v, sizeof v);
@@ -44,6 +47,7 @@ struct Reader {
   std::size_t at = 0;
   void get(void* p, std::size_t n) {
     if (bytes.size() - at < n) fail("{}: truncated", name);
+    if (n == 0) return;  // p may be an empty vector's null data()
     std::memcpy(p, bytes.data() + at, n);
     at += n;
   }
@@ -64,6 +68,38 @@ struct Reader {
 };
 
 std::string block_file(std::int64_t layer) { return fmt::format("block-{:05}.bin", layer); }
+
+// A stored matrix whose fields agree with each other and with its buffers (the layout allocate_matrix gives its
+// type, shape and group size): a block file whose hash was made to match after an edit fails here, naming it.
+void check_layout(const QuantMatrix& m, const std::string& name, std::size_t index) {
+  const auto damaged = [&](const std::string& what) {
+    fail("{}: matrix {} is damaged ({}); start over with --force instead of --resume", name, index, what);
+  };
+  if (static_cast<std::uint32_t>(m.type) >= kFormatCount) damaged("unknown format");
+  if (m.int4_range != Int4Range::kFull && m.int4_range != Int4Range::kClip) damaged("unknown int4 range");
+  if (static_cast<std::uint32_t>(m.activations) > static_cast<std::uint32_t>(Activations::kInt16))
+    damaged("unknown activations");
+  constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
+  if (m.rows <= 0 || m.rows >= kMaxDim || m.cols <= 0 || m.cols >= kMaxDim)
+    damaged(fmt::format("shape [{}, {}]", m.rows, m.cols));
+  QuantMatrix want;
+  try {
+    QuantSpec spec{m.type};
+    spec.int4_range = m.int4_range;
+    if (is_quantized(m.type)) spec.group_size = m.group_size;
+    want = matrix_layout(m.rows, m.cols, spec);
+  } catch (const Error& e) {
+    damaged(e.what());
+  }
+  const std::size_t scales = is_quantized(m.type) ? static_cast<std::size_t>(m.rows * want.groups_per_row) : 0;
+  if (m.group_size != want.group_size || m.groups_per_row != want.groups_per_row || m.row_bytes != want.row_bytes ||
+      m.interleave != 1 || m.data.size() != static_cast<std::size_t>(m.rows * want.row_bytes) ||
+      m.scales.size() != scales || m.zeros.size() != (m.type == LowBit::kAsymInt4 ? scales : 0))
+    damaged("its sizes disagree");
+  if (!m.input_order.empty() && m.input_order.size() != static_cast<std::size_t>(m.cols)) damaged("input order");
+  for (const std::int32_t k : m.input_order)
+    if (k < 0 || k >= m.cols) damaged("input order");
+}
 
 // A manifest.json as read back, every field type-checked.
 struct Manifest {
@@ -224,11 +260,20 @@ void ResumeDir::continue_run(const fs::path& manifest) {
          manifest.string(), m.version, kManifestVersion);
   if (m.layers != layers_ || nlohmann::json::parse(fingerprint_.dump()) != m.fingerprint) {
     std::string what = m.layers != layers_ ? "the layer count" : "the run";
-    for (const auto& [key, value] : fingerprint_.items())
-      if (m.layers == layers_ && (!m.fingerprint.contains(key) || nlohmann::json::parse(value.dump()) != m.fingerprint[key])) {
-        what = key;
-        break;
-      }
+    // The method first: another method's run lacks this one's options (a GPTQ fingerprint names no method).
+    const auto method_of = [](const nlohmann::json& fp) {
+      return fp.is_object() && fp.contains("method") ? fp["method"] : nlohmann::json("gptq");
+    };
+    const nlohmann::json ours = nlohmann::json::parse(fingerprint_.dump());
+    if (m.layers == layers_ && method_of(ours) != method_of(m.fingerprint)) {
+      what = "method";
+    } else {
+      for (const auto& [key, value] : fingerprint_.items())
+        if (m.layers == layers_ && (!m.fingerprint.contains(key) || nlohmann::json::parse(value.dump()) != m.fingerprint[key])) {
+          what = key;
+          break;
+        }
+    }
     fail("--resume: {} belongs to a different run ({} differs); start over with --force instead of --resume", dir_.string(), what);
   }
   hashes_ = std::move(m.hashes);
@@ -280,10 +325,11 @@ std::vector<QuantMatrix> ResumeDir::load_block(std::int64_t layer) const {
   char magic[sizeof kMagic];
   r.get(magic, sizeof magic);
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq block file", name);
-  std::vector<QuantMatrix> block(static_cast<std::size_t>(r.value<std::uint64_t>()));
-  if (static_cast<std::int64_t>(block.size()) != block_matrices_)
-    fail("{}: {} matrices, not {}", name, block.size(), block_matrices_);
-  for (QuantMatrix& m : block) {
+  const auto count = r.value<std::uint64_t>();
+  if (count != static_cast<std::uint64_t>(block_matrices_)) fail("{}: {} matrices, not {}", name, count, block_matrices_);
+  std::vector<QuantMatrix> block(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < block.size(); ++i) {
+    QuantMatrix& m = block[i];
     m.type = static_cast<LowBit>(r.value<std::int32_t>());
     m.int4_range = static_cast<Int4Range>(r.value<std::int32_t>());
     m.activations = static_cast<Activations>(r.value<std::int32_t>());
@@ -293,6 +339,7 @@ std::vector<QuantMatrix> ResumeDir::load_block(std::int64_t layer) const {
     m.scales = r.vector<std::uint16_t>();
     m.zeros = r.vector<std::uint8_t>();
     m.input_order = r.vector<std::int32_t>();
+    check_layout(m, name, i);
   }
   if (r.at != bytes.size()) fail("{}: trailing bytes", name);
   return block;
