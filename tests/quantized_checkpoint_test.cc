@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/half.h"
 #include "io/quantized_checkpoint.h"
 #include "model/llama.h"

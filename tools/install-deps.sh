@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libsentencepiece-dev libpcre2-dev libutf8proc-dev libcli11-dev
           libfmt-dev libgtest-dev libbenchmark-dev libopenblas-dev libboost-dev python3-numpy python3-jinja2 python3-dev pybind11-dev python3-pytest
-          clang-14 libclang-rt-14-dev gnuplot-nox)
+          clang-14 libclang-rt-14-dev gnuplot-nox
+          nginx-light libopenmpi-dev openmpi-bin)
 # Node.js and npm run the OpenAI client tests of woq serve; a node from elsewhere (e.g. NodeSource) is kept.
 command -v node > /dev/null || packages+=(nodejs)
 command -v npm > /dev/null || packages+=(npm)

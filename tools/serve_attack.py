@@ -30,10 +30,11 @@ RSS_SCALE = 1.0
 
 
 class Server:
-    """`woq serve -m MODEL --port 0 ARGS` with its stderr collected."""
+    """`woq serve -m MODEL --port PORT ARGS` (0: any free port) with its stderr collected."""
 
-    def __init__(self, woq, model, args=()):
-        self.proc = subprocess.Popen([woq, "serve", "-m", model, "--port", "0", "-t", "2", "--low-bit", "fp32", *args],
+    def __init__(self, woq, model, args=(), port=0, base=("-t", "2", "--low-bit", "fp32")):
+        self.woq, self.model, self.args, self.base = woq, model, args, base
+        self.proc = subprocess.Popen([woq, "serve", "-m", model, "--port", str(port), *base, *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log = ""
         deadline = time.time() + 60
@@ -49,6 +50,10 @@ class Server:
         else:
             raise RuntimeError("woq serve did not start")
         threading.Thread(target=self._drain, daemon=True).start()
+
+    def restarted(self):
+        """A new server like this one, on its port."""
+        return Server(self.woq, self.model, self.args, self.port, self.base)
 
     def _drain(self):
         for line in self.proc.stderr:

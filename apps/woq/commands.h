@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/ranks.h"
 #include "generate/model_session.h"
 #include "generate/sampler.h"
 #include "model/llama.h"
@@ -15,6 +16,18 @@
 namespace woq::cli {
 
 using Run = std::function<int()>;
+
+/// The job this process belongs to (job.cc): one process, or a rank of `mpirun -np R woq ...`.
+Ranks& job();
+/// Joins the job the launcher's environment names (core/ranks.h launched_ranks()) before `command` ("eval
+/// perplexity") runs. With more than one rank: MPI is initialised, the command must be one that runs
+/// data-parallel, and every rank must run the same binary with the same arguments on the same input files
+/// (a digest of each, compared at start). Throws woq::Error otherwise, naming what differs (on rank 0; the
+/// others throw an empty-message error so that one rank reports).
+void join_job(int argc, char** argv, const std::string& command);
+/// Reports `what` as this rank's error and ends the job (every rank) with status 1; in a one-process job,
+/// prints it and returns 1.
+int end_job(const std::string& what);
 
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);

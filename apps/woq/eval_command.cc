@@ -93,9 +93,10 @@ int run_perplexity(const EvalArgs& a) {
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
   const ScoringPlan plan = make_plan(a, *s.tokenizer, s.model->context_limit());
-  print_report(perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan, a.scoring,
-                                 terminal_progress("chunk")),
-               a.json);
+  Ranks& ranks = job();  // mpirun -np R: each rank scores its share of the chunks; rank 0 reports
+  const EvalReport report = perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan,
+                                              a.scoring, ranks.leader() ? terminal_progress("chunk") : nullptr, ranks);
+  if (ranks.leader()) print_report(report, a.json);
   return 0;
 }
 
@@ -152,6 +153,7 @@ TaskOptions task_options(const TasksArgs& a) {
   o.limit = a.limit;
   o.seed = a.seed;
   o.keep_samples = !a.log_samples.empty();
+  o.ranks = &job();  // mpirun -np R: each rank scores its share of every task's items
   return o;
 }
 
@@ -169,7 +171,7 @@ void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
 // One terminal progress line per task.
 std::vector<Progress> task_bars(const std::vector<Task>& tasks) {
   std::vector<Progress> bars;
-  for (const Task& t : tasks) bars.push_back(terminal_progress(t.name.c_str()));
+  for (const Task& t : tasks) bars.push_back(job().leader() ? terminal_progress(t.name.c_str()) : nullptr);
   return bars;
 }
 
@@ -179,6 +181,7 @@ int run_tasks_command(const TasksArgs& a) {
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
   const std::vector<TaskResult> results = run_tasks(*s.model, *s.tokenizer, tasks, task_options(a), task_bars(tasks));
+  if (!job().leader()) return 0;
   print_report(tasks_report(results, model_label(a.model_dir, s.report)), a.json);
   if (!a.log_samples.empty()) write_text_file(a.log_samples, task_samples_jsonl(results));
   return 0;

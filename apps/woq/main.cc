@@ -79,6 +79,12 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
+    std::string command;  // "eval perplexity"
+    for (const CLI::App* cmd = &app; !cmd->get_subcommands().empty();) {
+      cmd = cmd->get_subcommands().back();
+      command += (command.empty() ? "" : " ") + cmd->get_name();
+    }
+    woq::cli::join_job(argc, argv, command);  // under mpirun: this rank's place, checked against the others
     woq::active_isa();  // a bad WOQ_ISA fails before any work
     if (app.got_subcommand("generate")) return generate();
     if (app.got_subcommand("bench")) return bench();
@@ -90,9 +96,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("tokenize")) return tokenize();
     if (app.got_subcommand("chat")) return chat();
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "woq: error: {}\n", e.what());
-    return 1;
+    return woq::cli::end_job(e.what());  // in an MPI job, ends every rank
   }
   return 1;
 }

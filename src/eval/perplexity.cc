@@ -14,6 +14,16 @@ std::int64_t ScoringPlan::scored_tokens() const {
   return n;
 }
 
+ScoringPlan ScoringPlan::slice(std::int64_t first, std::int64_t last) const {
+  if (first < 0 || first > last || last > static_cast<std::int64_t>(sequences.size()))
+    fail("sequences [{}, {}) of a plan of {}", first, last, sequences.size());
+  ScoringPlan out;
+  out.sequences.assign(sequences.begin() + first, sequences.begin() + last);
+  out.first_scored = first_scored;
+  out.truncated = truncated;
+  return out;
+}
+
 ScoringPlan chunk_plan(const std::vector<std::int32_t>& tokens, std::int64_t ctx, std::int64_t max_chunks,
                        std::int32_t bos) {
   if (ctx < 3) fail("--ctx {} leaves nothing to score: chunks are scored on their second half (need at least 3)", ctx);

@@ -24,6 +24,8 @@ struct ScoringPlan {
 
   /// Number of scored tokens over all sequences.
   std::int64_t scored_tokens() const;
+  /// The plan of sequences [first, last) only (one rank's share of a data-parallel run).
+  ScoringPlan slice(std::int64_t first, std::int64_t last) const;
 };
 
 /// The token llama-perplexity puts first in every chunk: BOS when the

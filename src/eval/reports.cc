@@ -61,22 +61,28 @@ void require_same_vocabulary(const Tokenizer& candidate, const std::string& cand
 }
 
 EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const ScoringPlan& plan,
-                             const ScoringRequest& r, const Progress& progress) {
+                             const ScoringRequest& r, const Progress& progress, Ranks& ranks) {
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<double> nll;
-  const double seconds = run_plan(
-      model, plan, r.batch,
+  const auto [first, last] = share(static_cast<std::int64_t>(plan.sequences.size()), ranks.rank(), ranks.size());
+  double seconds = run_plan(
+      model, plan.slice(first, last), r.batch,
       [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
         nll.push_back(token_nll(logits, vocab, target));
       },
       progress);
+  if (ranks.size() > 1) {
+    nll = gather_doubles(ranks, nll);
+    for (const double t : gather_doubles(ranks, {seconds})) seconds = std::max(seconds, t);
+  }
   const Perplexity p = perplexity(nll);
   std::int64_t run_tokens = 0;
   for (const auto& s : plan.sequences) run_tokens += static_cast<std::int64_t>(s.size());
   const double tokens_per_second = static_cast<double>(run_tokens) / seconds;
   EvalReport out;
-  out.text = fmt::format("model: {}\nPPL = {:.4f} +/- {:.4f} over {} scored tokens ({}); {:.1f} tokens/s\n", who.label,
-                         p.ppl, p.ppl_stderr, p.tokens, describe_plan(r, plan), tokens_per_second);
+  out.text = fmt::format("model: {}\nPPL = {:.4f} +/- {:.4f} over {} scored tokens ({}); {:.1f} tokens/s{}\n", who.label,
+                         p.ppl, p.ppl_stderr, p.tokens, describe_plan(r, plan), tokens_per_second,
+                         ranks.size() > 1 ? fmt::format(" on {} ranks", ranks.size()) : "");
   out.json = {{"ppl", p.ppl},
               {"ppl_stderr", p.ppl_stderr},
               {"mean_nll", p.mean_nll},
@@ -86,7 +92,8 @@ EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const 
               {"ctx", r.ctx},
               {"low_bit", who.low_bit},
               {"model", who.label},
-              {"tokens_per_second", tokens_per_second}};
+              {"tokens_per_second", tokens_per_second},
+              {"ranks", ranks.size()}};
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/progress.h"
+#include "core/ranks.h"
 #include "eval/compare.h"
 #include "eval/explain.h"
 #include "eval/perplexity.h"
@@ -55,9 +56,13 @@ struct ModelIdentity {
 
 /// eval perplexity: runs `plan` through `model`. Text "model: ...\nPPL = ...";
 /// JSON ppl, ppl_stderr, mean_nll, tokens, sequences, mode, ctx, low_bit, model,
-/// tokens_per_second.
+/// tokens_per_second, ranks. Data-parallel over `ranks` (collective): each rank runs its contiguous share of
+/// the sequences (core/ranks.h share()) and the per-token log-likelihoods are gathered in sequence order, so
+/// every rank returns one process's report bit for bit but for the speed (total tokens over the slowest
+/// rank's time); `progress` counts this rank's sequences.
 EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const ScoringPlan& plan,
-                             const ScoringRequest& request, const Progress& progress = nullptr);
+                             const ScoringRequest& request, const Progress& progress = nullptr,
+                             Ranks& ranks = one_process());
 
 /// eval compare's (also eval recovery's and explain's) check that the
 /// reference reads the text as the candidate does (the plan is the

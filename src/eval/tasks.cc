@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/ranks.h"
 #include "eval/perplexity.h"
 #include "generate/generate.h"
 
@@ -291,27 +292,50 @@ TaskResult run_task(LlamaModel& model, const Tokenizer& tokenizer, const Task& t
   r.shots = options.shots < 0 ? task.default_shots : options.shots;
   const std::vector<std::int64_t> items = selected_items(task, options.limit);
   r.items = static_cast<std::int64_t>(items.size());
-  const std::vector<std::string>& names = task.metrics;
-  const bool mc2 = names.front() == "mc2";
-  std::vector<std::vector<double>> values(names.size());
-  for (std::size_t n = 0; n < items.size(); ++n) {
-    const std::int64_t i = items[n];
+  // This rank's share of the items: each one's raw result as doubles, [n, v_1..v_n] (generate: n = 1, the exact
+  // match; otherwise each choice's log-likelihood). Gathered in item order, they are what one process computes.
+  Ranks& ranks = options.ranks != nullptr ? *options.ranks : one_process();
+  const auto [first, last] = share(r.items, ranks.rank(), ranks.size());
+  std::vector<double> raw;
+  for (std::int64_t n = first; n < last; ++n) {
+    const std::int64_t i = items[static_cast<std::size_t>(n)];
     const TaskItem& item = task.items[static_cast<std::size_t>(i)];
     const std::string prefix = fewshot_prefix(task, i, r.shots, options.seed);
     if (task.type == TaskType::kGenerate) {
       const std::string answer = generate_answer(model, tokenizer, task, prefix + item.context);
-      values[0].push_back(gsm8k_normalize(gsm8k_extract(answer)) == gsm8k_normalize(item.target) ? 1.0 : 0.0);
+      raw.insert(raw.end(), {1.0, gsm8k_normalize(gsm8k_extract(answer)) == gsm8k_normalize(item.target) ? 1.0 : 0.0});
     } else {
       const std::vector<double> ll = choice_loglikelihoods(model, tokenizer, task, i, prefix);
+      raw.push_back(static_cast<double>(ll.size()));
+      raw.insert(raw.end(), ll.begin(), ll.end());
+    }
+    if (progress) progress(n - first + 1, last - first);
+  }
+  if (ranks.size() > 1) raw = gather_doubles(ranks, raw);
+  // Every item's scores (and samples) from the raw results, on every rank.
+  const std::vector<std::string>& names = task.metrics;
+  const bool mc2 = names.front() == "mc2";
+  std::vector<std::vector<double>> values(names.size());
+  std::size_t at = 0;
+  for (const std::int64_t i : items) {
+    if (at >= raw.size()) fail("{}: the ranks' results end before item {}", task.name, i);
+    const auto n = static_cast<std::size_t>(raw[at]);
+    if (n < 1 || at + 1 + n > raw.size()) fail("{}: a rank's results for item {} are malformed", task.name, i);
+    const std::vector<double> ll(raw.begin() + static_cast<std::ptrdiff_t>(at + 1), raw.begin() + static_cast<std::ptrdiff_t>(at + 1 + n));
+    at += 1 + n;
+    const TaskItem& item = task.items[static_cast<std::size_t>(i)];
+    if (task.type == TaskType::kGenerate) {
+      values[0].push_back(ll[0]);
+    } else {
       if (mc2) {
         values[0].push_back(mc2_score(item.labels, ll));
       } else {
         const auto [acc, acc_norm] = score_item(item, ll, task.target_delimiter);
         for (std::size_t m = 0; m < names.size(); ++m) values[m].push_back(names[m] == "acc_norm" ? acc_norm : acc);
       }
-      if (options.keep_samples) r.samples.push_back(sample_of(task, item, i, prefix, ll, values));
+      if (options.keep_samples)
+        r.samples.push_back(sample_of(task, item, i, fewshot_prefix(task, i, r.shots, options.seed), ll, values));
     }
-    if (progress) progress(static_cast<std::int64_t>(n) + 1, r.items);
   }
   for (std::size_t m = 0; m < names.size(); ++m) {
     const double sum = std::accumulate(values[m].begin(), values[m].end(), 0.0);

@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/ranks.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
@@ -116,6 +117,9 @@ struct TaskOptions {
   std::uint64_t seed = 1234; ///< few-shot sampling and bootstrap
   std::int64_t bootstrap = 1000;  ///< resamples for the standard errors
   bool keep_samples = false;      ///< fill TaskResult::samples
+  /// Data-parallel over these ranks (run_task is then collective): each scores a contiguous share of the items,
+  /// and every rank returns one process's result bit for bit. nullptr: this process alone.
+  Ranks* ranks = nullptr;
 };
 
 /// One metric: the mean over items and its bootstrap standard error.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "eval/compare.h"
 #include "eval/reports.h"
 #include "generate/model_session.h"
@@ -37,9 +38,7 @@ void require_new_output(const std::string& output, bool force, std::initializer_
 }
 
 std::string text_digest(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
-  for (const unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
-  return fmt::format("fnv1a64:{:016x}", h);
+  return "fnv1a64:" + Fnv1a64{}.add(text).hex();
 }
 
 namespace {

@@ -13,6 +13,7 @@
 
 #include "arch/architecture.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/memory.h"
 #include "formats/kquant_mix.h"
 #include "io/gguf.h"

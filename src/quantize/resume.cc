@@ -13,6 +13,7 @@
 
 #include "arch/architecture.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "formats/format_traits.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
@@ -177,16 +178,6 @@ nlohmann::ordered_json file_fingerprint(const std::string& path) {
           {"mtime_ns", ns(st.st_mtim)},
           {"ctime_ns", ns(st.st_ctim)},
           {"inode", static_cast<std::uint64_t>(st.st_ino)}};
-}
-
-std::string fnv1a64_hex(const void* bytes, std::size_t size) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = static_cast<const unsigned char*>(bytes);
-  for (std::size_t i = 0; i < size; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("{:016x}", h);
 }
 
 ResumeDir::ResumeDir(const fs::path& out, nlohmann::ordered_json fingerprint, std::int64_t layers, bool resume,

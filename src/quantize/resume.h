@@ -20,9 +20,6 @@
 
 namespace woq {
 
-/// FNV-1a 64 of `bytes`, as 16 hex digits.
-std::string fnv1a64_hex(const void* bytes, std::size_t size);
-
 /// What identifies one input file without reading it: {"name", "bytes",
 /// "mtime_ns", "ctime_ns", "inode"} from stat(2), the times in nanoseconds
 /// since the Unix epoch. A rewrite that keeps the size and restores the mtime

@@ -539,7 +539,8 @@ class Session : public std::enable_shared_from_this<Session> {
     watch_disconnect();
     if (!gen_->r.stream) return;
     out_ = fmt::format("HTTP/1.1 200 OK\r\nServer: woq\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                       "Transfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
+                       // A reverse proxy (nginx) passes each event on at once rather than filling a buffer first.
+                       "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
                        keep_alive_ ? "keep-alive" : "close");
     if (gen_->r.chat) out_ += http_chunk(sse(chunk_body(gen_->r, gen_->id, gen_->created, s_.options.served_model_name, "", {}, "", true, s_.tokenizer)));
     flush();

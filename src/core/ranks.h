@@ -1,0 +1,43 @@
+// The processes of one job: the seam through which woq's data-parallel commands split their work and gather
+// their results (ranks in MPI's sense). One process is the default; the ranks of an `mpirun` job come from
+// dist/mpi_ranks.h, which the build has when it finds MPI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace woq {
+
+/// The processes of one job, numbered 0..size()-1. Collective calls must be made by every rank, in the same
+/// order; a rank that fails between them calls abort(), or the others would wait for it forever.
+class Ranks {
+ public:
+  virtual ~Ranks() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Every rank's bytes, in rank order, on every rank. Collective. Throws woq::Error when the transport fails.
+  virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
+  /// Ends the whole job with `code` (every rank), after this rank has said why. Does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
+  /// Rank 0: the one that prints reports and writes files.
+  bool leader() const { return rank() == 0; }
+};
+
+/// The one-process job (rank 0 of 1).
+Ranks& one_process();
+
+/// The ranks a launcher started this process among: OMPI_COMM_WORLD_SIZE (Open MPI), PMI_SIZE (MPICH, Intel
+/// MPI) or PMIX_SIZE; 1 when none is set. Throws woq::Error on a value that is not a positive integer.
+int launched_ranks();
+
+/// Items [first, second) of `n` that `rank` of `size` takes: contiguous, in rank order, shares differing by at
+/// most one (the lower ranks take the larger).
+std::pair<std::int64_t, std::int64_t> share(std::int64_t n, int rank, int size);
+
+/// Every rank's doubles concatenated in rank order (all_gather of their bytes). Collective.
+std::vector<double> gather_doubles(Ranks& ranks, const std::vector<double>& mine);
+
+}  // namespace woq

@@ -1,0 +1,79 @@
+#include "dist/mpi_ranks.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.h"
+
+namespace woq {
+
+namespace {
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("{} failed: {}", call, text);
+}
+
+class MpiRanks final : public Ranks {
+ public:
+  MpiRanks() {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  }
+  ~MpiRanks() override { MPI_Finalize(); }
+  MpiRanks(const MpiRanks&) = delete;
+  MpiRanks& operator=(const MpiRanks&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::vector<std::string> all_gather(std::string_view mine) override {
+    // MPI counts are ints: a rank's part is at most 2 GiB - 1 and the sum must fit too.
+    if (mine.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+      fail("rank {} has {} bytes to gather, more than MPI's 2 GiB per call", rank_, mine.size());
+    const long long n = static_cast<long long>(mine.size());
+    std::vector<long long> sizes(static_cast<std::size_t>(size_));
+    check(MPI_Allgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD), "MPI_Allgather");
+    std::vector<int> counts(sizes.size()), displs(sizes.size());
+    long long total = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      if (sizes[r] < 0 || total + sizes[r] > std::numeric_limits<int>::max())
+        fail("the ranks have {} bytes to gather in all, more than MPI's 2 GiB per call", total + sizes[r]);
+      counts[r] = static_cast<int>(sizes[r]);
+      displs[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    std::string all(static_cast<std::size_t>(total), '\0');
+    check(MPI_Allgatherv(mine.data(), static_cast<int>(n), MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+    std::vector<std::string> out;
+    for (std::size_t r = 0; r < sizes.size(); ++r)
+      out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(counts[r])));
+    return out;
+  }
+
+  [[noreturn]] void abort(int code) override {
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; should it, end this rank anyway
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Ranks> mpi_ranks() { return std::make_unique<MpiRanks>(); }
+
+}  // namespace woq

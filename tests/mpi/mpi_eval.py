@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""`mpirun -np R woq eval perplexity|tasks` against one process, and the ways an MPI job goes wrong (CTest mpi_eval).
+
+Checks, a line each (exit status 1 when one fails):
+  equal       -np 2 and -np 3 (chunks, and per document) print one process's perplexity JSON exactly (all but
+              the speed and the rank count)
+  tasks       -np 2 and -np 3 eval tasks write one process's JSON and --log-samples files byte for byte
+  refused     a command that does not run data-parallel (generate) is refused, naming itself
+  mismatch    ranks with another command line, another binary, or another WOQ_ISA are refused, naming what differs
+  rank fails  a rank that fails (a bad WOQ_ISA) ends the job within seconds with its error
+  rank killed a rank SIGKILLed mid-run ends the job within seconds (mpirun reports it), no hang
+Python standard library only.
+
+Usage: tests/mpi/mpi_eval.py --woq BUILD/bin/woq --model MODEL --text FILE [--mpirun mpirun]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def mpirun_args(args, *parts):
+    """mpirun [--allow-run-as-root] --oversubscribe PART [: PART ...]; each part is (np, env dict, argv)."""
+    cmd = [args.mpirun, "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    for i, (np, env, argv) in enumerate(parts):
+        if i:
+            cmd.append(":")
+        cmd += ["-np", str(np)]
+        for k, v in env.items():
+            cmd += ["-x", f"{k}={v}"]
+        cmd += argv
+    return cmd
+
+
+def run(cmd, timeout=120):
+    t = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr, time.monotonic() - t
+
+
+def ppl_argv(args, extra=(), json_path=None):
+    argv = [args.woq, "eval", "perplexity", "-m", args.model, "-f", args.text, "-t", "1", *(extra or ["-c", "128"])]
+    return argv + (["--json", json_path] if json_path else [])
+
+
+def check_equal(args, work):
+    out = []
+    for extra in ([], ["--per-document", "\n\n", "-c", "256", "--chunks", "40"]):
+        one = os.path.join(work, "one.json")
+        rc, log, _ = run(ppl_argv(args, extra, one))
+        assert rc == 0, f"one process failed: {log[-500:]}"
+        want = json.load(open(one))
+        for np in (2, 3):
+            path = os.path.join(work, f"np{np}.json")
+            rc, log, secs = run(mpirun_args(args, (np, {}, ppl_argv(args, extra, path))))
+            assert rc == 0, f"-np {np} failed: {log[-800:]}"
+            got = json.load(open(path))
+            assert got["ranks"] == np, got
+            for key in ("tokens_per_second", "ranks"):
+                got.pop(key), want.pop(key, None)
+            assert got == want, f"-np {np} {' '.join(extra)}: {got} != {want}"
+            out.append(f"-np {np}{' per document' if extra else ''}: PPL {got['ppl']!r} over {got['tokens']} tokens")
+    return "; ".join(out) + ", as one process"
+
+
+def check_tasks(args, work):
+    def argv(tag):
+        return [args.woq, "eval", "tasks", "-m", args.model, "--tasks", "arc_easy,hellaswag,truthfulqa_mc2,gsm8k",
+                "--limit", "12", "-t", "1", "--json", os.path.join(work, f"tasks{tag}.json"),
+                "--log-samples", os.path.join(work, f"samples{tag}.jsonl")]
+
+    rc, log, _ = run(argv(1))
+    assert rc == 0, f"one process failed: {log[-500:]}"
+    want = [open(os.path.join(work, f), "rb").read() for f in ("tasks1.json", "samples1.jsonl")]
+    for np in (2, 3):
+        rc, log, _ = run(mpirun_args(args, (np, {}, argv(f"np{np}"))))
+        assert rc == 0, f"-np {np} failed: {log[-800:]}"
+        got = [open(os.path.join(work, f), "rb").read() for f in (f"tasksnp{np}.json", f"samplesnp{np}.jsonl")]
+        assert got[0] == want[0], f"-np {np}: the task results differ"
+        assert got[1] == want[1], f"-np {np}: the logged samples differ"
+    return "-np 2 and -np 3 over 12 items of ARC-Easy, HellaSwag, TruthfulQA mc2 and GSM8K: the JSON and " \
+           "--log-samples files are one process's, byte for byte"
+
+
+def check_refused(args, work):
+    rc, log, _ = run(mpirun_args(args, (2, {}, [args.woq, "generate", "-m", args.model, "-p", "Once", "-n", "4"])))
+    assert rc != 0 and "'woq generate' does not run across MPI ranks" in log, f"rc {rc}: {log[-500:]}"
+    return "generate under mpirun -np 2: refused"
+
+
+def check_mismatch(args, work):
+    copy = os.path.join(work, "woq-other")
+    shutil.copy(args.woq, copy)
+    with open(copy, "ab") as f:
+        f.write(b"\0")  # another binary that still runs
+    cases = [("command line", (1, {}, ppl_argv(args)), (1, {}, ppl_argv(args, ["--chunks", "5"]))),
+             ("binary", (1, {}, ppl_argv(args)), (1, {}, [copy] + ppl_argv(args)[1:])),
+             ("kernels", (1, {"WOQ_ISA": "scalar"}, ppl_argv(args)), (1, {}, ppl_argv(args)))]
+    for what, a, b in cases:
+        rc, log, secs = run(mpirun_args(args, a, b))
+        assert rc != 0 and f"rank 1 of 2 runs with another {what}" in log, f"{what}: rc {rc}: {log[-600:]}"
+        assert secs < 30, f"{what}: took {secs:.1f} s"
+    return "another command line, binary or WOQ_ISA on rank 1: refused, naming it"
+
+
+def check_rank_fails(args, work):
+    rc, log, secs = run(mpirun_args(args, (1, {}, ppl_argv(args)), (1, {"WOQ_ISA": "bogus"}, ppl_argv(args))))
+    assert rc != 0 and "woq: error (rank 1 of 2): WOQ_ISA='bogus'" in log, f"rc {rc}: {log[-600:]}"
+    assert secs < 15, f"took {secs:.1f} s"
+    return f"the job ended in {secs:.1f} s with rank 1's error"
+
+
+def check_rank_killed(args, work):
+    # Token by token (--batch 1) over the whole text: long enough to kill a rank in the middle.
+    cmd = mpirun_args(args, (2, {}, ppl_argv(args, ["--batch", "1"])))
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim, deadline = None, time.time() + 20
+    while victim is None and time.time() < deadline and p.poll() is None:
+        time.sleep(0.1)
+        for pid in os.listdir("/proc"):
+            try:
+                if not pid.isdigit() or os.readlink(f"/proc/{pid}/exe") != os.path.realpath(args.woq):
+                    continue
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                if b"OMPI_COMM_WORLD_RANK=1" in env and f"{p.pid}".encode() in open(f"/proc/{pid}/stat", "rb").read():
+                    victim = int(pid)
+            except OSError:
+                continue
+    assert victim is not None, "rank 1 was not found"
+    time.sleep(0.5)
+    assert p.poll() is None, f"the run ended before the kill: {p.stdout.read()[-300:]}"
+    os.kill(victim, signal.SIGKILL)
+    t = time.monotonic()
+    try:
+        log, _ = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("the job still ran 30 s after rank 1 was killed")
+    secs = time.monotonic() - t
+    assert p.returncode != 0, f"exit 0 after a rank was killed: {log[-300:]}"
+    assert secs < 10, f"took {secs:.1f} s"
+    return f"exit {p.returncode} {secs:.2f} s after rank 1 was SIGKILLed"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--woq", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--text", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    args = ap.parse_args()
+    failures = 0
+    with tempfile.TemporaryDirectory() as work:
+        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("refused", check_refused), ("mismatch", check_mismatch),
+                            ("rank fails", check_rank_fails), ("rank killed", check_rank_killed)):
+            try:
+                print(f"{name:11} ok: {check(args, work)}", flush=True)
+            except (AssertionError, subprocess.TimeoutExpired) as e:
+                failures += 1
+                print(f"{name:11} FAILED: {e}", flush=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
