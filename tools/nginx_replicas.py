@@ -11,6 +11,8 @@ line, exit status 1 when one fails:
             down after 5 s, so S >= 20). Every answer must be the greedy
             text each prompt gets from a replica asked directly; only streams that had begun on the killed
             replica may fail (counted); the restarted replicas must answer again before the end
+  overload  a burst over every replica's queue: the overflow gets the replicas' 503, and the requests right after
+            are answered (no replica is taken out of the pool for being busy)
   affinity  with `hash $woq_affinity consistent;` requests that start alike (or carry one X-Session-Id) reach
             one replica, and its prefix cache serves the repeated start
 Python standard library only; the request helpers are serve_attack.py's.
@@ -56,8 +58,9 @@ def free_port():
     raise SystemExit(f"no free port below {low}")
 
 
-# One thread each (three replicas share two cores here), the default low-bit format, drained within 10 s.
-REPLICA = ("-t", "1", "--parallel", "4", "--shutdown-timeout", "10")
+# One thread each (three replicas share two cores here), the default low-bit format, drained within 10 s, at most
+# 4 + 16 requests each (the load below stays under it with one replica down; the overload check goes over).
+REPLICA = ("-t", "1", "--parallel", "4", "--max-queue", "16", "--shutdown-timeout", "10")
 
 
 def nginx_conf(ports, listen, affinity):
@@ -217,21 +220,49 @@ def cancelled_total(proxy, n):
 
 def check_abort(proxy, n):
     before = cancelled_total(proxy, n)
-    # A batch of 64 prompts of 500 tokens each keeps a replica busy for a second or more (this model writes one
-    # story in ~40 ms); the client sends it and hangs up 0.3 s later, long before the answer.
-    body = json.dumps({"prompt": ["Once upon a time"] * 64, "max_tokens": 500, "temperature": 0}).encode()
+    # A batch of 20 prompts (what a replica takes at once: --parallel 4 + --max-queue 16) of 500 tokens each keeps
+    # it busy for 0.2 s or more (this model writes one story in ~40 ms); the client sends it and hangs up 50 ms
+    # later, long before the answer.
+    body = json.dumps({"prompt": ["Once upon a time"] * 20, "max_tokens": 500, "temperature": 0}).encode()
     with socket.create_connection(("127.0.0.1", proxy), timeout=10) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        time.sleep(0.3)
+        time.sleep(0.05)
     hung_up = time.monotonic()
     deadline = hung_up + 5
     while time.monotonic() < deadline:
         if cancelled_total(proxy, n) > before:
-            return (f"a client hung up 0.3 s into a 64-prompt request: its replica cancelled the generation "
+            return (f"a client hung up 50 ms into a 20-prompt request: its replica cancelled the generation "
                     f"within {(time.monotonic() - hung_up) * 1e3:.0f} ms")
         time.sleep(0.02)
     raise AssertionError("no replica counted a cancelled generation 5 s after the client hung up")
+
+
+def check_overload(proxy):
+    """A burst over every replica's queue: the overflow gets the replicas' own 503, and the replicas stay in the
+    pool (nginx does not count a 503 as a failure), so the next requests are answered at once."""
+    results, lock = [], threading.Lock()
+
+    def one():
+        a = complete(proxy, "Once upon a time", False, tokens=400)
+        with lock:
+            results.append(a)
+
+    threads = [threading.Thread(target=one) for _ in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    busy = [a for a in results if a.status == 503 and "retry later" in a.text.lower()]
+    other = [a for a in results if not a.ok and a not in busy]
+    assert busy, "no request of the burst got a 503: raise the burst"
+    assert not other, f"{len(other)} failures other than a replica's 503, e.g. {other[0].status} {other[0].text[:150]}"
+    after = [complete(proxy, p, False, tokens=8) for p in PROMPTS]
+    bad = [a for a in after if not a.ok]
+    assert not bad, f"{len(bad)} of {len(after)} requests right after the burst failed, e.g. {bad[0].status} " \
+                    f"{bad[0].text[:150]}"
+    return (f"100 requests at once: {len(results) - len(busy)} answered, {len(busy)} got a replica's 503 (queue "
+            f"full); the {len(after)} requests right after were all answered")
 
 
 KILLED, DRAINED = 1, 2  # the replicas load() disrupts
@@ -294,14 +325,20 @@ def load(proxy, replicas, ports, want, clients, seconds):
     # A stream whose headers had come from the killed replica cannot be sent elsewhere: it may fail.
     excused = [a for a in failed if a.status == 200 and a.replica.split(", ")[-1] == killed_addr
                and a.start < events["kill"] < a.end]
+    # A connection the draining replica had in its listen backlog gets its 503 "shutting down" (nginx passes
+    # 503s on: retrying them would mark a merely busy replica as failed).
+    drain_503 = [a for a in failed if a.status == 503 and a.replica.split(", ")[-1] == drained_addr
+                 and a.start < events["drained"] and a.end > events["term"]]
+    excused += drain_503
     retried = [a for a in answers if a.ok and "," in a.replica]
     back = sum(1 for a in answers if a.ok and a.start > events["up"] and a.replica.split(", ")[-1] == killed_addr)
     back2 = sum(1 for a in answers if a.ok and a.start > events["up2"] and a.replica.split(", ")[-1] == drained_addr)
     in_flight_killed = [a for a in answers if a.start < events["kill"] < a.end and killed_addr in a.replica]
+    cut = len(excused) - len(drain_503)
     summary = (f"{len(answers)} requests by {clients} clients in {seconds} s; killed replica: {len(in_flight_killed)} "
-               f"in flight ({len(excused)} streams failed, the others retried by nginx); {len(retried)} answered "
-               f"after a retry; answered by the restarted replicas afterwards: {back} and {back2}; drain of the "
-               f"third took {events['drained'] - events['term']:.2f} s")
+               f"in flight ({cut} streams failed, the others retried by nginx); {len(retried)} answered after a "
+               f"retry in the whole run; answered by the restarted replicas afterwards: {back} and {back2}; drain of "
+               f"the third took {events['drained'] - events['term']:.2f} s ({len(drain_503)} 503 'shutting down')")
     problems = []
     if wrong:
         problems.append(f"{len(wrong)} wrong answers, e.g. {wrong[0].text!r} for {wrong[0].prompt!r} "
@@ -379,7 +416,8 @@ def main():
             want[p] = a.text
         checks = [("health", lambda: check_health(proxy, ports)), ("stream", lambda: check_stream(proxy)),
                   ("abort", lambda: check_abort(proxy, len(ports))),
-                  ("load", lambda: load(proxy, replicas, ports, want, args.clients, args.seconds))]
+                  ("load", lambda: load(proxy, replicas, ports, want, args.clients, args.seconds)),
+                  ("overload", lambda: check_overload(proxy))]
         for affinity, group in ((False, checks), (True, [("affinity", lambda: check_affinity(proxy, ports))])):
             nginx = Nginx(args.nginx, prefix, nginx_conf(ports, proxy, affinity))
             wait_listening(proxy, nginx.proc, 10)

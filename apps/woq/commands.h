@@ -20,11 +20,18 @@ using Run = std::function<int()>;
 /// The job this process belongs to (job.cc): one process, or a rank of `mpirun -np R woq ...`.
 Ranks& job();
 /// Joins the job the launcher's environment names (core/ranks.h launched_ranks()) before `command` ("eval
-/// perplexity") runs. With more than one rank: MPI is initialised, the command must be one that runs
-/// data-parallel, and every rank must run the same binary with the same arguments on the same input files
-/// (a digest of each, compared at start). Throws woq::Error otherwise, naming what differs (on rank 0; the
-/// others throw an empty-message error so that one rank reports).
+/// perplexity") runs. With more than one rank: MPI is initialised, every rank's command must be one that runs
+/// across ranks, and every rank must run the same binary with the same arguments and kernels (digests compared
+/// at start). Throws woq::Error otherwise, naming what differs (on rank 0; the others throw an empty-message
+/// error so that one rank reports).
 void join_job(int argc, char** argv, const std::string& command);
+/// FNV-1a digest of a file, or of a directory's regular files (recursively, by relative name): files up to 64
+/// MiB whole, larger ones by their size, first and last 16 MiB and 1 MiB per GiB between. Throws woq::Error
+/// when one cannot be read.
+std::string path_digest(const std::string& path);
+/// Collective over `ranks`: throws woq::Error (rank 0 naming `what` and the rank) unless every rank passes the
+/// same digest of what it read.
+void require_same_inputs(Ranks& ranks, const std::string& what, const std::string& digest);
 /// Reports `what` as this rank's error and ends the job (every rank) with status 1; in a one-process job,
 /// prints it and returns 1.
 int end_job(const std::string& what);

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/thread_pool.h"
 #include "eval/compare.h"
 #include "eval/perplexity.h"
@@ -62,6 +63,43 @@ ScoringPlan make_plan(const EvalArgs& a, const Tokenizer& tok, std::int64_t cont
   return scoring_plan(tok, read_text_file(a.file), a.file, r, context_limit);
 }
 
+// What a rank will score: every sequence's tokens and where scoring starts.
+std::string plan_digest(const ScoringPlan& plan) {
+  Fnv1a64 h;
+  h.add(&plan.first_scored, sizeof plan.first_scored);
+  for (const auto& seq : plan.sequences) {
+    const auto n = static_cast<std::int64_t>(seq.size());
+    h.add(&n, sizeof n).add(seq.data(), seq.size() * sizeof seq[0]);
+  }
+  return h.hex();
+}
+
+// What a rank will ask: every task's items and few-shot pool, field by field.
+std::string tasks_digest(const std::vector<Task>& tasks) {
+  Fnv1a64 h;
+  const auto text = [&](const std::string& t) {
+    const std::uint64_t n = t.size();
+    h.add(&n, sizeof n).add(t);
+  };
+  const auto items = [&](const std::vector<TaskItem>& list) {
+    for (const TaskItem& i : list) {
+      text(i.context);
+      for (const std::string& c : i.choices) text(c);
+      text(i.target);
+      h.add(&i.gold, sizeof i.gold).add(&i.subject, sizeof i.subject).add(i.labels.data(), i.labels.size() * sizeof(int));
+      text("\x1e");  // item separator
+    }
+  };
+  for (const Task& t : tasks) {
+    text(t.name);
+    items(t.items);
+    text(t.fewshot_split);
+    items(t.fewshot);
+    for (const std::string& subject : t.subjects) text(subject);
+  }
+  return h.hex();
+}
+
 void print_report(const EvalReport& report, const std::string& json_path) {
   fmt::print("{}", report.text);
   if (!json_path.empty()) write_json_file(json_path, report.json);
@@ -89,11 +127,13 @@ std::vector<Task> load_tasks(const TasksArgs& a) {
 }
 
 int run_perplexity(const EvalArgs& a) {
-  if (!a.json.empty()) require_writable_path(a.json);
+  Ranks& ranks = job();  // mpirun -np R: each rank scores its share of the chunks; rank 0 reports
+  if (!a.json.empty() && ranks.leader()) require_writable_path(a.json);
+  require_same_inputs(ranks, "model (-m)", path_digest(a.model_dir));
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
   const ScoringPlan plan = make_plan(a, *s.tokenizer, s.model->context_limit());
-  Ranks& ranks = job();  // mpirun -np R: each rank scores its share of the chunks; rank 0 reports
+  require_same_inputs(ranks, "text to score (its chunks' tokens)", plan_digest(plan));
   const EvalReport report = perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan,
                                               a.scoring, ranks.leader() ? terminal_progress("chunk") : nullptr, ranks);
   if (ranks.leader()) print_report(report, a.json);
@@ -160,7 +200,7 @@ TaskOptions task_options(const TasksArgs& a) {
 // Everything that can fail before scoring: output paths and few-shot pools.
 void check_before_running(const TasksArgs& a, const std::vector<Task>& tasks) {
   for (const std::string* out : {&a.json, &a.markdown, &a.log_samples})
-    if (!out->empty()) require_writable_path(*out);
+    if (!out->empty() && job().leader()) require_writable_path(*out);  // only rank 0 writes
   std::error_code e1, e2;
   if (!a.log_samples.empty() && !a.json.empty() &&
       std::filesystem::weakly_canonical(a.log_samples, e1) == std::filesystem::weakly_canonical(a.json, e2))
@@ -178,6 +218,8 @@ std::vector<Progress> task_bars(const std::vector<Task>& tasks) {
 int run_tasks_command(const TasksArgs& a) {
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
+  require_same_inputs(job(), "model (-m)", path_digest(a.model_dir));
+  require_same_inputs(job(), "task data (the items and few-shot examples loaded)", tasks_digest(tasks));
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
   const std::vector<TaskResult> results = run_tasks(*s.model, *s.tokenizer, tasks, task_options(a), task_bars(tasks));

@@ -1,6 +1,8 @@
 // woq generate: load, quantize in memory, generate.
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/core.h>
@@ -8,6 +10,7 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "generate/generate.h"
@@ -40,6 +43,14 @@ std::string stop_reason(const GenerateResult& r, const Tokenizer& tok, std::int6
   return "reached -n";
 }
 
+// Rank 0's sampling seed on every rank: each rank samples the next token from the same logits, so they must
+// draw alike (a seed of -1 is random per process).
+std::uint64_t agreed_seed(Ranks& ranks, std::uint64_t seed) {
+  const std::vector<std::string> all = ranks.all_gather(std::string_view(reinterpret_cast<const char*>(&seed), sizeof seed));
+  std::memcpy(&seed, all[0].data(), sizeof seed);
+  return seed;
+}
+
 int run_generate(const GenerateArgs& a) {
   // Everything that can be checked before the slow load is checked first.
   GenerateOptions gen;
@@ -47,7 +58,9 @@ int run_generate(const GenerateArgs& a) {
   gen.stop_strings = a.stop;
   gen.penalties = a.sampling.penalties;
   gen.sampling = a.sampling.params();
-  const LoadOptions options = load_options(a.model, a.low_bit);
+  LoadOptions options = load_options(a.model, a.low_bit);
+  Ranks& ranks = job();
+  if (ranks.size() > 1) gen.sampling.seed = agreed_seed(ranks, gen.sampling.seed);
   ModelSession session;
   session.open(a.model_dir, a.model.threads);
   const ModelConfig& config = session.config;
@@ -59,11 +72,25 @@ int run_generate(const GenerateArgs& a) {
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file, most_bytes);
   if (prompt.size() > most_bytes)
     fail("the prompt ({} bytes) cannot fit in the model's context of {} tokens", prompt.size(), config.context_limit());
+  if (ranks.size() > 1) {
+    // Pipeline parallel: rank r runs the r-th contiguous share of the decoder blocks.
+    require_same_inputs(ranks, "model (-m)", path_digest(a.model_dir));
+    require_same_inputs(ranks, "prompt", Fnv1a64{}.add(prompt).hex());
+    if (ranks.size() > config.num_hidden_layers)
+      fail("{}", ranks.leader() ? fmt::format("{} ranks for a model of {} decoder blocks: at most one rank per block",
+                                              ranks.size(), config.num_hidden_layers)
+                                : "");  // every rank fails alike: rank 0 says it
+    std::tie(options.first_block, options.last_block) = share(config.num_hidden_layers, ranks.rank(), ranks.size());
+  }
   load_session(session, options);
-  const GenerateResult r = generate(*session.model, tokenizer, prompt, gen, [](std::string_view text) {
+  if (ranks.size() > 1) session.model->set_pipeline(ranks);
+  const bool out = ranks.leader();
+  const GenerateResult r = generate(*session.model, tokenizer, prompt, gen, [out](std::string_view text) {
+    if (!out) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
+  if (!out) return 0;
   std::fputc('\n', stdout);
   std::fflush(stdout);
 

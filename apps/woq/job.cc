@@ -28,8 +28,8 @@ namespace {
 
 std::unique_ptr<Ranks> mpi;  // set by join_job in an MPI launch
 
-// The commands that split their work across ranks.
-constexpr const char* kDataParallel[] = {"eval perplexity", "eval tasks"};
+// The commands that split their work across ranks: the evaluations by items, generate by decoder blocks.
+constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval tasks", "generate"};
 
 // Feeds `path`'s size and content into `h`: all of a file up to 64 MiB, else its first and last 16 MiB and
 // 1 MiB at every 1 GiB between (a model's copies differ somewhere a 7B's 13 GB need not be read for).
@@ -56,35 +56,13 @@ void digest_file(Fnv1a64& h, const std::filesystem::path& path) {
   take(size - kEnds, kEnds);
 }
 
-// What must agree across ranks, as named parts: the binary, the arguments, the files and directories (their
-// regular files, sorted by name) the arguments name as inputs, and the kernels.
+// What must agree across ranks before any work, as named parts: the binary, the command line and the kernels.
+// The inputs (the model, the text, the task files) are compared by the commands, from what they read
+// (require_same_inputs): a relative path or a --flag=value names files no digest of argv can see.
 std::vector<std::pair<std::string, std::string>> job_digest(int argc, char** argv) {
-  Fnv1a64 binary, args, inputs;
+  Fnv1a64 binary, args;
   digest_file(binary, "/proc/self/exe");
-  // What follows these is written, not read: it may exist on some machines only.
-  const auto is_output_flag = [](std::string_view flag) {
-    for (const char* out : {"--json", "--log-samples", "--markdown", "-o", "--output", "--save-ref"})
-      if (flag == out) return true;
-    return false;
-  };
-  for (int i = 1; i < argc; ++i) {
-    args.add(argv[i], std::char_traits<char>::length(argv[i]) + 1);
-    if (is_output_flag(argv[i - 1])) continue;
-    std::error_code ec;
-    const std::filesystem::path p(argv[i]);
-    if (std::filesystem::is_regular_file(p, ec)) {
-      digest_file(inputs, p);
-    } else if (std::filesystem::is_directory(p, ec)) {
-      std::vector<std::filesystem::path> files;
-      for (const auto& e : std::filesystem::directory_iterator(p, ec))
-        if (e.is_regular_file()) files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-      for (const auto& f : files) {
-        inputs.add(f.filename().string());
-        digest_file(inputs, f);
-      }
-    }
-  }
+  for (int i = 1; i < argc; ++i) args.add(argv[i], std::char_traits<char>::length(argv[i]) + 1);
   // The kernels: the ISA woq dispatches to and the variables that choose kernels (WOQ_ISA, OPENBLAS_CORETYPE).
   Fnv1a64 kernels;
   kernels.add(isa_name(active_isa()));
@@ -94,8 +72,11 @@ std::vector<std::pair<std::string, std::string>> job_digest(int argc, char** arg
   std::sort(vars.begin(), vars.end());
   for (const auto& v : vars) kernels.add(v.c_str(), v.size() + 1);
   return {{"binary (the woq executable)", binary.hex()}, {"command line", args.hex()},
-          {"input files (the model, the text)", inputs.hex()},
           {"kernels (the CPU's instruction set woq uses, WOQ_ISA, OPENBLAS_CORETYPE)", kernels.hex()}};
+}
+
+bool runs_across_ranks(std::string_view command) {
+  return std::find(std::begin(kAcrossRanks), std::end(kAcrossRanks), command) != std::end(kAcrossRanks);
 }
 
 }  // namespace
@@ -106,26 +87,61 @@ void join_job(int argc, char** argv, const std::string& command) {
   const int launched = launched_ranks();
   if (launched == 1) return;
 #ifndef WOQ_HAVE_MPI
-  fail("started as one of {} MPI ranks, but this woq was built without MPI (install libopenmpi-dev, configure and "
-       "build again), or run it as one process", launched);
+  fail("started as one of {} MPI ranks (the launcher's environment says so), but this woq was built without MPI "
+       "(install libopenmpi-dev, configure and build again), or run it as one process", launched);
 #else
   mpi = mpi_ranks();
+  if (mpi->size() == 1) return;  // a launcher's variable, but a job of one (e.g. a child of an MPI rank)
   const bool leader = mpi->leader();
-  if (std::find(std::begin(kDataParallel), std::end(kDataParallel), command) == std::end(kDataParallel))
-    fail("{}", leader ? fmt::format("'woq {}' does not run across MPI ranks (these do: eval perplexity, eval tasks); run it as one "
-                                    "process", command)
-                      : "");
+  // Each rank's command and digests, so that every rank reaches the same verdict and rank 0 states it.
   const auto mine = job_digest(argc, argv);
   std::string packed;
   for (const auto& [what, hex] : mine) packed += hex;
-  const std::vector<std::string> all = mpi->all_gather(packed);
+  const std::vector<std::string> all = mpi->all_gather(packed + command);
+  const std::size_t digests = mine.size() * 16;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const std::string other = all[r].substr(digests);
+    if (!runs_across_ranks(other))
+      fail("{}", leader ? fmt::format("rank {} of {} runs 'woq {}', which does not run across MPI ranks (these do: eval "
+                                      "perplexity, eval tasks, generate); run it as one process", r, all.size(), other)
+                        : "");
+  }
   for (std::size_t r = 1; r < all.size(); ++r)
     for (std::size_t part = 0; part < mine.size(); ++part)
       if (all[r].compare(part * 16, 16, all[0], part * 16, 16) != 0)
-        fail("{}", leader ? fmt::format("rank {} of {} runs with another {} than rank 0: every rank must run the same "
-                                        "woq on the same files", r, all.size(), mine[part].first)
+        fail("{}", leader ? fmt::format("rank {} of {} differs from rank 0 in its {}: every rank must run the same woq "
+                                        "the same way", r, all.size(), mine[part].first)
                           : "");
 #endif
+}
+
+std::string path_digest(const std::string& path) {
+  Fnv1a64 h;
+  const std::filesystem::path root(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(root, ec)) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root, ec))
+      if (e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      h.add(f.lexically_relative(root).string());
+      digest_file(h, f);
+    }
+  } else {
+    digest_file(h, root);
+  }
+  return h.hex();
+}
+
+void require_same_inputs(Ranks& ranks, const std::string& what, const std::string& digest) {
+  if (ranks.size() == 1) return;
+  const std::vector<std::string> all = ranks.all_gather(digest);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      fail("{}", ranks.leader() ? fmt::format("rank {} of {} differs from rank 0 in the {} it read: every rank must read "
+                                              "the same files", r, all.size(), what)
+                                : "");
 }
 
 int end_job(const std::string& what) {

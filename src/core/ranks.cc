@@ -15,6 +15,11 @@ class OneProcess final : public Ranks {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::vector<std::string> all_gather(std::string_view mine) override { return {std::string(mine)}; }
+  void send(int to, std::span<const std::byte>) override { fail("send to rank {} in a one-process job", to); }
+  void receive(int from, std::span<std::byte>) override { fail("receive from rank {} in a one-process job", from); }
+  void broadcast(int root, std::span<std::byte>) override {
+    if (root != 0) fail("broadcast from rank {} in a one-process job", root);
+  }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 

@@ -3,7 +3,9 @@
 // dist/mpi_ranks.h, which the build has when it finds MPI.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +22,12 @@ class Ranks {
   virtual int size() const = 0;
   /// Every rank's bytes, in rank order, on every rank. Collective. Throws woq::Error when the transport fails.
   virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
+  /// Sends `bytes` to rank `to`, which receive()s them; blocks until they are sent.
+  virtual void send(int to, std::span<const std::byte> bytes) = 0;
+  /// Receives exactly `bytes.size()` bytes that rank `from` send()s. Throws woq::Error when another size comes.
+  virtual void receive(int from, std::span<std::byte> bytes) = 0;
+  /// `bytes` of rank `root` into `bytes` on every rank (each passes the same size). Collective.
+  virtual void broadcast(int root, std::span<std::byte> bytes) = 0;
   /// Ends the whole job with `code` (every rank), after this rank has said why. Does not return.
   [[noreturn]] virtual void abort(int code) = 0;
   /// Rank 0: the one that prints reports and writes files.

@@ -20,6 +20,15 @@ void check(int rc, const char* call) {
   fail("{} failed: {}", call, text);
 }
 
+// An MPI count: at most 2 GiB - 1 bytes per message.
+int count(std::size_t bytes) {
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    fail("a message of {} bytes, more than MPI's 2 GiB per call", bytes);
+  return static_cast<int>(bytes);
+}
+
+constexpr int kTag = 7;  // woq's point-to-point messages
+
 class MpiRanks final : public Ranks {
  public:
   MpiRanks() {
@@ -60,6 +69,23 @@ class MpiRanks final : public Ranks {
     for (std::size_t r = 0; r < sizes.size(); ++r)
       out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(counts[r])));
     return out;
+  }
+
+  void send(int to, std::span<const std::byte> bytes) override {
+    check(MPI_Send(bytes.data(), count(bytes.size()), MPI_BYTE, to, kTag, MPI_COMM_WORLD), "MPI_Send");
+  }
+
+  void receive(int from, std::span<std::byte> bytes) override {
+    MPI_Status status;
+    check(MPI_Recv(bytes.data(), count(bytes.size()), MPI_BYTE, from, kTag, MPI_COMM_WORLD, &status), "MPI_Recv");
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (static_cast<std::size_t>(got) != bytes.size())
+      fail("rank {} sent {} bytes where rank {} expected {}", from, got, rank_, bytes.size());
+  }
+
+  void broadcast(int root, std::span<std::byte> bytes) override {
+    check(MPI_Bcast(bytes.data(), count(bytes.size()), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
   }
 
   [[noreturn]] void abort(int code) override {

@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <array>
+#include <cstring>
 #include <numeric>
 #include <cmath>
 #include <numbers>
@@ -40,9 +41,30 @@ LlamaModel::LlamaModel(ModelConfig config, ThreadPool& pool)
       pool_(&pool),
       inv_freq_(rope_inv_freq(config_)),
       scratch_(std::make_unique<Scratch>()),
-      workspace_(std::make_unique<Workspace>()) {}
+      workspace_(std::make_unique<Workspace>()),
+      last_block_(config_.num_hidden_layers) {}
 
 std::int64_t LlamaModel::context_limit() const { return config_.context_limit(); }
+
+void LlamaModel::set_pipeline(Ranks& ranks) {
+  // Each rank's blocks, gathered: they must run 0..L in rank order, each rank at least one.
+  const std::int64_t mine[2] = {first_block_, last_block_};
+  const std::vector<std::string> all =
+      ranks.all_gather(std::string_view(reinterpret_cast<const char*>(mine), sizeof mine));
+  std::int64_t next = 0;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    std::int64_t range[2] = {};
+    if (all[r].size() != sizeof range) fail("pipeline: rank {} sent {} bytes for its blocks", r, all[r].size());
+    std::memcpy(range, all[r].data(), sizeof range);
+    if (range[0] != next || range[1] <= range[0])
+      fail("pipeline: rank {} holds blocks [{}, {}), not the ones after rank {}'s (from {})", r, range[0], range[1],
+           r == 0 ? 0 : r - 1, next);
+    next = range[1];
+  }
+  if (next != config_.num_hidden_layers)
+    fail("pipeline: the ranks hold blocks up to {} of {}", next, config_.num_hidden_layers);
+  pipeline_ = &ranks;
+}
 
 std::uint64_t LlamaModel::weight_bytes_per_token() const {
   std::uint64_t bytes = (lm_head_ ? *lm_head_ : embed_).bytes() +
@@ -292,16 +314,26 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
   Scratch& s = *scratch_;
   s.fit(c, t_count);
   float* x = s.residual.data();  // (T, hidden)
-  embed(tokens, x);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) block(l, x, segments, l, s, nullptr);
+  const std::span<float> states(x, static_cast<std::size_t>(t_count * hidden));
+  const int stage = pipeline_ != nullptr ? pipeline_->rank() : 0, stages = pipeline_ != nullptr ? pipeline_->size() : 1;
+  if (stage == 0)
+    embed(tokens, x);
+  else
+    pipeline_->receive(stage - 1, std::as_writable_bytes(states));
+  for (std::int64_t l = first_block_; l < last_block_; ++l) block(l, x, segments, l, s, nullptr);
   for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
 
   const auto rows = static_cast<std::int64_t>(logit_rows.size());
-  for (std::int64_t i = 0; i < rows; ++i)
-    rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
-             static_cast<float>(c.rms_norm_eps), s.xn.data() + i * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
-  matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
+  if (stage + 1 < stages) {
+    pipeline_->send(stage + 1, std::as_bytes(states));
+  } else {
+    for (std::int64_t i = 0; i < rows; ++i)
+      rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
+               static_cast<float>(c.rms_norm_eps), s.xn.data() + i * hidden);
+    matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
+  }
+  if (stages > 1) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
   if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it
     *scratch_ = Scratch();
     *workspace_ = Workspace();

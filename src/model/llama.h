@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/progress.h"
+#include "core/ranks.h"
 #include "core/thread_pool.h"
 #include "formats/kquant_mix.h"
 #include "formats/low_bit.h"
@@ -91,6 +92,12 @@ struct LoadOptions {
   /// linear converted takes the plan's format for it (`linear` is the plan's
   /// base); load() throws woq::Error when the plan names layers the model lacks.
   std::shared_ptr<const QuantPlan> plan = nullptr;
+  /// A pipeline stage's share of the model: the decoder blocks [first_block, last_block) (-1: to the last);
+  /// the other blocks are not read. The embeddings are read only with block 0 (and, tied to lm_head, with the
+  /// last block), the final norm and lm_head only with the last block. load() throws woq::Error for an empty
+  /// or out-of-range share.
+  std::int64_t first_block = 0;
+  std::int64_t last_block = -1;
 };
 
 /// What loading did, for the one line the CLI prints.
@@ -168,6 +175,13 @@ class LlamaModel {
   /// Runs later forward passes on `pool` (e.g. to benchmark several thread
   /// counts without reloading). The pool must outlive its use.
   void set_thread_pool(ThreadPool& pool) { pool_ = &pool; }
+  /// Makes this model one stage of a pipeline over `ranks`: rank r holds the blocks LoadOptions::first_block..
+  /// last_block gave it, rank r - 1 the blocks before, rank r + 1 those after. Each forward pass then takes the
+  /// hidden states from rank r - 1 (rank 0: embeds the tokens), runs its blocks (its KV caches have room for every
+  /// block; only its own are written), hands the states to rank r + 1, and every rank returns the logits the last rank computes (one
+  /// process's, bit for bit). Every rank must make the same forward calls in the same order. `ranks` must
+  /// outlive the model's use. Throws woq::Error when the stages do not fit together.
+  void set_pipeline(Ranks& ranks);
 
   /// A cache for up to `capacity` tokens; throws woq::Error if capacity is not
   /// in [1, context_limit()].
@@ -249,6 +263,8 @@ class LlamaModel {
   std::unique_ptr<BlockPass> block_pass_;
   std::unique_ptr<Scratch> scratch_;      ///< the activations of the last passes, reused
   std::unique_ptr<Workspace> workspace_;  ///< the kernels' reusable buffers (matmul, attention)
+  std::int64_t first_block_ = 0, last_block_ = 0;  ///< the blocks this process runs (all, outside a pipeline)
+  Ranks* pipeline_ = nullptr;                       ///< set_pipeline's ranks; null: one process
 };
 
 }  // namespace woq

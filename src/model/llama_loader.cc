@@ -455,11 +455,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     ggml = t.dtype == DType::kGgml;
     return keep_tensor(t, c, vocab_hidden.c_str(), pool, rep);
   };
+  // A pipeline stage reads its blocks only (LoadOptions::first_block), and the ends of the model it runs.
+  const std::int64_t first = options.first_block, last = options.last_block < 0 ? c.num_hidden_layers : options.last_block;
+  if (first < 0 || first >= last || last > c.num_hidden_layers)
+    fail("decoder blocks [{}, {}) of a model of {}", first, last, c.num_hidden_layers);
+  m->first_block_ = first;
+  m->last_block_ = last;
+  const bool has_head = last == c.num_hidden_layers;
   bool embed_ggml = false;
-  m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
-  rep.other_bytes += m->embed_.bytes();
+  if (first == 0 || (has_head && head == nullptr && !options.lm_head)) {
+    m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
+    rep.other_bytes += m->embed_.bytes();
+  }
   const TensorView& head_src = head != nullptr ? *head : embed;
-  if (head != nullptr || options.lm_head) {
+  if (!has_head) {
+    // no lm_head, no final norm: a later stage has them
+  } else if (head != nullptr || options.lm_head) {
     bool head_ggml = false;
     m->lm_head_ = std::make_unique<QuantMatrix>(
         options.lm_head
@@ -471,13 +482,20 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     // Tied: the embedding is also the output projection (its lookup reads either layout).
     set_activations(m->embed_, options, activations_used, rep, pool, embed_ggml);
   }
-  m->final_norm_ =
-      load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
-  rep.other_bytes += m->final_norm_.size() * sizeof(float);
+  if (has_head) {
+    m->final_norm_ =
+        load_vector(store, std::string(kFinalNorm.hf), c.size(kFinalNorm.rows), dim_name(kFinalNorm.rows).data());
+    rep.other_bytes += m->final_norm_.size() * sizeof(float);
+  }
 
   BlockLinearLoader linear{store, quantized, options, c, has_output, keep_float, pool, rep, activations_used, {}};
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights w;
+    if (l < first || l >= last) {  // another pipeline stage's block
+      m->layers_.push_back(std::move(w));
+      if (options.progress) options.progress(l + 1, c.num_hidden_layers);
+      continue;
+    }
     auto vector = [&](const NamedTensor& t) {
       std::vector<float> v = load_vector(store, layer_tensor(l, t.hf), c.size(t.rows), dim_name(t.rows).data());
       rep.other_bytes += v.size() * sizeof(float);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <random>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,9 +38,12 @@ using Json = nlohmann::ordered_json;
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
+// "cmpl-<random per process><time><counter>": unique across the replicas behind one load balancer too (each
+// process draws its own 32 random bits at start).
 std::string next_id(const char* prefix) {
   static std::atomic<std::uint64_t> counter{0};
-  return fmt::format("{}-{:x}{:06x}", prefix, static_cast<std::uint64_t>(std::time(nullptr)), ++counter);
+  static const std::uint32_t process = std::random_device{}();
+  return fmt::format("{}-{:08x}{:x}{:06x}", prefix, process, static_cast<std::uint64_t>(std::time(nullptr)), ++counter);
 }
 
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }

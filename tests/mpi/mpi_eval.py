@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""`mpirun -np R woq eval perplexity|tasks` against one process, and the ways an MPI job goes wrong (CTest mpi_eval).
+"""`mpirun -np R woq eval perplexity|tasks|generate` against one process, and the ways an MPI job goes wrong (CTest mpi_eval).
 
 Checks, a line each (exit status 1 when one fails):
   equal       -np 2 and -np 3 (chunks, and per document) print one process's perplexity JSON exactly (all but
               the speed and the rank count)
   tasks       -np 2 and -np 3 eval tasks write one process's JSON and --log-samples files byte for byte
-  refused     a command that does not run data-parallel (generate) is refused, naming itself
+  pipeline    -np 2, 3 and 5 generate (the decoder blocks split over the ranks) print one process's text, greedy
+              and sampled with a seed; more ranks than blocks is refused
+  refused     a command that does not run across ranks (tokenize) is refused, naming itself
   mismatch    ranks with another command line, another binary, or another WOQ_ISA are refused, naming what differs
   rank fails  a rank that fails (a bad WOQ_ISA) ends the job within seconds with its error
   rank killed a rank SIGKILLed mid-run ends the job within seconds (mpirun reports it), no hang
@@ -25,7 +27,8 @@ import time
 
 
 def mpirun_args(args, *parts):
-    """mpirun [--allow-run-as-root] --oversubscribe PART [: PART ...]; each part is (np, env dict, argv)."""
+    """mpirun [--allow-run-as-root] --oversubscribe PART [: PART ...]; each part is (np, env dict, argv); an env
+    key that starts with '-' is an mpirun option of that part (-wdir DIR)."""
     cmd = [args.mpirun, "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -34,7 +37,7 @@ def mpirun_args(args, *parts):
             cmd.append(":")
         cmd += ["-np", str(np)]
         for k, v in env.items():
-            cmd += ["-x", f"{k}={v}"]
+            cmd += [k, v] if k.startswith("-") else ["-x", f"{k}={v}"]  # "-wdir": an mpirun option
         cmd += argv
     return cmd
 
@@ -89,10 +92,31 @@ def check_tasks(args, work):
            "--log-samples files are one process's, byte for byte"
 
 
+def check_pipeline(args, work):
+    out = []
+    for sampling in (["--temperature", "0"], ["--seed", "7"]):
+        argv = [args.woq, "generate", "-m", args.model, "-p", "Once upon a time", "-n", "80", "-t", "1", *sampling]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-600:]
+        want = p.stdout
+        for np in (2, 3, 5):  # the bundled model has 5 decoder blocks: up to one rank per block
+            p = subprocess.run(mpirun_args(args, (np, {}, argv)), capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, f"-np {np}: {p.stderr[-600:]}"
+            assert p.stdout == want, f"-np {np} {' '.join(sampling)}: {p.stdout!r} != {want!r}"
+        out.append(" ".join(sampling))
+    rc, log, _ = run(mpirun_args(args, (6, {}, [args.woq, "generate", "-m", args.model, "-p", "Once", "-n", "2"])))
+    assert rc != 0 and "6 ranks for a model of 5 decoder blocks" in log, f"rc {rc}: {log[-400:]}"
+    return (f"generate -n 80 ({', '.join(out)}) with the blocks split over 2, 3 and 5 ranks: one process's text; "
+            f"6 ranks for 5 blocks refused")
+
+
 def check_refused(args, work):
-    rc, log, _ = run(mpirun_args(args, (2, {}, [args.woq, "generate", "-m", args.model, "-p", "Once", "-n", "4"])))
-    assert rc != 0 and "'woq generate' does not run across MPI ranks" in log, f"rc {rc}: {log[-500:]}"
-    return "generate under mpirun -np 2: refused"
+    rc, log, _ = run(mpirun_args(args, (2, {}, [args.woq, "tokenize", "-m", args.model, "-p", "Once"])))
+    assert rc != 0 and "runs 'woq tokenize', which does not run across MPI ranks" in log, f"rc {rc}: {log[-500:]}"
+    rc, log, secs = run(mpirun_args(args, (1, {}, ppl_argv(args)), (1, {}, [args.woq, "tokenize", "-m", args.model,
+                                                                           "-p", "Once"])))
+    assert rc != 0 and "rank 1 of 2 runs 'woq tokenize'" in log and secs < 8, f"rc {rc} {secs:.1f} s: {log[-500:]}"
+    return "tokenize under mpirun -np 2, and beside eval perplexity: refused, naming it"
 
 
 def check_mismatch(args, work):
@@ -100,14 +124,31 @@ def check_mismatch(args, work):
     shutil.copy(args.woq, copy)
     with open(copy, "ab") as f:
         f.write(b"\0")  # another binary that still runs
-    cases = [("command line", (1, {}, ppl_argv(args)), (1, {}, ppl_argv(args, ["--chunks", "5"]))),
-             ("binary", (1, {}, ppl_argv(args)), (1, {}, [copy] + ppl_argv(args)[1:])),
-             ("kernels", (1, {"WOQ_ISA": "scalar"}, ppl_argv(args)), (1, {}, ppl_argv(args)))]
+    # Two working directories with a text.txt each: one relative path, two files (as on two machines).
+    texts = []
+    for d, words in (("a", 400), ("b", 300)):
+        os.makedirs(os.path.join(work, d), exist_ok=True)
+        with open(os.path.join(work, d, "text.txt"), "w") as f:
+            f.write(open(args.text).read()[: words * 20])
+        with open(os.path.join(work, d, "prompt.txt"), "w") as f:
+            f.write(f"Once upon a time there were {words} birds.")
+        texts.append(os.path.join(work, d))
+    woq = os.path.abspath(args.woq)
+    rel = [woq, "eval", "perplexity", "-m", os.path.abspath(args.model), "--file=text.txt", "-c", "64", "-t", "1"]
+    cases = [("its command line", (1, {}, ppl_argv(args)), (1, {}, ppl_argv(args, ["--chunks", "5"]))),
+             ("its binary", (1, {}, ppl_argv(args)), (1, {}, [copy] + ppl_argv(args)[1:])),
+             ("its kernels", (1, {"WOQ_ISA": "scalar"}, ppl_argv(args)), (1, {}, ppl_argv(args))),
+             ("the text to score", (1, {"-wdir": texts[0]}, rel), (1, {"-wdir": texts[1]}, rel)),
+             ("the prompt", (1, {"-wdir": texts[0]}, [woq, "generate", "-m", os.path.abspath(args.model),
+                                                       "--file", "prompt.txt", "-n", "2"]),
+              (1, {"-wdir": texts[1]}, [woq, "generate", "-m", os.path.abspath(args.model),
+                                        "--file", "prompt.txt", "-n", "2"]))]
     for what, a, b in cases:
         rc, log, secs = run(mpirun_args(args, a, b))
-        assert rc != 0 and f"rank 1 of 2 runs with another {what}" in log, f"{what}: rc {rc}: {log[-600:]}"
+        assert rc != 0 and f"rank 1 of 2 differs from rank 0 in {what}" in log, f"{what}: rc {rc}: {log[-600:]}"
         assert secs < 30, f"{what}: took {secs:.1f} s"
-    return "another command line, binary or WOQ_ISA on rank 1: refused, naming it"
+    return ("another command line, binary, WOQ_ISA, text file or prompt file (same relative path, other working "
+            "directory) on rank 1: refused, naming it")
 
 
 def check_rank_fails(args, work):
@@ -158,7 +199,8 @@ def main():
     args = ap.parse_args()
     failures = 0
     with tempfile.TemporaryDirectory() as work:
-        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("refused", check_refused), ("mismatch", check_mismatch),
+        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("pipeline", check_pipeline),
+                            ("refused", check_refused), ("mismatch", check_mismatch),
                             ("rank fails", check_rank_fails), ("rank killed", check_rank_killed)):
             try:
                 print(f"{name:11} ok: {check(args, work)}", flush=True)
