@@ -25,13 +25,17 @@ Ranks& job();
 /// at start). Throws woq::Error otherwise, naming what differs (on rank 0; the others throw an empty-message
 /// error so that one rank reports).
 void join_job(int argc, char** argv, const std::string& command);
-/// FNV-1a digest of a file, or of a directory's regular files (recursively, by relative name): files up to 64
-/// MiB whole, larger ones by their size, first and last 16 MiB and 1 MiB per GiB between. Throws woq::Error
+/// FNV-1a digests of a file, or of the files of a model directory woq reads (its top-level .json, .safetensors,
+/// .model, .gguf, .txt and .jinja files; not hidden files or READMEs), a line "NAME HEX" each: files up to 64
+/// MiB whole, larger ones by their size, first and last 16 MiB and 1 MiB per 64 MiB between. Throws woq::Error
 /// when one cannot be read.
 std::string path_digest(const std::string& path);
 /// Collective over `ranks`: throws woq::Error (rank 0 naming `what` and the rank) unless every rank passes the
 /// same digest of what it read.
 void require_same_inputs(Ranks& ranks, const std::string& what, const std::string& digest);
+struct ModelFlags;
+/// require_same_inputs of the model (path_digest) and of the --plan file, if one is given. Collective.
+void require_same_model(Ranks& ranks, const std::string& model, const ModelFlags& flags);
 /// Reports `what` as this rank's error and ends the job (every rank) with status 1; in a one-process job,
 /// prints it and returns 1.
 int end_job(const std::string& what);

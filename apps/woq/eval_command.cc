@@ -129,7 +129,7 @@ std::vector<Task> load_tasks(const TasksArgs& a) {
 int run_perplexity(const EvalArgs& a) {
   Ranks& ranks = job();  // mpirun -np R: each rank scores its share of the chunks; rank 0 reports
   if (!a.json.empty() && ranks.leader()) require_writable_path(a.json);
-  require_same_inputs(ranks, "model (-m)", path_digest(a.model_dir));
+  require_same_model(ranks, a.model_dir, a.model);
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));
   const ScoringPlan plan = make_plan(a, *s.tokenizer, s.model->context_limit());
@@ -218,7 +218,7 @@ std::vector<Progress> task_bars(const std::vector<Task>& tasks) {
 int run_tasks_command(const TasksArgs& a) {
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
-  require_same_inputs(job(), "model (-m)", path_digest(a.model_dir));
+  require_same_model(job(), a.model_dir, a.model);
   require_same_inputs(job(), "task data (the items and few-shot examples loaded)", tasks_digest(tasks));
   const ModelSession s = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit),
                                               std::make_shared<ThreadPool>(a.model.threads));

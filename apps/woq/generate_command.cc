@@ -74,7 +74,7 @@ int run_generate(const GenerateArgs& a) {
     fail("the prompt ({} bytes) cannot fit in the model's context of {} tokens", prompt.size(), config.context_limit());
   if (ranks.size() > 1) {
     // Pipeline parallel: rank r runs the r-th contiguous share of the decoder blocks.
-    require_same_inputs(ranks, "model (-m)", path_digest(a.model_dir));
+    require_same_model(ranks, a.model_dir, a.model);
     require_same_inputs(ranks, "prompt", Fnv1a64{}.add(prompt).hex());
     if (ranks.size() > config.num_hidden_layers)
       fail("{}", ranks.leader() ? fmt::format("{} ranks for a model of {} decoder blocks: at most one rank per block",

@@ -1,5 +1,5 @@
 // The job a woq process belongs to: one process, or the ranks of an MPI launch (`mpirun -np R woq eval
-// perplexity ...`), checked to run the same binary on the same inputs.
+// perplexity ...`), checked to run the same binary the same way on the same inputs.
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,11 +28,8 @@ namespace {
 
 std::unique_ptr<Ranks> mpi;  // set by join_job in an MPI launch
 
-// The commands that split their work across ranks: the evaluations by items, generate by decoder blocks.
-constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval tasks", "generate"};
-
 // Feeds `path`'s size and content into `h`: all of a file up to 64 MiB, else its first and last 16 MiB and
-// 1 MiB at every 1 GiB between (a model's copies differ somewhere a 7B's 13 GB need not be read for).
+// 1 MiB at every 64 MiB between (a model's copies differ somewhere a 7B's 13 GB need not all be read for).
 void digest_file(Fnv1a64& h, const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read {}", path.string());
@@ -49,16 +46,34 @@ void digest_file(Fnv1a64& h, const std::filesystem::path& path) {
       at += k;
     }
   };
-  constexpr std::int64_t kWhole = 64 << 20, kEnds = 16 << 20, kGiB = std::int64_t{1} << 30;
+  constexpr std::int64_t kWhole = 64 << 20, kEnds = 16 << 20, kStride = 64 << 20;
   if (size <= kWhole) return take(0, size);
   take(0, kEnds);
-  for (std::int64_t at = kGiB; at + (1 << 20) < size - kEnds; at += kGiB) take(at, 1 << 20);
+  for (std::int64_t at = kStride; at + (1 << 20) < size - kEnds; at += kStride) take(at, 1 << 20);
   take(size - kEnds, kEnds);
 }
 
-// What must agree across ranks before any work, as named parts: the binary, the command line and the kernels.
-// The inputs (the model, the text, the task files) are compared by the commands, from what they read
-// (require_same_inputs): a relative path or a --flag=value names files no digest of argv can see.
+// The files of a model directory woq reads: its top-level configuration, tokenizer and weight files, not
+// hidden files (a downloader's metadata), READMEs or other formats' weights.
+bool read_by_woq(const std::filesystem::path& file) {
+  const std::string name = file.filename().string();
+  if (name.empty() || name[0] == '.') return false;
+  for (const char* ext : {".json", ".safetensors", ".model", ".gguf", ".txt", ".jinja"})
+    if (name.ends_with(ext) && !name.starts_with("README")) return true;
+  return false;
+}
+
+#ifdef WOQ_HAVE_MPI
+// The commands that split their work across ranks: the evaluations by items, generate by decoder blocks.
+constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval tasks", "generate"};
+
+bool runs_across_ranks(std::string_view command) {
+  return std::find(std::begin(kAcrossRanks), std::end(kAcrossRanks), command) != std::end(kAcrossRanks);
+}
+
+// What must agree across ranks before any work, as named parts: the binary, the command line (so the same
+// paths) and the kernels. The inputs (the model, the plan, the text, the task files) are compared by the
+// commands, from what they read (require_same_inputs): a relative path names another file on another machine.
 std::vector<std::pair<std::string, std::string>> job_digest(int argc, char** argv) {
   Fnv1a64 binary, args;
   digest_file(binary, "/proc/self/exe");
@@ -74,16 +89,13 @@ std::vector<std::pair<std::string, std::string>> job_digest(int argc, char** arg
   return {{"binary (the woq executable)", binary.hex()}, {"command line", args.hex()},
           {"kernels (the CPU's instruction set woq uses, WOQ_ISA, OPENBLAS_CORETYPE)", kernels.hex()}};
 }
-
-bool runs_across_ranks(std::string_view command) {
-  return std::find(std::begin(kAcrossRanks), std::end(kAcrossRanks), command) != std::end(kAcrossRanks);
-}
+#endif
 
 }  // namespace
 
 Ranks& job() { return mpi ? *mpi : one_process(); }
 
-void join_job(int argc, char** argv, const std::string& command) {
+void join_job([[maybe_unused]] int argc, [[maybe_unused]] char** argv, [[maybe_unused]] const std::string& command) {
   const int launched = launched_ranks();
   if (launched == 1) return;
 #ifndef WOQ_HAVE_MPI
@@ -116,32 +128,57 @@ void join_job(int argc, char** argv, const std::string& command) {
 }
 
 std::string path_digest(const std::string& path) {
-  Fnv1a64 h;
   const std::filesystem::path root(path);
   std::error_code ec;
+  std::vector<std::filesystem::path> files;
   if (std::filesystem::is_directory(root, ec)) {
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root, ec))
-      if (e.is_regular_file()) files.push_back(e.path());
+    for (const auto& e : std::filesystem::directory_iterator(root, ec))
+      if (e.is_regular_file() && read_by_woq(e.path())) files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      h.add(f.lexically_relative(root).string());
-      digest_file(h, f);
-    }
   } else {
-    digest_file(h, root);
+    files.push_back(root);
   }
-  return h.hex();
+  std::string out;  // a line per file: "NAME HEX"
+  for (const auto& f : files) {
+    Fnv1a64 h;
+    digest_file(h, f);
+    out += fmt::format("{} {}\n", f.filename().string(), h.hex());
+  }
+  return out;
 }
 
 void require_same_inputs(Ranks& ranks, const std::string& what, const std::string& digest) {
   if (ranks.size() == 1) return;
   const std::vector<std::string> all = ranks.all_gather(digest);
-  for (std::size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      fail("{}", ranks.leader() ? fmt::format("rank {} of {} differs from rank 0 in the {} it read: every rank must read "
-                                              "the same files", r, all.size(), what)
-                                : "");
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    // path_digest's lines: name the first file that differs.
+    std::string file;
+    for (std::size_t a = 0, b = 0;;) {
+      const std::size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
+      if (ea == std::string::npos || eb == std::string::npos) break;
+      const std::string la = all[0].substr(a, ea - a), lb = all[r].substr(b, eb - b);
+      if (la != lb) {
+        file = (la.substr(0, la.rfind(' ')) == lb.substr(0, lb.rfind(' ')) ? " (file " : " (files ") +
+               la.substr(0, la.rfind(' ')) +
+               (la.substr(0, la.rfind(' ')) == lb.substr(0, lb.rfind(' ')) ? "" : " and " + lb.substr(0, lb.rfind(' '))) + ")";
+        break;
+      }
+      a = ea + 1;
+      b = eb + 1;
+    }
+    fail("{}", ranks.leader() ? fmt::format("rank {} of {} differs from rank 0 in the {}{} it read: every rank must read "
+                                            "the same files", r, all.size(), what, file)
+                              : "");
+  }
+}
+
+void require_same_model(Ranks& ranks, const std::string& model, const ModelFlags& flags) {
+  if (ranks.size() == 1) return;
+  require_same_inputs(ranks, "model (-m)", path_digest(model));
+  std::error_code ec;
+  if (!flags.plan.empty() && std::filesystem::is_regular_file(flags.plan, ec))
+    require_same_inputs(ranks, "plan (--plan)", path_digest(flags.plan));
 }
 
 int end_job(const std::string& what) {
@@ -151,10 +188,10 @@ int end_job(const std::string& what) {
     fmt::print(stderr, "woq: error: {}\n", what);
     return 1;
   }
-  if (what.empty()) {
-    // Every rank failed alike and rank 0 reports it: leave it the time to, before its MPI_Abort ends us.
-    std::this_thread::sleep_for(std::chrono::seconds(10));
-  } else {
+  // Rank 0 reports at once. Another rank waits a moment first: when every rank fails alike (a prompt too long),
+  // rank 0's MPI_Abort ends it before it repeats the message; when it fails alone, it still says why.
+  if (!ranks.leader()) std::this_thread::sleep_for(std::chrono::seconds(what.empty() ? 10 : 1));
+  if (!what.empty()) {
     fmt::print(stderr, "woq: error (rank {} of {}): {}\n", ranks.rank(), ranks.size(), what);
     std::fflush(stderr);
   }

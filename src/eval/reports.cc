@@ -65,6 +65,7 @@ EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const 
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<double> nll;
   const auto [first, last] = share(static_cast<std::int64_t>(plan.sequences.size()), ranks.rank(), ranks.size());
+  if (ranks.size() > 1) ranks.all_gather({});  // start together: the slowest rank's time is then the wall time
   double seconds = run_plan(
       model, plan.slice(first, last), r.batch,
       [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {

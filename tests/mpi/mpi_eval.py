@@ -132,6 +132,16 @@ def check_mismatch(args, work):
             f.write(open(args.text).read()[: words * 20])
         with open(os.path.join(work, d, "prompt.txt"), "w") as f:
             f.write(f"Once upon a time there were {words} birds.")
+        low_bit = "sym_int8" if d == "a" else "asym_int4"  # two plans under one name
+        with open(os.path.join(work, d, "plan.json"), "w") as f:
+            json.dump({"woq_plan": 1, "base": {"low_bit": "sym_int4", "group_size": 32},
+                       "tensors": {"model.layers.0.mlp.up_proj": {"low_bit": low_bit, "group_size": 32}}}, f)
+        # The same model in each directory, one of them beside a README and a downloader's metadata (not read).
+        shutil.copytree(args.model, os.path.join(work, d, "model"))
+        if d == "b":
+            open(os.path.join(work, d, "model", "README.md"), "w").write("not read by woq\n")
+            os.makedirs(os.path.join(work, d, "model", ".cache"))
+            open(os.path.join(work, d, "model", ".cache", "x.metadata"), "w").write("1234\n")
         texts.append(os.path.join(work, d))
     woq = os.path.abspath(args.woq)
     rel = [woq, "eval", "perplexity", "-m", os.path.abspath(args.model), "--file=text.txt", "-c", "64", "-t", "1"]
@@ -143,12 +153,26 @@ def check_mismatch(args, work):
                                                        "--file", "prompt.txt", "-n", "2"]),
               (1, {"-wdir": texts[1]}, [woq, "generate", "-m", os.path.abspath(args.model),
                                         "--file", "prompt.txt", "-n", "2"]))]
+    plan = [woq, "eval", "perplexity", "-m", os.path.abspath(args.model), "-f", os.path.abspath(args.text), "-c", "128",
+            "--chunks", "4", "-t", "1", "--plan", "plan.json"]
+    cases.append(("the plan (--plan)", (1, {"-wdir": texts[0]}, plan), (1, {"-wdir": texts[1]}, plan)))
     for what, a, b in cases:
         rc, log, secs = run(mpirun_args(args, a, b))
         assert rc != 0 and f"rank 1 of 2 differs from rank 0 in {what}" in log, f"{what}: rc {rc}: {log[-600:]}"
         assert secs < 30, f"{what}: took {secs:.1f} s"
-    return ("another command line, binary, WOQ_ISA, text file or prompt file (same relative path, other working "
-            "directory) on rank 1: refused, naming it")
+    # The same model files in both directories (one with a README and hidden metadata beside them): accepted.
+    same = [woq, "eval", "perplexity", "-m", "model", "-f", os.path.abspath(args.text), "-c", "128", "--chunks", "4",
+            "-t", "1"]
+    rc, log, _ = run(mpirun_args(args, (1, {"-wdir": texts[0]}, same), (1, {"-wdir": texts[1]}, same)))
+    assert rc == 0, f"identical model copies refused: {log[-600:]}"
+    # One weight file edited: refused, naming it.
+    with open(os.path.join(texts[1], "model", "model.safetensors"), "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\x11" * 8)
+    rc, log, _ = run(mpirun_args(args, (1, {"-wdir": texts[0]}, same), (1, {"-wdir": texts[1]}, same)))
+    assert rc != 0 and "in the model (-m) (file model.safetensors) it read" in log, f"rc {rc}: {log[-600:]}"
+    return ("another command line, binary, WOQ_ISA, text, prompt, plan or model file (same relative path, other "
+            "working directory) on rank 1: refused, naming it; identical model copies beside unread files: accepted")
 
 
 def check_rank_fails(args, work):
