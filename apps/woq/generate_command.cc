@@ -1,6 +1,6 @@
 // woq generate: load, quantize in memory, generate.
 #include <cstdio>
-#include <cstring>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,8 +46,7 @@ std::string stop_reason(const GenerateResult& r, const Tokenizer& tok, std::int6
 // Rank 0's sampling seed on every rank: each rank samples the next token from the same logits, so they must
 // draw alike (a seed of -1 is random per process).
 std::uint64_t agreed_seed(Ranks& ranks, std::uint64_t seed) {
-  const std::vector<std::string> all = ranks.all_gather(std::string_view(reinterpret_cast<const char*>(&seed), sizeof seed));
-  std::memcpy(&seed, all[0].data(), sizeof seed);
+  ranks.broadcast(0, std::as_writable_bytes(std::span(&seed, 1)));
   return seed;
 }
 

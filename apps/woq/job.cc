@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "core/cpu.h"
@@ -114,8 +115,8 @@ void join_job([[maybe_unused]] int argc, [[maybe_unused]] char** argv, [[maybe_u
   for (std::size_t r = 0; r < all.size(); ++r) {
     const std::string other = all[r].substr(digests);
     if (!runs_across_ranks(other))
-      fail("{}", leader ? fmt::format("rank {} of {} runs 'woq {}', which does not run across MPI ranks (these do: eval "
-                                      "perplexity, eval tasks, generate); run it as one process", r, all.size(), other)
+      fail("{}", leader ? fmt::format("rank {} of {} runs 'woq {}', which does not run across MPI ranks (these do: {}); "
+                                      "run it as one process", r, all.size(), other, fmt::join(kAcrossRanks, ", "))
                         : "");
   }
   for (std::size_t r = 1; r < all.size(); ++r)
@@ -152,16 +153,15 @@ void require_same_inputs(Ranks& ranks, const std::string& what, const std::strin
   const std::vector<std::string> all = ranks.all_gather(digest);
   for (std::size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
-    // path_digest's lines: name the first file that differs.
+    // path_digest's lines "NAME HEX": name the first file that differs.
     std::string file;
     for (std::size_t a = 0, b = 0;;) {
       const std::size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
       if (ea == std::string::npos || eb == std::string::npos) break;
       const std::string la = all[0].substr(a, ea - a), lb = all[r].substr(b, eb - b);
       if (la != lb) {
-        file = (la.substr(0, la.rfind(' ')) == lb.substr(0, lb.rfind(' ')) ? " (file " : " (files ") +
-               la.substr(0, la.rfind(' ')) +
-               (la.substr(0, la.rfind(' ')) == lb.substr(0, lb.rfind(' ')) ? "" : " and " + lb.substr(0, lb.rfind(' '))) + ")";
+        const std::string na = la.substr(0, la.rfind(' ')), nb = lb.substr(0, lb.rfind(' '));
+        file = na == nb ? fmt::format(" (file {})", na) : fmt::format(" (files {} and {})", na, nb);
         break;
       }
       a = ea + 1;

@@ -45,7 +45,8 @@ int launched_ranks();
 /// most one (the lower ranks take the larger).
 std::pair<std::int64_t, std::int64_t> share(std::int64_t n, int rank, int size);
 
-/// Every rank's doubles concatenated in rank order (all_gather of their bytes). Collective.
+/// Every rank's doubles concatenated in rank order (all_gather of their bytes). Collective. Throws woq::Error
+/// when a rank's part is not a whole number of doubles, or as all_gather does.
 std::vector<double> gather_doubles(Ranks& ranks, const std::vector<double>& mine);
 
 }  // namespace woq
