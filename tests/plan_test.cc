@@ -195,6 +195,16 @@ TEST(PlanSearch, ImpossibleBudgetsSaySo) {
   EXPECT_EQ(solve_for_bpw(s, 1e30).predicted_kl, 0.01);
 }
 
+// The bundled model with fp32 linears, and `chunks` chunks of 64 tokens of the calibration text.
+std::unique_ptr<LlamaModel> float_model(ThreadPool& pool) {
+  LoadOptions fp32;
+  fp32.linear = QuantSpec{LowBit::kFp32};
+  return LlamaModel::load(WOQ_MODEL_DIR, fp32, pool);
+}
+ScoringPlan calibration_chunks(const Tokenizer& tok, std::int64_t chunks) {
+  return chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64, chunks, 1);
+}
+
 // The acceptance's honesty check: the KL a solved plan is predicted to have
 // (sum of the one-at-a-time measurements on calibration text) against what it
 // has on held-out text. Fails when the measurements are replaced by zeros (the
@@ -211,7 +221,7 @@ TEST(PlanSearch, PredictedKlTracksTheMeasuredKlOnHeldOutText) {
   const auto candidates = [](std::int64_t) {
     return std::vector<QuantSpec>{{LowBit::kSymInt8, -1}, {LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, -1}};
   };
-  const Sensitivity s = measure_sensitivity(*model, calib, 0, pool, rep.other_bytes, 40000, candidates, std::nullopt);
+  const Sensitivity s = measure_sensitivity(*model, calib, pool, rep.other_bytes, 40000, candidates, std::nullopt);
   ASSERT_EQ(s.layers.size(), 35u);
   // Measuring restored every layer: the model is still its float self.
   EXPECT_EQ(model->block_linear(3, LinearRole::kUp).type, LowBit::kFp32);
@@ -241,22 +251,58 @@ TEST(PlanSearch, PredictedKlTracksTheMeasuredKlOnHeldOutText) {
   }
 }
 
+// Each measured KL is computed from the float model's hidden states at the
+// layer's block, not from the tokens: it must be the KL of the whole model with
+// that one layer swapped, bit for bit (first, middle and last block; a shortcut
+// that started from the wrong block or scored other rows fails).
+TEST(PlanSearch, EachMeasuredKlIsTheWholeModelsKlWithThatLayerSwapped) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  auto model = float_model(pool);
+  const ScoringPlan calib = calibration_chunks(tok, 4);
+  const std::vector<QuantSpec> specs{{LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, -1}};
+  const Sensitivity s =
+      measure_sensitivity(*model, calib, pool, 0, 1000, [&](std::int64_t) { return specs; }, std::nullopt);
+  const Sensitivity est =
+      estimate_sensitivity(*model, calib, pool, 0, 1000, [&](std::int64_t) { return specs; }, std::nullopt);
+  RefLogprobFile ref = RefLogprobFile::create("", calib, model->config().vocab_size);
+  write_reference(*model, calib, 0, ref);
+  const std::int64_t last = model->config().num_hidden_layers - 1;
+  for (const auto& [layer, role] : std::vector<std::pair<std::int64_t, LinearRole>>{
+           {0, LinearRole::kQ}, {2, LinearRole::kDown}, {last, LinearRole::kO}, {last, LinearRole::kUp}}) {
+    const std::size_t i = static_cast<std::size_t>(layer) * kBlockLinears.size() + static_cast<std::size_t>(role);
+    ASSERT_EQ(s.layers[i].layer, layer);
+    ASSERT_EQ(s.layers[i].role, role);
+    QuantMatrix& slot = model->block_linear(layer, role);
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+      QuantMatrix w = quantize_matrix([&](std::int64_t r, float* out) { dequantize_row(slot, r, out); }, slot.rows,
+                                      slot.cols, specs[j], &pool);
+      ready_for_kernels(w, std::nullopt, false, pool);
+      std::swap(slot, w);
+      const CompareStats whole = compare_with_reference(*model, calib, 0, ref);
+      std::swap(slot, w);
+      EXPECT_EQ(s.layers[i].candidates[j].kl, whole.mean_kl) << plan_module(layer, role) << " " << spec_name(specs[j]);
+      EXPECT_EQ(s.layers[i].candidates[j].kl_stderr, whole.kl_stderr);
+      if (j == 0) {
+        EXPECT_EQ(est.layers[i].candidates[j].kl, whole.mean_kl);  // the estimate's anchor
+      }
+    }
+  }
+}
+
 // The cheaper estimate (one candidate's KL per layer, the others scaled by
 // their output error) against the one-at-a-time measure it stands in for.
 TEST(PlanSearch, TheEstimateAgreesWithTheOneAtATimeMeasure) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
-  LoadOptions fp32;
-  fp32.linear = QuantSpec{LowBit::kFp32};
-  auto model = LlamaModel::load(WOQ_MODEL_DIR, fp32, pool);
-  const ScoringPlan calib = chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64,
-                                       6, 1);
+  auto model = float_model(pool);
+  const ScoringPlan calib = calibration_chunks(tok, 6);
   const auto candidates = [](std::int64_t) {
     return std::vector<QuantSpec>{{LowBit::kFp16}, {LowBit::kSymInt8, -1}, {LowBit::kSymInt4, 32},
                                   {LowBit::kAsymInt4, 32}, {LowBit::kSymInt4, -1}};
   };
-  const Sensitivity exact = measure_sensitivity(*model, calib, 0, pool, 0, 1000, candidates, std::nullopt);
-  const Sensitivity est = estimate_sensitivity(*model, calib, 0, pool, 0, 1000, candidates, std::nullopt);
+  const Sensitivity exact = measure_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt);
+  const Sensitivity est = estimate_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt);
   EXPECT_TRUE(est.estimated);
   std::vector<double> ratios;
   for (std::size_t i = 0; i < exact.layers.size(); ++i)

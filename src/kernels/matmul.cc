@@ -160,8 +160,10 @@ namespace {
 
 // Inputs at or above this count take the tiled (prefill) path.
 constexpr std::int64_t kTiledMinRows = 4;
-// Weight rows dequantized together on the float tiled path.
+// Weight rows taken together on the float tiled path: at least kTileRows, at most 64, about kTileBytes
+// of widened rows (each token's input is read once per tile).
 constexpr std::int64_t kTileRows = 8;
+constexpr std::int64_t kTileBytes = 512 * 1024;
 // Least tokens per tile call on the bf16 path: each call unpacks its rows' integers to bf16 (about a
 // decode's work), so fewer tokens than this per unpack cost more than the activations falling out of L2
 // (measured on AMX: the K = 11008 down projection at pp512 takes 123 ms in chunks of 32 tokens, 57 in
@@ -193,13 +195,28 @@ void float_rows(const QuantMatrix& w, const float* x, std::int64_t m, float* y, 
     }
     return;
   }
+  // fp32 rows are read where they are; others are widened a tile at a time. A tile of about
+  // kTileBytes stays in L2 while every token passes over it.
+  const bool in_place = flat && w.type == LowBit::kFp32 && kern.dot_f32_tile != nullptr;
+  const std::int64_t tile_rows = std::clamp<std::int64_t>(kTileBytes / (4 * k), kTileRows, 64);
   const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
-  float* tile = arena.get<float>(kSlotWidenTile, kTileRows * k);
-  for (std::int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
-    const std::int64_t rows = std::min(kTileRows, r1 - t0);
-    for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile + r * k);
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t r = 0; r < rows; ++r) y[i * n + t0 + r] = kern.dot_f32(tile + r * k, x + i * k, k);
+  float* tile = in_place ? nullptr : arena.get<float>(kSlotWidenTile, tile_rows * k);
+  for (std::int64_t t0 = r0; t0 < r1; t0 += tile_rows) {
+    const std::int64_t rows = std::min(tile_rows, r1 - t0);
+    const float* rows_at = tile;
+    std::int64_t ldw = k;
+    if (in_place) {
+      rows_at = reinterpret_cast<const float*>(w.data.data() + t0 * w.row_bytes);
+      ldw = w.row_bytes / 4;
+    } else {
+      for (std::int64_t r = 0; r < rows; ++r) widen_row(w, t0 + r, tile + r * k);
+    }
+    if (kern.dot_f32_tile != nullptr) {
+      kern.dot_f32_tile(rows_at, ldw, rows, x, m, k, y + t0, n);
+    } else {
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t r = 0; r < rows; ++r) y[i * n + t0 + r] = kern.dot_f32(rows_at + r * ldw, x + i * k, k);
+    }
   }
 }
 

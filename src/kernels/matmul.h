@@ -136,6 +136,11 @@ struct RowKernels {
   /// tokens a call gets (but the last).
   std::int64_t tile_chunk_bytes = 96 * 1024;
   std::int64_t tile_chunk_tokens = 4;
+  /// y[t · ldy + r] = dot_f32(w + r · ldw, x + t · k, k) for r < rows, t < m, bit for bit: register tiles of
+  /// several rows and tokens (each load serves several products), each product's fused multiply-adds in
+  /// dot_f32's order. Null: dot_f32 pair by pair (the scalar table).
+  void (*dot_f32_tile)(const float* w, std::int64_t ldw, std::int64_t rows, const float* x, std::int64_t m,
+                       std::int64_t k, float* y, std::int64_t ldy) = nullptr;
 };
 
 /// The kernels of `isa` (one table row per ISA; each ISA's in its own file:

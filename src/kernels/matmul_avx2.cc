@@ -10,6 +10,7 @@
 #include "formats/format_traits.h"
 #include "formats/interleave.h"
 #include "formats/scale.h"
+#include "kernels/dot_tile.h"
 #include "kernels/matmul.h"
 #include "kernels/q8_activations.h"
 #include "kernels/q8_tile.h"
@@ -38,6 +39,52 @@ float dot_f32(const float* a, const float* b, std::int64_t k) {
   // `sum += a * b` differed between dot_f32 and the row kernels below.
   for (; j < k; ++j) sum = std::fma(a[j], b[j], sum);
   return sum;
+}
+
+// dot_f32 for 2 rows × 3 tokens at once (dot_tile.h's K): each product keeps dot_f32's two accumulators
+// and its fused multiply-adds in order; the 5 loads of a half step serve 6 products.
+struct DotTile {
+  static constexpr int R = 2, T = 3;
+  struct Acc {
+    __m256 lo, hi;
+  };
+  static void zero(Acc& a) { a.lo = a.hi = _mm256_setzero_ps(); }
+  static void steps(const float* const* w, const float* const* x, std::int64_t j0, std::int64_t j1,
+                    Acc (&acc)[R][T]) {
+    Acc a[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) a[r][t] = acc[r][t];
+    for (std::int64_t j = j0; j < j1; j += 16) {
+      __m256 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w[r] + j);
+      for (int t = 0; t < T; ++t) {
+        const __m256 xv = _mm256_loadu_ps(x[t] + j);
+        for (int r = 0; r < R; ++r) a[r][t].lo = _mm256_fmadd_ps(wv[r], xv, a[r][t].lo);
+      }
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w[r] + j + 8);
+      for (int t = 0; t < T; ++t) {
+        const __m256 xv = _mm256_loadu_ps(x[t] + j + 8);
+        for (int r = 0; r < R; ++r) a[r][t].hi = _mm256_fmadd_ps(wv[r], xv, a[r][t].hi);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = a[r][t];
+  }
+  static float finish(const Acc& acc, const float* w, const float* x, std::int64_t j, std::int64_t k) {
+    __m256 lo = acc.lo;
+    if (j + 8 <= k) {
+      lo = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), lo);
+      j += 8;
+    }
+    float sum = hsum(_mm256_add_ps(lo, acc.hi));
+    for (; j < k; ++j) sum = std::fma(w[j], x[j], sum);
+    return sum;
+  }
+};
+
+void dot_f32_tile(const float* w, std::int64_t ldw, std::int64_t rows, const float* x, std::int64_t m, std::int64_t k,
+                  float* y, std::int64_t ldy) {
+  walk_dot_tiles<DotTile>(w, ldw, rows, x, m, k, y, ldy);
 }
 
 void axpy(float a, const float* x, float* y, std::int64_t k) {
@@ -501,8 +548,12 @@ void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
 }  // namespace
 
 const RowKernels& avx2_kernels() {
-  static const RowKernels k{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, tile_bf16, widen_row,
-                            quantize_activations_avx2};
+  static const RowKernels k = [] {
+    RowKernels r{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, tile_bf16, widen_row,
+                 quantize_activations_avx2};
+    r.dot_f32_tile = dot_f32_tile;
+    return r;
+  }();
   return k;
 }
 

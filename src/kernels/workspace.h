@@ -13,7 +13,7 @@ namespace woq {
 /// The ScratchArena slots of the kernels; each kernel uses only its own.
 enum ScratchSlot : int {
   kSlotDotRow = 0,     ///< float_rows: one widened weight row (dot_row's scratch)
-  kSlotWidenTile = 1,  ///< float_rows: kTileRows widened weight rows (prefill)
+  kSlotWidenTile = 1,  ///< float_rows: a tile of widened weight rows (prefill)
   kSlotTileB = 2,      ///< tile kernels: a pass's packed weights (amx, avx512_bf16)
   kSlotTileUnits = 3,  ///< amx int16 tiles: the scale units of a group of rows
   kSlotTileSlots = 4,  ///< amx int16 tiles: where each block sits in the packed weights

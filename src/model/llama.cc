@@ -306,6 +306,26 @@ void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<c
   run(tokens, segments, logit_rows, logits);
 }
 
+void LlamaModel::final_logits(const float* x, std::span<const std::int64_t> logit_rows, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const auto rows = static_cast<std::int64_t>(logit_rows.size());
+  const std::int64_t hidden = c.hidden_size;
+  scratch_->fit(c, rows);
+  float* xn = scratch_->xn.data();
+  for (std::int64_t i = 0; i < rows; ++i)
+    rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
+             static_cast<float>(c.rms_norm_eps), xn + i * hidden);
+  logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
+  matmul(lm_head_ ? *lm_head_ : embed_, xn, rows, logits.data(), *pool_, *workspace_);
+}
+
+void LlamaModel::head(const float* x, std::int64_t rows, std::vector<float>& logits) {
+  if (rows < 1) fail("head: {} rows (at least one)", rows);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(rows));
+  std::iota(all.begin(), all.end(), 0);
+  final_logits(x, all, logits);
+}
+
 void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
                      std::span<const std::int64_t> logit_rows, std::vector<float>& logits) {
   const ModelConfig& c = config_;
@@ -323,15 +343,11 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
   for (std::int64_t l = first_block_; l < last_block_; ++l) block(l, x, segments, l, s, nullptr);
   for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
 
-  const auto rows = static_cast<std::int64_t>(logit_rows.size());
-  logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
+  logits.resize(logit_rows.size() * static_cast<std::size_t>(c.vocab_size));
   if (stage + 1 < stages) {
     pipeline_->send(stage + 1, std::as_bytes(states));
   } else {
-    for (std::int64_t i = 0; i < rows; ++i)
-      rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
-               static_cast<float>(c.rms_norm_eps), s.xn.data() + i * hidden);
-    matmul(lm_head_ ? *lm_head_ : embed_, s.xn.data(), rows, logits.data(), *pool_, *workspace_);
+    final_logits(x, logit_rows, logits);
   }
   if (stages > 1) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
   if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it

@@ -229,6 +229,10 @@ class LlamaModel {
   /// bad layer or T.
   void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                      const LinearCompute& compute = nullptr);
+  /// Logits [rows, vocab] of hidden states x [rows, hidden] that have left the last block (forward_block's
+  /// output): the final RMSNorm and lm_head, bit for bit the rows forward() gives (the kernels' sums do not
+  /// depend on the batch). Throws woq::Error for rows < 1.
+  void head(const float* x, std::int64_t rows, std::vector<float>& logits);
   /// Linear `role` of block `layer`, to inspect or replace. Throws woq::Error for a bad layer.
   QuantMatrix& block_linear(std::int64_t layer, LinearRole role);
 
@@ -249,6 +253,8 @@ class LlamaModel {
   /// writes logits [logit_rows.size(), vocab] for those rows of the pass.
   void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
            std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
+  /// The final RMSNorm and lm_head of rows `logit_rows` of x [T, hidden], into logits [logit_rows.size(), vocab].
+  void final_logits(const float* x, std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);
   void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t cache_layer,
                  std::int64_t window, KVCache& cache, float* out);

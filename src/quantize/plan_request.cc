@@ -137,7 +137,7 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     say(fmt::format("measurement {}: {} layers, {} calibration positions", measurement, sensitivity_.layers.size(),
                     sensitivity_.positions));
   } else {
-    sensitivity_ = (estimate ? estimate_sensitivity : measure_sensitivity)(*session_.model, text_plan(calib_file), 0, pool,
+    sensitivity_ = (estimate ? estimate_sensitivity : measure_sensitivity)(*session_.model, text_plan(calib_file), pool,
                                        session_.report.other_bytes + session_.report.lm_head_bytes,
                                        other_params(session_.config),
                                        candidates == "gguf" ? gguf_candidates : default_candidates,

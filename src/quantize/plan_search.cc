@@ -232,24 +232,52 @@ std::size_t anchor_of(const std::vector<CandidateCost>& cs, const std::vector<do
 }
 
 // What both measures share: the float model's distributions on the calibration
-// text, the Sensitivity's fixed fields, and the KL with one linear swapped.
+// text, the Sensitivity's fixed fields, every calibration sequence's hidden
+// states at the input of the block being measured (the float model's, carried
+// block by block), and the KL with one linear of that block swapped, computed
+// from those states on (the blocks before it are the float model's, unchanged).
 struct Measuring {
-  Measuring(LlamaModel& m, const ScoringPlan& c, std::int64_t b, std::uint64_t other_bytes, std::int64_t other_params,
+  Measuring(LlamaModel& m, const ScoringPlan& c, std::uint64_t other_bytes, std::int64_t other_params,
             std::optional<Activations> activations)
-      : model(m), calib(c), batch(b), ref(RefLogprobFile::create("", c, m.config().vocab_size)) {
-    write_reference(model, calib, batch, ref);
+      : model(m), calib(c), ref(RefLogprobFile::create("", c, m.config().vocab_size)), hidden(c.sequences.size()) {
+    write_reference(model, calib, 0, ref);
     s.positions = calib.scored_tokens();
     s.other_bytes = other_bytes;
     s.other_params = other_params;
     s.activations = activations;
+    for (std::size_t i = 0; i < hidden.size(); ++i) {
+      hidden[i].resize(calib.sequences[i].size() * static_cast<std::size_t>(model.config().hidden_size));
+      model.embed(calib.sequences[i], hidden[i].data());
+    }
   }
-  // The model's KL against the reference with `slot` (a block linear) replaced by `w`; `slot` is restored after.
+  std::int64_t tokens(std::size_t i) const { return static_cast<std::int64_t>(calib.sequences[i].size()); }
+  // Block `block` of the float model run on copies of `hidden` (calling `observe(i, ...)` with sequence i's input
+  // of each linear): the next block's input.
+  std::vector<std::vector<float>> run_block(
+      const std::function<void(std::size_t i, LinearRole, const float*, std::int64_t)>& observe = nullptr) {
+    std::vector<std::vector<float>> out = hidden;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      model.forward_block(block, out[i].data(), tokens(i),
+                          observe ? LlamaModel::LinearObserver([&, i](LinearRole r, const float* x, std::int64_t rows) {
+                            observe(i, r, x, rows);
+                          })
+                                  : LlamaModel::LinearObserver());
+    return out;
+  }
+  // On to the next block, whose input run_block gave.
+  void advance(std::vector<std::vector<float>> next) {
+    hidden = std::move(next);
+    ++block;
+  }
+  // The model's KL against the reference with `slot` (a linear of block `block`) replaced by `w`; `slot` is
+  // restored after. The same bits as compare_with_reference on the whole model (forward_block and head are
+  // forward's block and head, and the kernels do not depend on the batch).
   CompareStats kl_with(QuantMatrix& slot, QuantMatrix w) {
     QuantMatrix original = std::move(slot);
     slot = std::move(w);
     CompareStats st;
     try {
-      st = compare_with_reference(model, calib, batch, ref);
+      st = kl_from_block();
     } catch (...) {
       slot = std::move(original);
       throw;
@@ -261,20 +289,43 @@ struct Measuring {
 
   LlamaModel& model;
   const ScoringPlan& calib;
-  std::int64_t batch;
   RefLogprobFile ref;
   Sensitivity s;
+  std::vector<std::vector<float>> hidden;  // per sequence: [tokens, hidden], block `block`'s input
+  std::int64_t block = 0;
   const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+ private:
+  // run_plan's scoring (positions first_scored .. T - 2 of every sequence, in order) from block `block` on.
+  CompareStats kl_from_block() {
+    const ModelConfig& c = model.config();
+    CompareAccumulator acc(c.vocab_size);
+    std::vector<float> x, logits, row(static_cast<std::size_t>(c.vocab_size));
+    ref.rewind();
+    for (std::size_t i = 0; i < hidden.size(); ++i) {
+      const std::int64_t n = tokens(i), first = calib.first_scored;
+      x = hidden[i];
+      for (std::int64_t l = block; l < c.num_hidden_layers; ++l) model.forward_block(l, x.data(), n, nullptr);
+      if (first >= n - 1) continue;
+      model.head(x.data() + first * c.hidden_size, n - 1 - first, logits);
+      for (std::int64_t j = first; j < n - 1; ++j) {
+        ref.read(row.data());
+        acc.add(row.data(), logits.data() + (j - first) * c.vocab_size, calib.sequences[i][static_cast<std::size_t>(j + 1)]);
+      }
+    }
+    ref.expect_end();
+    return acc.result();
+  }
 };
 
 }  // namespace
 
-Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                 std::uint64_t other_bytes, std::int64_t other_params,
                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                 std::optional<Activations> activations, const Progress& progress) {
-  Measuring m(model, calib, batch, other_bytes, other_params, activations);
-  for (std::int64_t l = 0; l < model.config().num_hidden_layers; ++l)
+  Measuring m(model, calib, other_bytes, other_params, activations);
+  for (std::int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
       require_float(slot, l, role.role);
@@ -288,49 +339,51 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std
       m.s.layers.push_back(std::move(cost));
       if (progress) progress(static_cast<std::int64_t>(m.s.layers.size()), m.linears());
     }
+    if (l + 1 < model.config().num_hidden_layers) m.advance(m.run_block());
+  }
   m.s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
   return m.s;
 }
 
-Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                  std::optional<Activations> activations, const Progress& progress) {
-  Measuring m(model, calib, batch, other_bytes, other_params, activations);
+  Measuring m(model, calib, other_bytes, other_params, activations);
   Sensitivity& s = m.s;
   s.estimated = true;
   const ModelConfig& c = model.config();
-  // Every calibration sequence's hidden states, carried block by block through the float model.
-  std::vector<std::vector<float>> hidden(calib.sequences.size());
-  for (std::size_t i = 0; i < hidden.size(); ++i) {
-    hidden[i].resize(calib.sequences[i].size() * static_cast<std::size_t>(c.hidden_size));
-    model.embed(calib.sequences[i], hidden[i].data());
-  }
-  std::vector<float> y, yq;
+  std::vector<float> yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    // The inputs of each linear of block l, per sequence.
-    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs;
-    for (auto& per_role : inputs) per_role.resize(hidden.size());
-    for (std::size_t i = 0; i < hidden.size(); ++i)
-      model.forward_block(l, hidden[i].data(), static_cast<std::int64_t>(calib.sequences[i].size()),
-                          [&](LinearRole role, const float* x, std::int64_t rows) {
-                            const std::int64_t k = model.block_linear(l, role).cols;
-                            inputs[static_cast<std::size_t>(role)][i].assign(x, x + rows * k);
-                          });
+    // The inputs of each linear of block l and its float outputs, per sequence.
+    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs, outputs;
+    for (auto& per_role : inputs) per_role.resize(m.hidden.size());
+    std::vector<std::vector<float>> next = m.run_block([&](std::size_t i, LinearRole role, const float* x, std::int64_t rows) {
+      inputs[static_cast<std::size_t>(role)][i].assign(x, x + rows * model.block_linear(l, role).cols);
+    });
+    for (const LinearSpec& role : kBlockLinears) {
+      const QuantMatrix& w = model.block_linear(l, role.role);
+      const auto r = static_cast<std::size_t>(role.role);
+      for (const std::vector<float>& x : inputs[r]) {
+        const std::int64_t rows = static_cast<std::int64_t>(x.size()) / w.cols;
+        outputs[r].emplace_back(static_cast<std::size_t>(rows * w.rows));
+        matmul(w, x.data(), rows, outputs[r].back().data(), pool);
+      }
+    }
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
       require_float(slot, l, role.role);
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
+      const auto r = static_cast<std::size_t>(role.role);
       std::vector<double> err;
       for (const QuantSpec& spec : candidates(slot.cols)) {
         const QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
         double e = 0;
-        for (const std::vector<float>& x : inputs[static_cast<std::size_t>(role.role)]) {
-          const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
-          y.resize(static_cast<std::size_t>(rows * slot.rows));
+        for (std::size_t i = 0; i < inputs[r].size(); ++i) {
+          const std::vector<float>& x = inputs[r][i];
+          const std::vector<float>& y = outputs[r][i];
           yq.resize(y.size());
-          matmul(slot, x.data(), rows, y.data(), pool);
-          matmul(w, x.data(), rows, yq.data(), pool);
+          matmul(w, x.data(), static_cast<std::int64_t>(x.size()) / slot.cols, yq.data(), pool);
           for (std::size_t j = 0; j < y.size(); ++j) e += (static_cast<double>(yq[j]) - y[j]) * (yq[j] - y[j]);
         }
         err.push_back(e);
@@ -347,6 +400,7 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, st
       s.layers.push_back(std::move(cost));
       if (progress) progress(static_cast<std::int64_t>(s.layers.size()), m.linears());
     }
+    m.advance(std::move(next));
   }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
   return s;

@@ -78,9 +78,11 @@ std::vector<QuantSpec> gguf_candidates(std::int64_t k);
 /// model's own distributions; `other_bytes` / `other_params`: the weights it
 /// does not plan (embeddings, norms, lm_head); `activations`: the integer
 /// layers' (unset: each format's default). `progress(done, total)` after
-/// each layer. Throws woq::Error when a block linear is not float, or what
+/// each layer. Each KL is computed from the float model's hidden states at the
+/// layer's block (the blocks before it are unchanged), scoring what
+/// compare_with_reference scores, to the same bits. Throws woq::Error when a block linear is not float, or what
 /// quantize_matrix and forward throw.
-Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                 std::uint64_t other_bytes, std::int64_t other_params,
                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                 std::optional<Activations> activations,
@@ -95,7 +97,7 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, std
 /// small perturbation of the logits, as the output error does). One forward pass
 /// per block linear instead of one per block linear and candidate. Same arguments and errors
 /// as measure_sensitivity; Sensitivity::estimated is set.
-Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, std::int64_t batch, ThreadPool& pool,
+Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                  std::optional<Activations> activations, const Progress& progress = nullptr);
