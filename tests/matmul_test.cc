@@ -437,17 +437,17 @@ TEST(VectorOps, DotTilesEqualDotF32BitForBit) {
     const detail::RowKernels& kern = detail::kernels(isa);
     if (kern.dot_f32_tile == nullptr) continue;  // the scalar table walks dot_f32 itself
     for (const std::int64_t k : {1, 7, 8, 9, 15, 16, 23, 24, 31, 100, 4096 + 40 + 5}) {
-      const std::int64_t ldw = k + 3, rows = 9, m = 13;
+      const std::int64_t ldw = k + 3, rows = 70, m = 13;
       const auto w = random_vector(rows * ldw, static_cast<std::uint32_t>(k), 1.0f);
       const auto x = random_vector(m * k, static_cast<std::uint32_t>(k + 1), 1.0f);
-      for (const std::int64_t r : {1, 2, 5, 9})
+      for (const std::int64_t r : {1, 2, 5, 9, 70})  // 70: past the rows whose accumulators are kept at once
         for (const std::int64_t t : {1, 4, 7, 13}) {
-          std::vector<float> y(static_cast<std::size_t>(t * 20), -1.0f);
-          kern.dot_f32_tile(w.data(), ldw, r, x.data(), t, k, y.data(), 20);
+          std::vector<float> y(static_cast<std::size_t>(t * 80), -1.0f);
+          kern.dot_f32_tile(w.data(), ldw, r, x.data(), t, k, y.data(), 80);
           for (std::int64_t i = 0; i < t; ++i)
-            for (std::int64_t j = 0; j < 20; ++j) {
+            for (std::int64_t j = 0; j < 80; ++j) {
               const float want = j < r ? kern.dot_f32(w.data() + j * ldw, x.data() + i * k, k) : -1.0f;
-              ASSERT_EQ(y[static_cast<std::size_t>(i * 20 + j)], want)
+              ASSERT_EQ(y[static_cast<std::size_t>(i * 80 + j)], want)
                   << isa_name(isa) << " k " << k << " rows " << r << " tokens " << t << " at " << i << "," << j;
             }
         }

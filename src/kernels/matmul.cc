@@ -198,7 +198,7 @@ void float_rows(const QuantMatrix& w, const float* x, std::int64_t m, float* y, 
   // fp32 rows are read where they are; others are widened a tile at a time. A tile of about
   // kTileBytes stays in L2 while every token passes over it.
   const bool in_place = flat && w.type == LowBit::kFp32 && kern.dot_f32_tile != nullptr;
-  const std::int64_t tile_rows = std::clamp<std::int64_t>(kTileBytes / (4 * k), kTileRows, 64);
+  const std::int64_t tile_rows = std::clamp<std::int64_t>(kTileBytes / std::max<std::int64_t>(4 * k, 1), kTileRows, 64);
   const auto widen_row = flat ? kern.widen_row : dequantize_stored_row;
   float* tile = in_place ? nullptr : arena.get<float>(kSlotWidenTile, tile_rows * k);
   for (std::int64_t t0 = r0; t0 < r1; t0 += tile_rows) {

@@ -310,6 +310,9 @@ void LlamaModel::final_logits(const float* x, std::span<const std::int64_t> logi
   const ModelConfig& c = config_;
   const auto rows = static_cast<std::int64_t>(logit_rows.size());
   const std::int64_t hidden = c.hidden_size;
+  // x may be the scratch's residual (run()): fit() must not reallocate it, so no more rows than it holds.
+  if (x == scratch_->residual.data() && rows > scratch_->rows)
+    fail("final_logits: {} rows of logits for a pass of {} tokens", rows, scratch_->rows);
   scratch_->fit(c, rows);
   float* xn = scratch_->xn.data();
   for (std::int64_t i = 0; i < rows; ++i)

@@ -355,33 +355,31 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
   const ModelConfig& c = model.config();
   std::vector<float> yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    // The inputs of each linear of block l and its float outputs, per sequence.
-    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs, outputs;
+    // The inputs of each linear of block l, per sequence.
+    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs;
     for (auto& per_role : inputs) per_role.resize(m.hidden.size());
     std::vector<std::vector<float>> next = m.run_block([&](std::size_t i, LinearRole role, const float* x, std::int64_t rows) {
       inputs[static_cast<std::size_t>(role)][i].assign(x, x + rows * model.block_linear(l, role).cols);
     });
     for (const LinearSpec& role : kBlockLinears) {
-      const QuantMatrix& w = model.block_linear(l, role.role);
-      const auto r = static_cast<std::size_t>(role.role);
-      for (const std::vector<float>& x : inputs[r]) {
-        const std::int64_t rows = static_cast<std::int64_t>(x.size()) / w.cols;
-        outputs[r].emplace_back(static_cast<std::size_t>(rows * w.rows));
-        matmul(w, x.data(), rows, outputs[r].back().data(), pool);
-      }
-    }
-    for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
       require_float(slot, l, role.role);
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
       const auto r = static_cast<std::size_t>(role.role);
+      // This linear's float outputs, once for all its candidates (one linear's at a time in memory).
+      std::vector<std::vector<float>> outputs;
+      for (const std::vector<float>& x : inputs[r]) {
+        const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
+        outputs.emplace_back(static_cast<std::size_t>(rows * slot.rows));
+        matmul(slot, x.data(), rows, outputs.back().data(), pool);
+      }
       std::vector<double> err;
       for (const QuantSpec& spec : candidates(slot.cols)) {
         const QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
         double e = 0;
         for (std::size_t i = 0; i < inputs[r].size(); ++i) {
           const std::vector<float>& x = inputs[r][i];
-          const std::vector<float>& y = outputs[r][i];
+          const std::vector<float>& y = outputs[i];
           yq.resize(y.size());
           matmul(w, x.data(), static_cast<std::int64_t>(x.size()) / slot.cols, yq.data(), pool);
           for (std::size_t j = 0; j < y.size(); ++j) e += (static_cast<double>(yq[j]) - y[j]) * (yq[j] - y[j]);
@@ -389,6 +387,8 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
         err.push_back(e);
         cost.candidates.push_back({spec, w.bytes(), 0, 0});
       }
+      inputs[r] = {};
+      outputs = {};
       // The anchor's KL, one at a time; the others scaled from it.
       const std::size_t a = anchor_of(cost.candidates, err);
       const CompareStats st = m.kl_with(slot, candidate_matrix(slot, cost.candidates[a].spec, activations, pool));
