@@ -1,5 +1,6 @@
 // Microbenchmarks of matmul per weight format at Llama-2-7B shapes:
-// matrix x vector (decode, m = 1) and matrix x matrix (prefill, m = 512).
+// matrix x vector (decode, m = 1) and matrix x matrix (prefill, m = 512), and
+// quantizing to each format.
 // Reports weight bytes streamed per second (bytes_per_second) and FLOP/s
 // (counter "FLOPS", 2 * m * N * K per iteration).
 //   build/bin/matmul_bench --benchmark_filter='gemv/sym_int4'
@@ -80,6 +81,22 @@ void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t grou
       benchmark::Counter(2.0 * static_cast<double>(m * n * k), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Quantizing an N(0, 0.02) [N, K] matrix to `type` (group `group`) on one thread: weights per second
+// (items_per_second), the rate of in-memory --low-bit conversion, GGUF export and plan measurement's candidates.
+void run_quantize(benchmark::State& state, LowBit type, std::int64_t group) {
+  const std::int64_t n = state.range(0), k = state.range(1);
+  std::vector<float> w(static_cast<std::size_t>(n * k));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (auto& v : w) v = normal(rng);
+  const RowReader read = [&](std::int64_t r, float* out) { std::memcpy(out, w.data() + r * k, 4 * k); };
+  for (auto _ : state) {
+    QuantMatrix q = quantize_matrix(read, n, k, {type, group, Int4Range::kFull});
+    benchmark::DoNotOptimize(q.data.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * n * k);
+}
+
 // Registers gemv/<isa>/<format>[_f32act|_bf16act|_int16act] (m = 1, decode) and gemm/<isa>/<format>
 // (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
 // gate/up and down projections of Llama-2-7B and its lm_head (too big for any
@@ -100,6 +117,14 @@ void register_all() {
       {LowBit::kQ5_K, 0, Activations::kInt8},     {LowBit::kQ3_K, 0, Activations::kInt8},
       {LowBit::kQ2_K, 0, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+  for (const auto& [type, group] : {std::pair{LowBit::kSymInt4, std::int64_t{32}}, {LowBit::kAsymInt4, 32},
+                                    {LowBit::kSymInt8, 32}, {LowBit::kQ2_K, 256}, {LowBit::kQ3_K, 256},
+                                    {LowBit::kQ4_K, 256}, {LowBit::kQ5_K, 256}, {LowBit::kQ6_K, 256}})
+    benchmark::RegisterBenchmark(fmt::format("quantize/{}", low_bit_name(type)).c_str(),
+                                 [type = type, group = group](benchmark::State& st) { run_quantize(st, type, group); })
+        ->Args({1024, 4096})
+        ->ArgNames({"N", "K"})
+        ->Unit(benchmark::kMillisecond);
   for (const Isa isa : all_isas())
     if (!cpu_supports(isa)) fmt::print(stderr, "not measured here: {} (needs {})\n", isa_name(isa), isa_requirements(isa));
   for (const Isa isa : available_isas()) {

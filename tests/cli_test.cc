@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -513,6 +514,39 @@ TEST(Cli, BenchRowsCarryTheirOwnFigures) {
   r = run("bench -m " + gguf + " -p 0 -n 4 -r 1 -t 1 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["low_bit"].get<std::string>().rfind("sym_int8", 0), 0u) << r.out;
+}
+
+// woq bench --by-format: after the tg row, one row per weight format of a mixed model (lm_head apart) whose
+// matrices and bytes are the model's: every block linear and lm_head counted once.
+TEST(Cli, BenchByFormatRowsCoverTheMixedModelsMatrices) {
+  test::TempDir tmp;
+  const std::string plan = tmp.file("plan.json");
+  test::write_file(plan, R"({"woq_plan": 1, "base": {"low_bit": "sym_int4", "group_size": 32}, "tensors": {
+      "model.layers.0.mlp.down_proj": {"low_bit": "sym_int8", "group_size": -1},
+      "model.layers.1.self_attn.v_proj": {"low_bit": "fp16"}}})");
+  const RunResult r = run("bench -m " + kModel + " -p 0 -n 4 -r 1 -t 1 --by-format --json --plan " + plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 5u) << r.out;
+  EXPECT_EQ(rows[0]["test"], "tg4");
+  std::map<std::string, std::int64_t> matrices;
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["test"], "tg_by_format");
+    matrices[rows[i]["format"].get<std::string>()] = rows[i]["matrices"].get<std::int64_t>();
+    bytes += rows[i]["bytes_per_token"].get<std::uint64_t>();
+    EXPECT_GT(rows[i]["ms_per_token"].get<double>(), 0.0);
+  }
+  const std::map<std::string, std::int64_t> want{{"sym_int4 g32, int8 activations", 33},
+                                                 {"sym_int8 per channel, int16 activations", 1},
+                                                 {"fp16", 1},
+                                                 {"lm_head fp32", 1}};
+  EXPECT_EQ(matrices, want) << r.out;
+  // The tg row's bytes per token less what is not a matrix: one embedding row (hidden 64) and the RMSNorm
+  // weights (2 per block of 5, and the final one).
+  EXPECT_EQ(bytes, rows[0]["bytes_per_token"].get<std::uint64_t>() - 64 * 4 - (2 * 5 + 1) * 64 * 4) << r.out;
 }
 
 // GGUF -> GPTQ -> GGUF from the CLI: the GPTQ checkpoint made from the bundled model's F32 GGUF (GPTQ

@@ -292,6 +292,45 @@ TEST(Stories260K, ForwardBlockReusedBuffersEqualFreshOnes) {
   EXPECT_NE(got[0], std::vector<float>(got[0].size(), 0.0f));
 }
 
+// forward_block on several sequences at once (one after another in x, each with its own positions from 0
+// and its own KV) gives every sequence what it gets alone, bit for bit, and an observer sees all rows at once.
+TEST(Stories260K, ForwardBlockOnSeveralSequencesEqualsEachAlone) {
+  const auto ids = reference()["ids"].get<std::vector<std::int32_t>>();
+  ThreadPool pool(2);
+  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}}) {
+    auto m = load(pool, spec);
+    const std::int64_t hidden = m->config().hidden_size;
+    const std::vector<std::int64_t> lengths{23, 5, 35, 1};  // sequence i: ids from i on
+    std::vector<std::vector<float>> alone;
+    std::vector<float> together;
+    std::int64_t start = 0, observed = 0;
+    for (const std::int64_t t : lengths) {
+      std::vector<float> x(static_cast<std::size_t>(t * hidden));
+      m->embed(std::span(ids).subspan(alone.size(), static_cast<std::size_t>(t)), x.data());
+      together.insert(together.end(), x.begin(), x.end());
+      for (std::int64_t l = 0; l < m->config().num_hidden_layers; ++l) m->forward_block(l, x.data(), t, nullptr);
+      alone.push_back(std::move(x));
+      start += t;
+    }
+    for (std::int64_t l = 0; l < m->config().num_hidden_layers; ++l)
+      m->forward_block(l, together.data(), lengths, [&](LinearRole, const float*, std::int64_t rows) {
+        EXPECT_EQ(rows, start);
+        ++observed;
+      });
+    EXPECT_EQ(observed, m->config().num_hidden_layers * 7);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const std::vector<float> got(together.begin() + static_cast<std::ptrdiff_t>(at),
+                                   together.begin() + static_cast<std::ptrdiff_t>(at + alone[i].size()));
+      EXPECT_EQ(got, alone[i]) << "sequence " << i << ", " << low_bit_name(spec.type);
+      at += alone[i].size();
+    }
+    EXPECT_THROW(m->forward_block(0, together.data(), std::span<const std::int64_t>{}, nullptr), Error);
+    const std::vector<std::int64_t> bad{4, 0};
+    EXPECT_THROW(m->forward_block(0, together.data(), bad, nullptr), Error);
+  }
+}
+
 // Teacher-forced next-token agreement and KL divergence of each low-bit
 // format against fp32 on the reference sequence.
 TEST(Stories260K, LowBitAccuracyAgainstFp32) {

@@ -27,6 +27,7 @@ struct BenchArgs {
   std::vector<std::string> low_bits = {""};  // "": the default (sym_int4; a quantized file's layers as stored)
   ModelFlags model;
   bool json = false;
+  bool by_format = false;
 };
 
 // "1.173 GB", "262.4 KB": decimal units, as GB/s is.
@@ -90,6 +91,45 @@ void print_table_row(const Row& row, const BenchArgs& a) {
                             : fmt::format("{:.0f} %", 100 * gbps * 1e9 / row.read_bw));
 }
 
+// --by-format: one decode step's GEMVs per weight format of one model at one thread count, beside its tg row.
+struct ByFormat {
+  std::string low_bit;
+  int threads;
+  double next_token_ms;
+  double read_bw;
+  bool in_cache;
+  std::vector<FormatShare> parts;
+};
+
+void print_by_format(const ByFormat& b, bool json) {
+  double total = 0;
+  for (const FormatShare& p : b.parts) total += p.seconds;
+  for (const FormatShare& p : b.parts) {
+    const double gbps = static_cast<double>(p.bytes) / p.seconds / 1e9;
+    if (json) {
+      const nlohmann::ordered_json j = {{"test", "tg_by_format"},
+                                        {"low_bit", b.low_bit},
+                                        {"n_threads", b.threads},
+                                        {"format", p.format},
+                                        {"matrices", p.matrices},
+                                        {"bytes_per_token", p.bytes},
+                                        {"ms_per_token", p.seconds * 1e3},
+                                        {"gbps", gbps},
+                                        {"bw_fraction", or_null(!b.in_cache, gbps * 1e9 / b.read_bw)},
+                                        {"share_of_next_token", p.seconds * 1e3 / b.next_token_ms}};
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("| {} | {} | {} | {:.3f} | {:.1f} | {} | {:.0f} % |\n", p.format, p.matrices, bytes_str(p.bytes),
+                 p.seconds * 1e3, gbps, b.in_cache ? "in cache" : fmt::format("{:.0f} %", 100 * gbps * 1e9 / b.read_bw),
+                 100 * p.seconds * 1e3 / b.next_token_ms);
+    }
+  }
+  if (!json)
+    fmt::print("(the formats' GEMVs {:.3f} ms of the {:.3f} ms next-token time, {:.0f} %; the rest is attention, "
+               "norms, RoPE, activations' quantization and sampling)\n",
+               total * 1e3, b.next_token_ms, 100 * total * 1e3 / b.next_token_ms);
+}
+
 int run_bench_command(const BenchArgs& a) {
   // Every format's options parsed (and refused if bad) before the bandwidth measurement and the table start.
   std::vector<LoadOptions> formats;
@@ -114,6 +154,7 @@ int run_bench_command(const BenchArgs& a) {
     a.json ? print_json_line(row, a) : print_table_row(row, a);
     std::fflush(stdout);
   };
+  std::vector<ByFormat> by_format;
   for (std::size_t f = 0; f < a.low_bits.size(); ++f) {
     const LoadOptions& options = formats[f];
     const ModelSession session =
@@ -135,9 +176,21 @@ int run_bench_command(const BenchArgs& a) {
         const BenchResult r = run_bench(*model, 0, a.n_gen, a.reps);
         emit({label, report.activations, t, false, mean_stddev(r.tg_tokens_per_s), r.next_token_ms, bpt, bandwidth[t], in_cache,
               peak_rss_bytes()});
+        if (a.by_format) {
+          by_format.push_back({label, t, r.next_token_ms, bandwidth[t], in_cache, decode_by_format(*model, pool, a.reps)});
+          if (a.json) print_by_format(by_format.back(), true);
+        }
       }
     }
   }
+  if (!a.json)
+    for (const ByFormat& b : by_format) {
+      fmt::print("\nDecode by weight format: {}, {} thread{} (one token's GEMVs over each format's matrices)\n",
+                 b.low_bit, b.threads, b.threads > 1 ? "s" : "");
+      fmt::print("| format | matrices | bytes/token | ms/token | GB/s | % of read BW | % of next token |\n");
+      fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
+      print_by_format(b, false);
+    }
   if (!a.json)
     fmt::print("peak RSS {:.2f} GiB; {} kernels{}\n", static_cast<double>(peak_rss_bytes()) / (1u << 30),
                isa_name(active_isa()),
@@ -170,6 +223,9 @@ Run add_bench(CLI::App& app) {
       ->delimiter(',');
   cmd->add_flag("--json", args->json,
                 "Print one JSON object per line as each test finishes (llama-bench's jsonl keys where they exist)");
+  cmd->add_flag("--by-format", args->by_format,
+                "After each tg test, time one decode step's GEMVs per weight format (a mixed model's formats, "
+                "lm_head apart): bytes, ms, GB/s and share of the next-token time of each");
   add_model_flags(cmd, args->model);
   // bench takes a list of thread counts: replace the shared single -t.
   cmd->remove_option(cmd->get_option("--threads"));

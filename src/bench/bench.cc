@@ -7,12 +7,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
+#include "kernels/matmul.h"
 
 namespace woq {
 
@@ -102,6 +106,65 @@ Stat mean_stddev(const std::vector<double>& v) {
     s.stddev = std::sqrt(ss / static_cast<double>(v.size() - 1));
   }
   return s;
+}
+
+namespace {
+
+// "sym_int4 g32, int8 activations", "sym_int8 per channel, bf16 activations", "q4_K, int8 activations", "fp16".
+std::string format_label(const QuantMatrix& w) {
+  std::string s(low_bit_name(w.type));
+  if (is_quantized(w.type) && !is_kquant(w.type))
+    s += w.groups_per_row == 1 ? std::string(" per channel") : fmt::format(" g{}", w.group_size);
+  if (is_quantized(w.type) || is_kquant(w.type)) s += fmt::format(", {} activations", activations_name(w.activations));
+  return s;
+}
+
+}  // namespace
+
+std::vector<FormatShare> decode_by_format(LlamaModel& model, ThreadPool& pool, int reps) {
+  if (reps < 1) fail("bench: -r must be >= 1");
+  const ModelConfig& c = model.config();
+  std::vector<FormatShare> parts;
+  std::vector<std::vector<const QuantMatrix*>> members;
+  const auto add = [&](const std::string& label, const QuantMatrix& w) {
+    if (w.rows == 0) return;  // a block another pipeline rank holds
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const FormatShare& p) { return p.format == label; });
+    if (it == parts.end()) {
+      parts.push_back({label, 0, 0, 0});
+      members.emplace_back();
+      it = parts.end() - 1;
+    }
+    ++it->matrices;
+    it->bytes += w.bytes();
+    members[static_cast<std::size_t>(it - parts.begin())].push_back(&w);
+  };
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const LinearSpec& spec : kBlockLinears) {
+      const QuantMatrix& w = model.block_linear(l, spec.role);
+      add(format_label(w), w);
+    }
+  add("lm_head " + format_label(model.output_matrix()), model.output_matrix());
+  std::int64_t widest = 0, tallest = 0;
+  for (const auto& ms : members)
+    for (const QuantMatrix* w : ms) {
+      widest = std::max(widest, w->cols);
+      tallest = std::max(tallest, w->rows);
+    }
+  std::vector<float> x(static_cast<std::size_t>(widest)), y(static_cast<std::size_t>(tallest));
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  Workspace ws;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r <= reps; ++r) {  // pass 0 warms up
+      const auto t0 = Clock::now();
+      for (const QuantMatrix* w : members[i]) matmul(*w, x.data(), 1, y.data(), pool, ws);
+      if (r > 0) best = std::min(best, seconds_since(t0));
+    }
+    parts[i].seconds = best;
+  }
+  return parts;
 }
 
 BenchResult run_bench(LlamaModel& model, std::int64_t n_prompt, std::int64_t n_gen, int reps) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/llama.h"
@@ -30,6 +31,24 @@ struct BenchResult {
   double first_token_ms = 0;  ///< mean time of the n_prompt-token prefill (time to first token)
   double next_token_ms = 0;   ///< mean time of one decode step
 };
+
+/// One weight format's part of a decode step (bench's per-format rows): the
+/// model's block linears in that format (lm_head is a part of its own), their
+/// bytes, and the time one token's GEMVs (m = 1) over all of them take.
+struct FormatShare {
+  std::string format;  ///< "sym_int4 g32, int8 activations", "q4_K, int8 activations", "fp16"; "lm_head " + it
+  std::int64_t matrices = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;  ///< the best of the passes: every matrix of the part times one token's activations
+};
+
+/// The parts of `model`'s decode by weight format, in the order the formats
+/// first appear in the blocks, lm_head last. One warm-up and `reps` timed
+/// passes on `pool`; a pass multiplies every matrix of a part by one token's
+/// activations (N(0, 1)), in the model's order, as a decode step streams
+/// them: what the kernels reach on that format's bytes inside this model.
+/// Throws woq::Error for reps < 1.
+std::vector<FormatShare> decode_by_format(LlamaModel& model, ThreadPool& pool, int reps);
 
 /// Runs one warm-up, then `reps` repetitions of pp (n_prompt tokens) and tg
 /// (n_gen tokens) on `model` with its thread pool. Token ids are drawn from

@@ -32,6 +32,29 @@ int nearest_int(float v) {
   return static_cast<int>(std::bit_cast<std::uint32_t>(shifted) & 0x007fffff) - 0x00400000;
 }
 
+// Four lanes of floats / ints (GCC vector extensions: each operation is the
+// scalar IEEE one lane by lane, and SSE2, x86-64's baseline, has them all).
+// The searches below run four sub-blocks side by side, each lane performing
+// ggml's scalar operations one for one and in its order: the bytes of ggml's
+// scalar loops, a few times faster.
+typedef float F4 __attribute__((vector_size(16)));
+typedef std::int32_t I4 __attribute__((vector_size(16)));
+constexpr int kLanes = 4;
+
+// nearest_int lane by lane, clamped to [lo, hi].
+I4 nearest_ints(F4 v, int lo, int hi) {
+  const I4 l = (reinterpret_cast<I4>(v + 12582912.0f) & 0x007fffff) - 0x00400000;
+  return l < lo ? I4{} + lo : l > hi ? I4{} + hi : l;
+}
+
+// Element i of four sub-blocks of N at x, one per lane.
+template <int N>
+F4 lanes_at(const float* x, int i) {
+  return F4{x[i], x[N + i], x[2 * N + i], x[3 * N + i]};
+}
+
+// Whether any lane of a comparison's mask is set.
+bool any_lane(I4 mask) { return (mask[0] | mask[1] | mask[2] | mask[3]) != 0; }
 
 void store_half(std::uint8_t* p, float v) {
   const std::uint16_t h = codec::encode_scale(v);
@@ -53,8 +76,7 @@ void signed_max(int n, const float* x, float& max, float& amax) {
   }
 }
 
-// The common start of make_qx_quants and make_q3_quants: false, with L
-// zeroed, for a sub-block below GROUP_MAX_EPS; else max = its value of largest magnitude.
+// The start of make_q3_quants: false, with L zeroed, for a sub-block below GROUP_MAX_EPS; else max = its value of largest magnitude.
 bool start_fit(int n, const float* x, std::int8_t* L, float& max) {
   float amax = 0.0f;
   signed_max(n, x, max, amax);
@@ -63,42 +85,59 @@ bool start_fit(int n, const float* x, std::int8_t* L, float& max) {
   return false;
 }
 
-// ggml's make_qx_quants with rmse_type 1 and no importance weights (Q6_K):
-// L[i] = q + nmax in [0, 2 nmax), the scale minimizing sum x^2 (x - s q)^2 over
-// 19 trial inverse scales -(nmax + 0.1 is) / max.
-float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
-  float max = 0.0f;
-  if (!start_fit(n, x, L, max)) return 0.0f;
-  float iscale = static_cast<float>(-nmax) / max;
-  float sumlx = 0.0f, suml2 = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const int l = std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i])));
-    L[i] = static_cast<std::int8_t>(l + nmax);
-    const float w = x[i] * x[i];
-    const float fl = static_cast<float>(l);
-    sumlx += w * x[i] * fl;
+// ggml's make_qx_quants with rmse_type 1 and no importance weights (Q6_K) on
+// four sub-blocks of 16 at x (sub-block j at [16 j, 16 j + 16)), one per lane:
+// L[i] = q + nmax in [0, 2 nmax), the scale minimizing sum x^2 (x - s q)^2
+// over 19 trial inverse scales -(nmax + 0.1 is) / max (max: the value of
+// largest magnitude, the first of equals; a sub-block below GROUP_MAX_EPS is
+// all zero, scale 0). Writes the four scales.
+void make_qx_quants(int nmax, const float* x, std::int8_t* L, float* scale_out) {
+  constexpr int N = 16;
+  F4 xs[N];
+  for (int i = 0; i < N; ++i) xs[i] = lanes_at<N>(x, i);
+  const F4 zero = F4{} + 0.0f;
+  F4 max = zero, amax = zero;
+  for (int i = 0; i < N; ++i) {
+    const F4 ax = reinterpret_cast<F4>(reinterpret_cast<I4>(xs[i]) & 0x7fffffff);
+    const I4 larger = ax > amax;
+    amax = larger ? ax : amax;
+    max = larger ? xs[i] : max;
+  }
+  const I4 empty = amax < kGroupMaxEps;
+  I4 best_l[N];
+  F4 iscale = static_cast<float>(-nmax) / max;
+  F4 sumlx = zero, suml2 = zero;
+  for (int i = 0; i < N; ++i) {
+    best_l[i] = nearest_ints(iscale * xs[i], -nmax, nmax - 1);
+    const F4 w = xs[i] * xs[i];
+    const F4 fl = __builtin_convertvector(best_l[i], F4);
+    sumlx += w * xs[i] * fl;
     suml2 += w * fl * fl;
   }
-  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
+  F4 scale = suml2 != zero ? sumlx / suml2 : zero;
+  F4 best = scale * sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
     iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-    sumlx = suml2 = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const float fl = static_cast<float>(std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))));
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * fl;
+    I4 l[N];
+    sumlx = suml2 = zero;
+    for (int i = 0; i < N; ++i) {
+      l[i] = nearest_ints(iscale * xs[i], -nmax, nmax - 1);
+      const F4 fl = __builtin_convertvector(l[i], F4);
+      const F4 w = xs[i] * xs[i];
+      sumlx += w * xs[i] * fl;
       suml2 += w * fl * fl;
     }
-    if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i)
-        L[i] = static_cast<std::int8_t>(nmax + std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))));
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
+    const I4 better = (suml2 > zero) & (sumlx * sumlx > best * suml2);
+    if (!any_lane(better)) continue;
+    for (int i = 0; i < N; ++i) best_l[i] = better ? l[i] : best_l[i];
+    scale = better ? sumlx / suml2 : scale;
+    best = better ? scale * sumlx : best;
   }
-  return scale;
+  for (int j = 0; j < kLanes; ++j) {
+    scale_out[j] = empty[j] ? 0.0f : scale[j];
+    for (int i = 0; i < N; ++i) L[N * j + i] = static_cast<std::int8_t>(empty[j] ? 0 : best_l[i][j] + nmax);
+  }
 }
 
 // ggml's make_q3_quants with do_rmse (Q3_K): round with -nmax / max, then up
@@ -145,74 +184,88 @@ float make_q3_quants(int n, int nmax, const float* x, std::int8_t* L) {
   return sumlx / suml2;
 }
 
-// ggml's make_qkx2_quants: weights x ~ scale * L + min with L in [0, nmax],
-// min <= 0; tries nstep + 1 inverse scales (rmin + rdelta is + nmax) / (max -
-// min), each followed by a weighted least-squares fit of scale and min, and
-// keeps the fit of least weighted error (|diff| when use_mad, else diff^2).
-// Returns the scale; the_min = -min.
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, std::uint8_t* L, float& the_min,
-                       std::uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
-  float min = x[0], max = x[0];
-  float sum_w = weights[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    const float w = weights[i];
-    sum_w += w;
-    sum_x += w * x[i];
+// ggml's make_qkx2_quants on `Lanes` sub-blocks of N weights at once, each
+// lane one sub-block's scalar search: weights x ~ scale * L + min with L in
+// [0, nmax], min <= 0; tries nstep + 1 inverse scales (rmin + rdelta is +
+// nmax) / (max - min), each followed by a weighted least-squares fit of scale
+// and min, and keeps the fit of least weighted error (|diff| when use_mad,
+// else diff^2). Every lane performs ggml's float operations one for one and
+// in its order (GCC vector extensions: IEEE operations lane by lane, none
+// fused), so each gives the bytes ggml's scalar loop gives; only the lanes run
+// side by side. x, weights and L hold sub-block j at [N j, N j + N); writes
+// each lane's scale and the_min (= -min).
+
+template <int N>
+void make_qkx2_quants(int nmax, const float* x, const float* weights, std::uint8_t* L, float* scale_out,
+                      float* the_min, float rmin, float rdelta, int nstep, bool use_mad) {
+  using F = F4;
+  using I = I4;
+  constexpr int Lanes = kLanes;
+  F xs[N], ws[N];  // element i of every lane
+  for (int i = 0; i < N; ++i) {
+    xs[i] = lanes_at<N>(x, i);
+    ws[i] = lanes_at<N>(weights, i);
   }
-  if (min > 0.0f) min = 0.0f;
-  if (max == min) {
-    std::fill(L, L + n, 0);
-    the_min = -min;
-    return 0.0f;
+  F min = xs[0], max = xs[0];
+  F sum_w = ws[0];
+  F sum_x = sum_w * xs[0];
+  for (int i = 1; i < N; ++i) {
+    min = xs[i] < min ? xs[i] : min;
+    max = xs[i] > max ? xs[i] : max;
+    sum_w += ws[i];
+    sum_x += ws[i] * xs[i];
   }
-  float iscale = static_cast<float>(nmax) / (max - min);
-  float scale = 1.0f / iscale;
-  auto error = [&](float s, float m, const std::uint8_t* q) {
-    float e = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      float diff = s * static_cast<float>(q[i]) + m - x[i];
-      diff = use_mad ? std::fabs(diff) : diff * diff;
-      e += weights[i] * diff;
-    }
-    return e;
+  const F zero = F{} + 0.0f;
+  min = min > zero ? zero : min;
+  const I flat = max == min;  // ggml returns early for these lanes: L 0, scale 0, the_min -min
+  const F flat_min = min;
+  const auto quantize = [&](const F& iscale, I* q) {
+    for (int i = 0; i < N; ++i) q[i] = nearest_ints(iscale * (xs[i] - min), 0, nmax);
   };
-  for (int i = 0; i < n; ++i)
-    L[i] = static_cast<std::uint8_t>(std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min)))));
-  float best_mad = error(scale, min, L);
+  const auto error = [&](const F& s, const F& m, const I* q, F& e) {
+    e = zero;
+    for (int i = 0; i < N; ++i) {
+      F diff = s * __builtin_convertvector(q[i], F) + m - xs[i];
+      diff = use_mad ? reinterpret_cast<F>(reinterpret_cast<I>(diff) & 0x7fffffff) : diff * diff;
+      e += ws[i] * diff;
+    }
+  };
+  F iscale = static_cast<float>(nmax) / (max - min);
+  F scale = 1.0f / iscale;
+  I best[N], aux[N];
+  quantize(iscale, best);
+  F best_mad, mad;
+  error(scale, min, best, best_mad);
   for (int is = 0; is <= nstep; ++is) {
-    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
-    float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int l = std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min))));
-      Laux[i] = static_cast<std::uint8_t>(l);
-      const float w = weights[i];
-      const float fl = static_cast<float>(l);
-      sum_l += w * fl;
-      sum_l2 += w * fl * fl;
-      sum_xl += w * fl * x[i];
+    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);  // min as refitted
+    F sum_l = zero, sum_l2 = zero, sum_xl = zero;
+    quantize(iscale, aux);
+    for (int i = 0; i < N; ++i) {
+      const F fl = __builtin_convertvector(aux[i], F);
+      sum_l += ws[i] * fl;
+      sum_l2 += ws[i] * fl * fl;
+      sum_xl += ws[i] * fl * xs[i];
     }
-    const float D = sum_w * sum_l2 - sum_l * sum_l;
-    if (D > 0.0f) {
-      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-      if (this_min > 0.0f) {
-        this_min = 0.0f;
-        this_scale = sum_xl / sum_l2;
-      }
-      const float mad = error(this_scale, this_min, Laux);
-      if (mad < best_mad) {
-        std::copy(Laux, Laux + n, L);
-        best_mad = mad;
-        scale = this_scale;
-        min = this_min;
-      }
-    }
+    const F D = sum_w * sum_l2 - sum_l * sum_l;
+    const I fits = D > zero;
+    if (!any_lane(fits)) continue;
+    F this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+    F this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+    const I positive = this_min > zero;
+    this_min = positive ? zero : this_min;
+    this_scale = positive ? sum_xl / sum_l2 : this_scale;
+    error(this_scale, this_min, aux, mad);
+    const I better = fits & (mad < best_mad);
+    for (int i = 0; i < N; ++i) best[i] = better ? aux[i] : best[i];
+    best_mad = better ? mad : best_mad;
+    scale = better ? this_scale : scale;
+    min = better ? this_min : min;
   }
-  the_min = -min;
-  return scale;
+  for (int j = 0; j < Lanes; ++j) {
+    scale_out[j] = flat[j] ? 0.0f : scale[j];
+    the_min[j] = flat[j] ? -flat_min[j] : -min[j];
+    for (int i = 0; i < N; ++i) L[N * j + i] = flat[j] ? 0 : static_cast<std::uint8_t>(best[i][j]);
+  }
 }
 
 // Four 2-bit quants per byte: element j + l + 32 s of each 128 in bits 2s, 2s+1 of qs[j / 4 + l].
@@ -225,13 +278,15 @@ void pack_2bit(const std::uint8_t* L, std::uint8_t* qs) {
 
 // block_q2_K: scales[16] (scale low nibble, min high nibble), qs[64], fp16 d, fp16 dmin.
 void quantize_q2_K_block(const float* x, std::uint8_t* y) {
-  std::uint8_t L[kSuperBlock], Laux[16];
-  float weights[16], mins[16], scales[16];
+  std::uint8_t L[kSuperBlock];
+  float weights[kSuperBlock], mins[16], scales[16];
   constexpr float q4scale = 15.0f;
+  for (int i = 0; i < kSuperBlock; ++i) weights[i] = std::fabs(x[i]);
+  for (int j = 0; j < 16; j += kLanes)
+    make_qkx2_quants<16>(3, x + 16 * j, weights + 16 * j, L + 16 * j, scales + j, mins + j, -0.5f, 0.1f, 15,
+                                 true);
   float max_scale = 0.0f, max_min = 0.0f;  // the min is subtracted, so scales are positive
   for (int j = 0; j < 16; ++j) {
-    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-    scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, mins[j], Laux, -0.5f, 0.1f, 15, true);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -259,19 +314,15 @@ void quantize_q2_K_block(const float* x, std::uint8_t* y) {
   pack_2bit(L, y + 16);
 }
 
-// The signed scales of the 16 sub-blocks of 16 (q3_K / q6_K) fitted by `make`
-// with `nmax`, and the one of largest magnitude (the first of equals) and that magnitude.
-float fit_sub_blocks(float (*make)(int, int, const float*, std::int8_t*), int nmax, const float* x, std::int8_t* L,
-                     float* scales, float& max_abs) {
+// Of the 16 sub-block scales of q3_K / q6_K, the one of largest magnitude (the first of equals) and that magnitude.
+float largest_scale(const float* scales, float& max_abs) {
   float max_scale = 0.0f;
   max_abs = 0.0f;
-  for (int j = 0; j < 16; ++j) {
-    scales[j] = make(16, nmax, x + 16 * j, L + 16 * j);
+  for (int j = 0; j < 16; ++j)
     if (std::fabs(scales[j]) > max_abs) {
       max_abs = std::fabs(scales[j]);
       max_scale = scales[j];
     }
-  }
   return max_scale;
 }
 
@@ -279,7 +330,8 @@ float fit_sub_blocks(float (*make)(int, int, const float*, std::int8_t*), int nm
 void quantize_q3_K_block(const float* x, std::uint8_t* y) {
   std::int8_t L[kSuperBlock];
   float scales[16], amax = 0.0f;
-  const float max_scale = fit_sub_blocks(make_q3_quants, 4, x, L, scales, amax);
+  for (int j = 0; j < 16; ++j) scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+  const float max_scale = largest_scale(scales, amax);
   std::uint8_t* hmask = y;
   std::uint8_t* packed = y + 96;
   std::fill(packed, packed + 12, 0);
@@ -328,15 +380,18 @@ void quantize_q3_K_block(const float* x, std::uint8_t* y) {
 // quants against the decoded scales, in [0, nmax]. Writes d, dmin, scales[12]
 // at y and the quants to L.
 void quantize_q45_K_scales(const float* x, int nmax, float rmin, int nstep, std::uint8_t* y, std::uint8_t* L) {
-  std::uint8_t Laux[32];
-  float weights[32], mins[8], scales[8];
-  float max_scale = 0.0f, max_min = 0.0f;
+  float weights[kSuperBlock], mins[8], scales[8];
   for (int j = 0; j < 8; ++j) {
     float sum_x2 = 0.0f;
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32.0f);
-    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, mins[j], Laux, rmin, 0.1f, nstep, false);
+    for (int l = 0; l < 32; ++l) weights[32 * j + l] = av_x + std::fabs(x[32 * j + l]);
+  }
+  for (int j = 0; j < 8; j += kLanes)
+    make_qkx2_quants<32>(nmax, x + 32 * j, weights + 32 * j, L + 32 * j, scales + j, mins + j, rmin, 0.1f,
+                                 nstep, false);
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -405,7 +460,8 @@ void quantize_q5_K_block(const float* x, std::uint8_t* y) {
 void quantize_q6_K_block(const float* x, std::uint8_t* y) {
   std::int8_t L[kSuperBlock];
   float scales[16], max_abs_scale = 0.0f;
-  const float max_scale = fit_sub_blocks(make_qx_quants, 32, x, L, scales, max_abs_scale);
+  for (int j = 0; j < 16; j += kLanes) make_qx_quants(32, x + 16 * j, L + 16 * j, scales + j);
+  const float max_scale = largest_scale(scales, max_abs_scale);
   if (max_abs_scale < kGroupMaxEps) {
     std::fill(y, y + 210, 0);
     return;

@@ -356,6 +356,11 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa) { return deta
 
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa) { detail::kernels(isa).axpy(a, x, y, n); }
 
+void widen_row(const QuantMatrix& w, std::int64_t row, float* out, Isa isa) {
+  if (w.interleave != 1) fail("widen_row: a [{}, {}] {} matrix is interleaved", w.rows, w.cols, low_bit_name(w.type));
+  detail::kernels(isa).widen_row(w, row, out);
+}
+
 bool uses_q8_path(const QuantMatrix& w) { return path_of(w) == Path::kInt8 || path_of(w) == Path::kInt16; }
 
 bool uses_bf16_path(const QuantMatrix& w) { return path_of(w) == Path::kBf16; }

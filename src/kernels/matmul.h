@@ -76,6 +76,11 @@ float dot(const float* a, const float* b, std::int64_t n, Isa isa = active_isa()
 /// y[i] += a · x[i] for i < n (attention's weighted sum of values).
 void axpy(float a, const float* x, float* y, std::int64_t n, Isa isa = active_isa());
 
+/// out[k] = W[row, k] as stored, k < W.cols: dequantize_row's values (exactly), fp16 / bf16 widened with
+/// F16C / shifts where the ISA has them. W must not be interleaved (prepare_for_kernels leaves float
+/// matrices and K-quants flat).
+void widen_row(const QuantMatrix& w, std::int64_t row, float* out, Isa isa = active_isa());
+
 /// True when `w` takes the integer path of matmul (int8 or int16 activations).
 bool uses_q8_path(const QuantMatrix& w);
 

@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <numeric>
@@ -67,7 +68,7 @@ void LlamaModel::set_pipeline(Ranks& ranks) {
 }
 
 std::uint64_t LlamaModel::weight_bytes_per_token() const {
-  std::uint64_t bytes = (lm_head_ ? *lm_head_ : embed_).bytes() +
+  std::uint64_t bytes = output_matrix().bytes() +
                         static_cast<std::uint64_t>(embed_.row_bytes) + final_norm_.size() * sizeof(float);
   for (const LayerWeights& w : layers_) {
     for (const QuantMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) bytes += m->bytes();
@@ -132,8 +133,15 @@ struct LlamaModel::Scratch {
 };
 
 struct LlamaModel::BlockPass {
-  BlockPass(const ModelConfig& c, std::int64_t t) : cache(1, t, c.kv_dim()) { cache.grow(t); }
-  KVCache cache;
+  BlockPass(const ModelConfig& c, std::span<const std::int64_t> t) : lengths(t.begin(), t.end()) {
+    caches.reserve(t.size());
+    for (const std::int64_t n : t) {
+      caches.emplace_back(1, n, c.kv_dim());
+      caches.back().grow(n);
+    }
+  }
+  std::vector<std::int64_t> lengths;
+  std::vector<KVCache> caches;  // one layer each
 };
 
 LlamaModel::~LlamaModel() = default;
@@ -221,18 +229,28 @@ void LlamaModel::embed(std::span<const std::int32_t> tokens, float* x) const {
 
 void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                                const LinearCompute& compute) {
+  forward_block(layer, x, std::span(&t_count, 1), observe, compute);
+}
+
+void LlamaModel::forward_block(std::int64_t layer, float* x, std::span<const std::int64_t> lengths,
+                               const LinearObserver& observe, const LinearCompute& compute) {
   if (layer < 0 || layer >= config_.num_hidden_layers)
     fail("forward_block: layer {} is outside [0, {})", layer, config_.num_hidden_layers);
-  if (t_count < 1 || t_count > context_limit())
-    fail("forward_block: {} tokens is outside [1, {}]", t_count, context_limit());
-  if (!block_pass_ || block_pass_->cache.capacity != t_count) {
-    block_pass_.reset();
-    block_pass_ = std::make_unique<BlockPass>(config_, t_count);
+  if (lengths.empty()) fail("forward_block: no sequences");
+  std::int64_t total = 0;
+  for (const std::int64_t t : lengths) {
+    if (t < 1 || t > context_limit()) fail("forward_block: {} tokens is outside [1, {}]", t, context_limit());
+    total += t;
   }
-  const Segment whole{&block_pass_->cache, 0, t_count};
-  scratch_->fit(config_, t_count);
-  block(layer, x, std::span(&whole, 1), 0, *scratch_, observe ? &observe : nullptr,
-        compute ? &compute : nullptr);
+  if (!block_pass_ || !std::ranges::equal(block_pass_->lengths, lengths)) {
+    block_pass_.reset();
+    block_pass_ = std::make_unique<BlockPass>(config_, lengths);
+  }
+  std::vector<Segment> segments;
+  segments.reserve(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) segments.push_back({&block_pass_->caches[i], 0, lengths[i]});
+  scratch_->fit(config_, total);
+  block(layer, x, segments, 0, *scratch_, observe ? &observe : nullptr, compute ? &compute : nullptr);
 }
 
 QuantMatrix& LayerWeights::linear(LinearRole role) {
@@ -319,7 +337,7 @@ void LlamaModel::final_logits(const float* x, std::span<const std::int64_t> logi
     rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
              static_cast<float>(c.rms_norm_eps), xn + i * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
-  matmul(lm_head_ ? *lm_head_ : embed_, xn, rows, logits.data(), *pool_, *workspace_);
+  matmul(output_matrix(), xn, rows, logits.data(), *pool_, *workspace_);
 }
 
 void LlamaModel::head(const float* x, std::int64_t rows, std::vector<float>& logits) {

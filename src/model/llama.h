@@ -229,12 +229,21 @@ class LlamaModel {
   /// bad layer or T.
   void forward_block(std::int64_t layer, float* x, std::int64_t t_count, const LinearObserver& observe,
                      const LinearCompute& compute = nullptr);
+  /// forward_block on several sequences in one pass: x [sum of lengths, hidden] holds them one after another,
+  /// sequence i's lengths[i] rows at positions [0, lengths[i]) with its own KV; `observe` and `compute` see
+  /// all rows at once. Each row equals what forward_block gives its sequence alone, bit for bit (the kernels'
+  /// sums do not depend on the batch); the linears read their weights once per pass, not once per sequence.
+  /// Throws woq::Error for a bad layer, no sequences or a bad length.
+  void forward_block(std::int64_t layer, float* x, std::span<const std::int64_t> lengths,
+                     const LinearObserver& observe, const LinearCompute& compute = nullptr);
   /// Logits [rows, vocab] of hidden states x [rows, hidden] that have left the last block (forward_block's
   /// output): the final RMSNorm and lm_head, bit for bit the rows forward() gives (the kernels' sums do not
   /// depend on the batch). Throws woq::Error for rows < 1.
   void head(const float* x, std::int64_t rows, std::vector<float>& logits);
   /// Linear `role` of block `layer`, to inspect or replace. Throws woq::Error for a bad layer.
   QuantMatrix& block_linear(std::int64_t layer, LinearRole role);
+  /// The matrix lm_head multiplies by (vocab, hidden): lm_head, or the embeddings when tied.
+  const QuantMatrix& output_matrix() const { return lm_head_ ? *lm_head_ : embed_; }
 
   ~LlamaModel();
 

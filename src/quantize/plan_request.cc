@@ -3,15 +3,18 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "arch/architecture.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "eval/compare.h"
 #include "eval/reports.h"
 #include "generate/model_session.h"
 #include "io/json_file.h"
+#include "io/safetensors.h"
 #include "model/load_request.h"
 #include "quantize/plan_search.h"
 
@@ -89,6 +92,20 @@ std::string describe_plan(const SolvedPlan& p) {
   return s;
 }
 
+// The float format every block linear of `input` is stored in: fp16 or bf16 when all are, else fp32 (which holds
+// any of them exactly; a quantized checkpoint is refused after loading).
+LowBit stored_float(const std::string& input, const ModelConfig& c) {
+  const TensorStore store = TensorStore::open(input);
+  std::optional<DType> dtype;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const LinearSpec& spec : kBlockLinears) {
+      const TensorView* t = store.find(linear_tensor(l, spec.role));
+      if (t == nullptr || (dtype && t->dtype != *dtype)) return LowBit::kFp32;
+      dtype = t->dtype;
+    }
+  return dtype == DType::kF16 ? LowBit::kFp16 : dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;
+}
+
 }  // namespace
 
 PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
@@ -102,9 +119,11 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   if (measurement.empty() && calib_file.empty())
     fail("measuring needs calibration text: --calib-file FILE (or --measurement FILE from an earlier --measure)");
   session_.open(input, std::shared_ptr<ThreadPool>(&pool, [](ThreadPool*) {}), ModelSession::Parts::kTokenizer);
-  LoadOptions fp32;
-  fp32.linear = QuantSpec{LowBit::kFp32};
-  session_.load(fp32);
+  // The float model as stored: fp16 / bf16 linears stay so (the float kernels widen them exactly: the same
+  // products as their fp32 copies, in half the memory and faster); others are held in fp32.
+  LoadOptions as_stored;
+  as_stored.linear = QuantSpec{stored_float(input, session_.config)};
+  session_.load(as_stored);
   if (session_.report.prequantized())
     fail("{}: its linear layers are quantized ({}): a plan is measured on a float model", input,
          session_.report.imported_format);

@@ -212,10 +212,16 @@ namespace {
 // Candidate `spec` of the float matrix `w`, laid out for the kernels.
 QuantMatrix candidate_matrix(const QuantMatrix& w, const QuantSpec& spec, std::optional<Activations> activations,
                              ThreadPool& pool) {
-  const RowReader read = [&w](std::int64_t r, float* out) { dequantize_row(w, r, out); };
+  const RowReader read = [&w](std::int64_t r, float* out) { widen_row(w, r, out); };
   QuantMatrix q = quantize_matrix(read, w.rows, w.cols, spec, &pool);
   ready_for_kernels(q, activations, false, pool);
   return q;
+}
+
+// Whether candidate `spec` of the float matrix `w` is `w` itself (the float format it is held in): then its
+// outputs are the float model's, its KL and output error exactly 0, and no pass is run for it.
+bool is_held_format(const QuantMatrix& w, const QuantSpec& spec) {
+  return !is_quantized(spec.type) && !is_kquant(spec.type) && spec.type == w.type;
 }
 
 void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
@@ -224,48 +230,55 @@ void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
          low_bit_name(w.type));
 }
 
-// The anchor of estimate_sensitivity: sym_int4 g32 when offered, else the candidate of largest output error.
-std::size_t anchor_of(const std::vector<CandidateCost>& cs, const std::vector<double>& err) {
-  for (std::size_t j = 0; j < cs.size(); ++j)
-    if (cs[j].spec.type == LowBit::kSymInt4 && cs[j].spec.group_size == 32) return j;
-  return static_cast<std::size_t>(std::max_element(err.begin(), err.end()) - err.begin());
+// The anchor of estimate_sensitivity among `specs`: sym_int4 g32 when offered, else none (the candidate of
+// largest output error).
+std::optional<std::size_t> preferred_anchor(const std::vector<QuantSpec>& specs) {
+  for (std::size_t j = 0; j < specs.size(); ++j)
+    if (specs[j].type == LowBit::kSymInt4 && specs[j].group_size == 32) return j;
+  return std::nullopt;
 }
 
 // What both measures share: the float model's distributions on the calibration
-// text, the Sensitivity's fixed fields, every calibration sequence's hidden
+// text, the Sensitivity's fixed fields, the calibration sequences' hidden
 // states at the input of the block being measured (the float model's, carried
-// block by block), and the KL with one linear of that block swapped, computed
-// from those states on (the blocks before it are the float model's, unchanged).
+// block by block; all sequences one after another, each block run on all of
+// them in one pass), and the KL with one linear of that block swapped,
+// computed from those states on (the blocks before it are the float model's,
+// unchanged).
 struct Measuring {
+  // A block runs on groups of sequences of at most this many tokens (one sequence at least): its weights are
+  // read once per group, and its activations held for one group.
+  static constexpr std::int64_t kGroupTokens = 1024;
+
   Measuring(LlamaModel& m, const ScoringPlan& c, std::uint64_t other_bytes, std::int64_t other_params,
             std::optional<Activations> activations)
-      : model(m), calib(c), ref(RefLogprobFile::create("", c, m.config().vocab_size)), hidden(c.sequences.size()) {
+      : model(m), calib(c), ref(RefLogprobFile::create("", c, m.config().vocab_size)) {
     write_reference(model, calib, 0, ref);
     s.positions = calib.scored_tokens();
     s.other_bytes = other_bytes;
     s.other_params = other_params;
     s.activations = activations;
-    for (std::size_t i = 0; i < hidden.size(); ++i) {
-      hidden[i].resize(calib.sequences[i].size() * static_cast<std::size_t>(model.config().hidden_size));
-      model.embed(calib.sequences[i], hidden[i].data());
+    std::vector<std::int32_t> tokens;
+    for (const auto& seq : calib.sequences) {
+      const auto n = static_cast<std::int64_t>(tokens.size()), t = static_cast<std::int64_t>(seq.size());
+      if (groups.empty() || n + t - offsets[groups.back()] > kGroupTokens) groups.push_back(lengths.size());
+      offsets.push_back(n);
+      lengths.push_back(t);
+      tokens.insert(tokens.end(), seq.begin(), seq.end());
     }
+    groups.push_back(lengths.size());
+    hidden.resize(tokens.size() * static_cast<std::size_t>(model.config().hidden_size));
+    model.embed(tokens, hidden.data());
   }
-  std::int64_t tokens(std::size_t i) const { return static_cast<std::int64_t>(calib.sequences[i].size()); }
-  // Block `block` of the float model run on copies of `hidden` (calling `observe(i, ...)` with sequence i's input
-  // of each linear): the next block's input.
-  std::vector<std::vector<float>> run_block(
-      const std::function<void(std::size_t i, LinearRole, const float*, std::int64_t)>& observe = nullptr) {
-    std::vector<std::vector<float>> out = hidden;
-    for (std::size_t i = 0; i < out.size(); ++i)
-      model.forward_block(block, out[i].data(), tokens(i),
-                          observe ? LlamaModel::LinearObserver([&, i](LinearRole r, const float* x, std::int64_t rows) {
-                            observe(i, r, x, rows);
-                          })
-                                  : LlamaModel::LinearObserver());
+  // Block `block` of the float model run on a copy of `hidden` (calling `observe` with each linear's input, all
+  // sequences' rows at once): the next block's input.
+  std::vector<float> run_block(const LlamaModel::LinearObserver& observe = nullptr) {
+    std::vector<float> out = hidden;
+    run_blocks(block, block + 1, out, observe);
     return out;
   }
   // On to the next block, whose input run_block gave.
-  void advance(std::vector<std::vector<float>> next) {
+  void advance(std::vector<float> next) {
     hidden = std::move(next);
     ++block;
   }
@@ -291,23 +304,34 @@ struct Measuring {
   const ScoringPlan& calib;
   RefLogprobFile ref;
   Sensitivity s;
-  std::vector<std::vector<float>> hidden;  // per sequence: [tokens, hidden], block `block`'s input
+  std::vector<std::int64_t> lengths, offsets;  // per sequence: tokens, first row in `hidden`
+  std::vector<std::size_t> groups;             // the first sequence of each group, then the number of sequences
+  std::vector<float> hidden;                   // [all sequences' tokens, hidden]: block `block`'s input
   std::int64_t block = 0;
   const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
  private:
+  // Blocks [first, last) of the float model on x (the sequences one after another, as `hidden`), group by group
+  // in order (each group's rows through all the blocks, then the next group's).
+  void run_blocks(std::int64_t first, std::int64_t last, std::vector<float>& x, const LlamaModel::LinearObserver& observe) {
+    const std::int64_t h = model.config().hidden_size;
+    for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
+      const std::span<const std::int64_t> group(lengths.data() + groups[g], groups[g + 1] - groups[g]);
+      for (std::int64_t l = first; l < last; ++l) model.forward_block(l, x.data() + offsets[groups[g]] * h, group, observe);
+    }
+  }
   // run_plan's scoring (positions first_scored .. T - 2 of every sequence, in order) from block `block` on.
   CompareStats kl_from_block() {
     const ModelConfig& c = model.config();
     CompareAccumulator acc(c.vocab_size);
-    std::vector<float> x, logits, row(static_cast<std::size_t>(c.vocab_size));
+    std::vector<float> logits, row(static_cast<std::size_t>(c.vocab_size));
+    std::vector<float> x = hidden;
+    run_blocks(block, c.num_hidden_layers, x, nullptr);
     ref.rewind();
-    for (std::size_t i = 0; i < hidden.size(); ++i) {
-      const std::int64_t n = tokens(i), first = calib.first_scored;
-      x = hidden[i];
-      for (std::int64_t l = block; l < c.num_hidden_layers; ++l) model.forward_block(l, x.data(), n, nullptr);
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const std::int64_t n = lengths[i], first = calib.first_scored;
       if (first >= n - 1) continue;
-      model.head(x.data() + first * c.hidden_size, n - 1 - first, logits);
+      model.head(x.data() + (offsets[i] + first) * c.hidden_size, n - 1 - first, logits);
       for (std::int64_t j = first; j < n - 1; ++j) {
         ref.read(row.data());
         acc.add(row.data(), logits.data() + (j - first) * c.vocab_size, calib.sequences[i][static_cast<std::size_t>(j + 1)]);
@@ -331,6 +355,10 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
       require_float(slot, l, role.role);
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
       for (const QuantSpec& spec : candidates(slot.cols)) {
+        if (is_held_format(slot, spec)) {
+          cost.candidates.push_back({spec, slot.bytes(), 0, 0});
+          continue;
+        }
         QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
         const std::uint64_t bytes = w.bytes();
         const CompareStats st = m.kl_with(slot, std::move(w));
@@ -353,45 +381,50 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
   Sensitivity& s = m.s;
   s.estimated = true;
   const ModelConfig& c = model.config();
-  std::vector<float> yq;
+  std::vector<float> y, yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    // The inputs of each linear of block l, per sequence.
-    std::array<std::vector<std::vector<float>>, kBlockLinears.size()> inputs;
-    for (auto& per_role : inputs) per_role.resize(m.hidden.size());
-    std::vector<std::vector<float>> next = m.run_block([&](std::size_t i, LinearRole role, const float* x, std::int64_t rows) {
-      inputs[static_cast<std::size_t>(role)][i].assign(x, x + rows * model.block_linear(l, role).cols);
+    // The input of each linear of block l (all sequences' rows).
+    std::array<std::vector<float>, kBlockLinears.size()> inputs;
+    std::vector<float> next = m.run_block([&](LinearRole role, const float* x, std::int64_t rows) {
+      std::vector<float>& in = inputs[static_cast<std::size_t>(role)];  // group after group, in order
+      in.insert(in.end(), x, x + rows * model.block_linear(l, role).cols);
     });
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
       require_float(slot, l, role.role);
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
-      const auto r = static_cast<std::size_t>(role.role);
-      // This linear's float outputs, once for all its candidates (one linear's at a time in memory).
-      std::vector<std::vector<float>> outputs;
-      for (const std::vector<float>& x : inputs[r]) {
-        const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
-        outputs.emplace_back(static_cast<std::size_t>(rows * slot.rows));
-        matmul(slot, x.data(), rows, outputs.back().data(), pool);
-      }
+      std::vector<float>& x = inputs[static_cast<std::size_t>(role.role)];
+      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
+      // This linear's float output, once for all its candidates (one linear's at a time in memory).
+      y.resize(static_cast<std::size_t>(rows * slot.rows));
+      yq.resize(y.size());
+      matmul(slot, x.data(), rows, y.data(), pool);
+      const std::vector<QuantSpec> specs = candidates(slot.cols);
+      const std::optional<std::size_t> preferred = preferred_anchor(specs);
       std::vector<double> err;
-      for (const QuantSpec& spec : candidates(slot.cols)) {
-        const QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
-        double e = 0;
-        for (std::size_t i = 0; i < inputs[r].size(); ++i) {
-          const std::vector<float>& x = inputs[r][i];
-          const std::vector<float>& y = outputs[i];
-          yq.resize(y.size());
-          matmul(w, x.data(), static_cast<std::int64_t>(x.size()) / slot.cols, yq.data(), pool);
-          for (std::size_t j = 0; j < y.size(); ++j) e += (static_cast<double>(yq[j]) - y[j]) * (yq[j] - y[j]);
+      std::optional<QuantMatrix> anchor;  // the anchor's matrix, kept for its KL
+      std::size_t a = 0;
+      for (std::size_t j = 0; j < specs.size(); ++j) {
+        if (is_held_format(slot, specs[j])) {
+          err.push_back(0);
+          cost.candidates.push_back({specs[j], slot.bytes(), 0, 0});
+          continue;
         }
+        QuantMatrix w = candidate_matrix(slot, specs[j], activations, pool);
+        matmul(w, x.data(), rows, yq.data(), pool);
+        double e = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) e += (static_cast<double>(yq[i]) - y[i]) * (yq[i] - y[i]);
         err.push_back(e);
-        cost.candidates.push_back({spec, w.bytes(), 0, 0});
+        cost.candidates.push_back({specs[j], w.bytes(), 0, 0});
+        if (preferred ? j == *preferred : !anchor || e > err[a]) {
+          a = j;
+          anchor = std::move(w);
+        }
       }
-      inputs[r] = {};
-      outputs = {};
-      // The anchor's KL, one at a time; the others scaled from it.
-      const std::size_t a = anchor_of(cost.candidates, err);
-      const CompareStats st = m.kl_with(slot, candidate_matrix(slot, cost.candidates[a].spec, activations, pool));
+      x = {};
+      // The anchor's KL, one at a time; the others scaled from it (none to measure when every candidate is the
+      // layer as held).
+      const CompareStats st = anchor ? m.kl_with(slot, std::move(*anchor)) : CompareStats{};
       for (std::size_t j = 0; j < cost.candidates.size(); ++j) {
         const double scale = err[a] > 0 ? err[j] / err[a] : 0.0;
         cost.candidates[j].kl = j == a ? st.mean_kl : st.mean_kl * scale;
