@@ -547,6 +547,10 @@ TEST(Cli, BenchByFormatRowsCoverTheMixedModelsMatrices) {
   // The tg row's bytes per token less what is not a matrix: one embedding row (hidden 64) and the RMSNorm
   // weights (2 per block of 5, and the final one).
   EXPECT_EQ(bytes, rows[0]["bytes_per_token"].get<std::uint64_t>() - 64 * 4 - (2 * 5 + 1) * 64 * 4) << r.out;
+  // Without a tg test there is nothing to set the rows beside: refused, not ignored.
+  const RunResult none = run("bench -m " + kModel + " -p 8 -n 0 -r 1 -t 1 --by-format");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.err.find("--by-format"), std::string::npos) << none.err;
 }
 
 // GGUF -> GPTQ -> GGUF from the CLI: the GPTQ checkpoint made from the bundled model's F32 GGUF (GPTQ

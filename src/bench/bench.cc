@@ -110,12 +110,14 @@ Stat mean_stddev(const std::vector<double>& v) {
 
 namespace {
 
-// "sym_int4 g32, int8 activations", "sym_int8 per channel, bf16 activations", "q4_K, int8 activations", "fp16".
+// "sym_int4 g32, int8 activations", "sym_int8 per channel, bf16 activations", "q4_K, q8_K activations", "fp16"
+// (a group as long as the row is "per channel").
 std::string format_label(const QuantMatrix& w) {
   std::string s(low_bit_name(w.type));
   if (is_quantized(w.type) && !is_kquant(w.type))
     s += w.groups_per_row == 1 ? std::string(" per channel") : fmt::format(" g{}", w.group_size);
-  if (is_quantized(w.type) || is_kquant(w.type)) s += fmt::format(", {} activations", activations_name(w.activations));
+  if (is_kquant(w.type) && w.activations == Activations::kInt8) s += ", q8_K activations";  // ggml's int8 blocks of 256
+  else if (is_quantized(w.type) || is_kquant(w.type)) s += fmt::format(", {} activations", activations_name(w.activations));
   return s;
 }
 

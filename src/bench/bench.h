@@ -36,7 +36,7 @@ struct BenchResult {
 /// model's block linears in that format (lm_head is a part of its own), their
 /// bytes, and the time one token's GEMVs (m = 1) over all of them take.
 struct FormatShare {
-  std::string format;  ///< "sym_int4 g32, int8 activations", "q4_K, int8 activations", "fp16"; "lm_head " + it
+  std::string format;  ///< "sym_int4 g32, int8 activations", "q4_K, q8_K activations", "fp16"; "lm_head " + it
   std::int64_t matrices = 0;
   std::uint64_t bytes = 0;
   double seconds = 0;  ///< the best of the passes: every matrix of the part times one token's activations

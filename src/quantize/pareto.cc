@@ -102,7 +102,7 @@ std::vector<ParetoPoint> run_pareto(const ParetoRequest& r, ThreadPool& pool,
                       st.kl_stderr, st.same_top, st.ppl_ratio});
     const ParetoPoint& p = points.back();
     if (log)
-      log(fmt::format("{:8} {:24} {:7.3f} bpw  KL {:.5f} +/- {:.5f} (predicted {:.5f})  same top {:.2f} %", kind, name,
+      log(fmt::format("{:8} {:24} {:7.3f} bpw  KL {:.4g} +/- {:.2g} (predicted {:.4g})  same top {:.2f} %", kind, name,
                       p.bits_per_weight, p.mean_kl, p.kl_stderr, p.predicted_kl, 100 * p.same_top));
   };
   std::vector<double> sizes;

@@ -153,6 +153,10 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     if (sensitivity_.other_params != other_params(c))
       fail("{}: other_params {} is not {}'s {}: a measurement of another model?", measurement,
            sensitivity_.other_params, input, other_params(c));
+    const std::uint64_t other = session_.report.other_bytes + session_.report.lm_head_bytes;
+    if (sensitivity_.other_bytes != other)
+      fail("{}: other_bytes {} is not {}'s {} (its embeddings, norms and lm_head as loaded): a measurement of "
+           "another model, or of this one in another dtype?", measurement, sensitivity_.other_bytes, input, other);
     say(fmt::format("measurement {}: {} layers, {} calibration positions", measurement, sensitivity_.layers.size(),
                     sensitivity_.positions));
   } else {
@@ -167,11 +171,11 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     sensitivity_.calib_digest = text_digest(read_text_file(calib_file));
     std::size_t tried = 0;
     for (const LayerCost& l : sensitivity_.layers) tried += l.candidates.size();
-    say(fmt::format("measured {} layers, {} candidate formats in all{} on {} positions of {} in {:.1f} s",
+    say(fmt::format("measured {} layers, {} candidate formats in all{} on {} positions of {} in {:.1f} s "
+                    "(linears held as {})",
                     sensitivity_.layers.size(), tried,
                     estimate ? " (estimated: one candidate's KL per layer, the others' scaled by output error)" : "",
-                    sensitivity_.positions, calib_file,
-                    sensitivity_.seconds));
+                    sensitivity_.positions, calib_file, sensitivity_.seconds, low_bit_name(as_stored.linear.type)));
   }
   if (!heldout.empty()) {
     if (text_digest(read_text_file(heldout)) == sensitivity_.calib_digest)
@@ -223,8 +227,8 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
     }
     v.stats = eval.measure(solved.plan);
     v.meets = !r.target_kl || v.stats.mean_kl <= target;
-    say(fmt::format("plan {}: {} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.5f} +/- {:.5f}, measured on {} "
-                    "{:.5f} +/- {:.5f}{}",
+    say(fmt::format("plan {}: {} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.4g} +/- {:.2g}, measured on {} "
+                    "{:.4g} +/- {:.2g}{}",
                     round + 1, describe_plan(solved), solved.bits_per_weight, static_cast<double>(solved.bytes) / 1048576.0,
                     solved.predicted_kl, solved.predicted_kl_stderr, r.verify_file, v.stats.mean_kl,
                     v.stats.kl_stderr, r.target_kl ? fmt::format(" (target {})", target) : std::string()));
@@ -251,12 +255,12 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
                                 {"ppl_ratio", v.stats.ppl_ratio},
                                 {"meets_target", v.meets}};
   write_plan(solved.plan, r.output);
-  say(fmt::format("verified on {} positions of {}: mean KL {:.5f} +/- {:.5f}, same top token {:.2f} +/- {:.2f} %, PPL "
+  say(fmt::format("verified on {} positions of {}: mean KL {:.4g} +/- {:.2g}, same top token {:.2f} +/- {:.2f} %, PPL "
                   "ratio {:.4f}",
                   v.stats.positions, r.verify_file, v.stats.mean_kl, v.stats.kl_stderr, 100 * v.stats.same_top,
                   100 * v.stats.same_top_stderr, v.stats.ppl_ratio));
   if (!v.meets)
-    say(fmt::format("warning: the measured KL {:.5f} misses the target {} by {:.1f} % after {} refinements; the plan is "
+    say(fmt::format("warning: the measured KL {:.4g} misses the target {} by {:.1f} % after {} refinements; the plan is "
                     "written with verify.meets_target false",
                     v.stats.mean_kl, target, 100 * (v.stats.mean_kl / target - 1), r.refine));
   say(fmt::format("wrote {} (load it with --plan {})", r.output, r.output));

@@ -415,6 +415,13 @@ def test_plan_search_writes_the_plan_the_cli_writes_and_it_loads(tmp_path):
                      progress=False)
     with pytest.raises(ValueError, match="measurement belongs to a plan search"):
         woq.quantize(MODEL, tmp_path / "x", measurement=tmp_path / "m.json")
+    # A measurement whose unplanned weights (embeddings, norms, lm_head) are not this model's is refused.
+    other = json.loads((tmp_path / "m.json").read_text())
+    other["other_bytes"] += 2
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(woq.Error, match="other_bytes .* a measurement of another model"):
+        woq.quantize(MODEL, tmp_path / "x.json", target_kl=0.05, measurement=tmp_path / "other.json",
+                     verify_file=TEXT, progress=False)
 
 
 def test_pareto_points_are_the_clis(tmp_path):
