@@ -129,8 +129,10 @@ void print_by_format(const ByFormat& b, bool json) {
     }
   }
   if (!json)
-    fmt::print("(the formats' GEMVs {:.3f} ms of the {:.3f} ms next-token time, {:.0f} %; the rest is attention, "
-               "norms, RoPE, activations' quantization and sampling)\n",
+    fmt::print("(the formats' GEMVs {:.3f} ms against the {:.3f} ms next-token time, {:.0f} %; the rest is "
+               "attention, norms, RoPE, activations' quantization and sampling. Each matrix is timed alone here, "
+               "while decode runs q/k/v and gate/up as one pass over a shared input: with several threads the "
+               "sum can exceed the step)\n",
                total * 1e3, b.next_token_ms, 100 * total * 1e3 / b.next_token_ms);
 }
 
