@@ -507,7 +507,8 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("chunks", &PlanRequest::chunks)
       .def_readwrite("refine", &PlanRequest::refine)
       .def_readwrite("candidates", &PlanRequest::candidates)
-      .def_readwrite("estimate", &PlanRequest::estimate);
+      .def_readwrite("estimate", &PlanRequest::estimate)
+      .def_readwrite("estimate_rows", &PlanRequest::estimate_rows);
   py::class_<ParetoRequest>(mod, "ParetoRequest")
       .def(py::init<>())
       .def_readwrite("input", &ParetoRequest::input)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -328,6 +329,46 @@ TEST(Stories260K, ForwardBlockOnSeveralSequencesEqualsEachAlone) {
     EXPECT_THROW(m->forward_block(0, together.data(), std::span<const std::int64_t>{}, nullptr), Error);
     const std::vector<std::int64_t> bad{4, 0};
     EXPECT_THROW(m->forward_block(0, together.data(), bad, nullptr), Error);
+  }
+}
+
+// forward_block's skip (scoring's last block): the rows past each sequence's skip get the outputs they get
+// without it, bit for bit, attending to the skipped rows' keys and values; the skipped rows are left as they
+// were; the query, o, gate, up and down projections run on the kept rows only.
+TEST(Stories260K, ForwardBlockWithSkipComputesTheKeptRowsOnly) {
+  const auto ids = reference()["ids"].get<std::vector<std::int32_t>>();
+  ThreadPool pool(2);
+  for (const QuantSpec spec : {kFp32, QuantSpec{LowBit::kSymInt4, 32, Int4Range::kFull}}) {
+    auto m = load(pool, spec);
+    const std::int64_t hidden = m->config().hidden_size, last = m->config().num_hidden_layers - 1;
+    const std::vector<std::int64_t> lengths{23, 5, 35, 1}, skip{10, 5, 0, 1};
+    std::vector<float> x(static_cast<std::size_t>(64 * hidden));
+    m->embed(std::span(ids).first(64), x.data());
+    for (std::int64_t l = 0; l < last; ++l) m->forward_block(l, x.data(), lengths, nullptr);
+    std::vector<float> full = x, part = x;
+    m->forward_block(last, full.data(), lengths, nullptr);
+    std::map<LinearRole, std::int64_t> rows_seen;
+    m->forward_block(
+        last, part.data(), lengths, [&](LinearRole role, const float*, std::int64_t rows) { rows_seen[role] = rows; },
+        nullptr, skip);
+    EXPECT_EQ(rows_seen[LinearRole::kK], 64);
+    EXPECT_EQ(rows_seen[LinearRole::kV], 64);
+    for (const LinearRole role : {LinearRole::kQ, LinearRole::kO, LinearRole::kGate, LinearRole::kDown})
+      EXPECT_EQ(rows_seen[role], 13 + 35);
+    std::int64_t row0 = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      for (std::int64_t t = 0; t < lengths[i]; ++t) {
+        const auto at = static_cast<std::ptrdiff_t>((row0 + t) * hidden);
+        const std::vector<float> got(part.begin() + at, part.begin() + at + hidden);
+        const std::vector<float>& want = t < skip[i] ? x : full;
+        EXPECT_EQ(got, std::vector<float>(want.begin() + at, want.begin() + at + hidden))
+            << "sequence " << i << " row " << t << (t < skip[i] ? " (skipped)" : "") << ", " << low_bit_name(spec.type);
+      }
+      row0 += lengths[i];
+    }
+    const std::vector<std::int64_t> too_many{1, 6, 0, 0}, too_few{1, 2};
+    EXPECT_THROW(m->forward_block(last, part.data(), lengths, nullptr, nullptr, too_many), Error);
+    EXPECT_THROW(m->forward_block(last, part.data(), lengths, nullptr, nullptr, too_few), Error);
   }
 }
 

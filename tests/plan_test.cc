@@ -16,8 +16,11 @@
 #include "model/llama.h"
 #include "model/load_request.h"
 #include "model/quant_plan.h"
+#include "model/random_checkpoint.h"
 #include "io/quantized_checkpoint.h"
+#include "kernels/matmul.h"
 #include "quantize/gguf_export.h"
+#include "quantize/plan_request.h"
 #include "quantize/plan_search.h"
 #include "quantize/quantize_checkpoint.h"
 #include "quantize/quantize_request.h"
@@ -290,6 +293,139 @@ TEST(PlanSearch, EachMeasuredKlIsTheWholeModelsKlWithThatLayerSwapped) {
   }
 }
 
+// The estimate's output errors on `error_rows` evenly spaced calibration rows
+// (row i * total / n of all chunks' tokens, one after another): each candidate's
+// KL is the anchor's scaled by the errors on exactly those rows, recomputed here
+// from the float model's own inputs of the linear; the anchor's KL stays
+// measured on every scored position; the JSON keeps the row count.
+TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnEvenlySpacedRows) {
+  ThreadPool pool(2);
+  const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
+  auto model = float_model(pool);
+  const ModelConfig& c = model->config();
+  const ScoringPlan calib = calibration_chunks(tok, 4);
+  const std::vector<QuantSpec> specs{{LowBit::kSymInt4, 32}, {LowBit::kAsymInt4, -1}, {LowBit::kSymInt8, -1}};
+  const auto candidates = [&](std::int64_t) { return specs; };
+  constexpr std::int64_t kRows = 37;
+  const Sensitivity all = estimate_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt);
+  const Sensitivity few = estimate_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt, kRows);
+  std::int64_t total = 0;
+  for (const auto& seq : calib.sequences) total += static_cast<std::int64_t>(seq.size());
+  EXPECT_EQ(all.error_rows, total);
+  EXPECT_EQ(few.error_rows, kRows);
+  EXPECT_EQ(parse_sensitivity(sensitivity_json(few), "few").error_rows, kRows);
+  std::vector<char> taken(static_cast<std::size_t>(total));
+  for (std::int64_t i = 0; i < kRows; ++i) taken[static_cast<std::size_t>(i * total / kRows)] = 1;
+  const std::int64_t last = c.num_hidden_layers - 1;
+  for (const auto& [layer, role] :
+       std::vector<std::pair<std::int64_t, LinearRole>>{{1, LinearRole::kV}, {last, LinearRole::kDown}}) {
+    const std::size_t i = static_cast<std::size_t>(layer) * kBlockLinears.size() + static_cast<std::size_t>(role);
+    QuantMatrix& slot = model->block_linear(layer, role);
+    std::vector<float> x;  // the linear's float inputs on the taken rows
+    std::int64_t row = 0;
+    const LlamaModel::LinearObserver observe = [&](LinearRole r, const float* in, std::int64_t rows) {
+      if (r != role) return;
+      for (std::int64_t t = 0; t < rows; ++t, ++row)
+        if (taken[static_cast<std::size_t>(row)]) x.insert(x.end(), in + t * slot.cols, in + (t + 1) * slot.cols);
+    };
+    for (const auto& seq : calib.sequences) {
+      std::vector<float> h(seq.size() * static_cast<std::size_t>(c.hidden_size));
+      model->embed(seq, h.data());
+      for (std::int64_t l = 0; l <= layer; ++l)
+        model->forward_block(l, h.data(), static_cast<std::int64_t>(seq.size()), l == layer ? observe : nullptr);
+    }
+    ASSERT_EQ(static_cast<std::int64_t>(x.size()), kRows * slot.cols);
+    std::vector<float> y(static_cast<std::size_t>(kRows * slot.rows)), yq(y.size());
+    matmul(slot, x.data(), kRows, y.data(), pool);
+    std::vector<double> err;
+    for (const QuantSpec& spec : specs) {
+      QuantMatrix w = quantize_matrix([&](std::int64_t r, float* out) { dequantize_row(slot, r, out); }, slot.rows,
+                                      slot.cols, spec, &pool);
+      ready_for_kernels(w, std::nullopt, false, pool);
+      matmul(w, x.data(), kRows, yq.data(), pool);
+      double e = 0;
+      for (std::size_t k = 0; k < y.size(); ++k) e += (static_cast<double>(yq[k]) - y[k]) * (yq[k] - y[k]);
+      err.push_back(e);
+    }
+    const std::vector<CandidateCost>& got = few.layers[i].candidates;
+    EXPECT_EQ(got[0].kl, all.layers[i].candidates[0].kl);  // the anchor (sym_int4 g32): every scored position
+    for (std::size_t j = 1; j < specs.size(); ++j) {
+      EXPECT_EQ(got[j].kl, got[0].kl * (err[j] / err[0])) << plan_module(layer, role) << " " << spec_name(specs[j]);
+      EXPECT_NE(got[j].kl, all.layers[i].candidates[j].kl);
+    }
+  }
+}
+
+// An untied lm_head is planned as one more layer: first as held (KL 0, left out
+// of a plan), then each candidate, whose measured KL is the KL of the model
+// loaded with a plan giving lm_head that format, bit for bit, in both measures;
+// its weights leave the unplanned ones; a plan names it only when quantized.
+TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  RandomCheckpointOptions r;
+  r.preset = "tiny";  // 2 blocks of hidden 128, vocab 512, lm_head untied
+  r.seed = 5;
+  r.weight_std = 0.08;
+  const std::string dir = tmp.file("tiny");
+  write_random_checkpoint(dir, r, pool);
+  LoadOptions as_stored;
+  as_stored.linear = QuantSpec{LowBit::kFp16};
+  auto model = LlamaModel::load(dir, as_stored, pool);
+  const ModelConfig& c = model->config();
+  ASSERT_FALSE(c.tie_word_embeddings);
+  const std::uint64_t head_bytes = model->untied_lm_head()->bytes();
+  const std::int64_t head_params = c.vocab_size * c.hidden_size;
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ScoringPlan calib =
+      chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64, 3, 1);
+  const std::vector<QuantSpec> specs{{LowBit::kSymInt4, 32}, {LowBit::kSymInt8, -1}, {LowBit::kFp16}};
+  const auto candidates = [&](std::int64_t) { return specs; };
+  const std::uint64_t other_bytes = head_bytes + 1000;
+  const std::int64_t other_params = head_params + 77;
+  const Sensitivity s = measure_sensitivity(*model, calib, pool, other_bytes, other_params, candidates, std::nullopt);
+  const Sensitivity est =
+      estimate_sensitivity(*model, calib, pool, other_bytes, other_params, candidates, std::nullopt, 50);
+  ASSERT_TRUE(s.plans_lm_head());
+  ASSERT_EQ(s.layers.size(), static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size() + 1);
+  EXPECT_EQ(s.other_bytes, 1000u);
+  EXPECT_EQ(s.other_params, 77);
+  EXPECT_EQ(s.total_params(), est.total_params());
+  const LayerCost& head = s.layers.back();
+  EXPECT_EQ(head.module(), "lm_head");
+  EXPECT_EQ(head.params, head_params);
+  ASSERT_EQ(head.candidates.size(), 3u);  // as held (fp16), sym_int4 g32, sym_int8 (fp16 is the held one)
+  EXPECT_TRUE(head.candidates[0].held);
+  EXPECT_EQ(head.candidates[0].kl, 0);
+  EXPECT_EQ(head.candidates[0].bytes, head_bytes);
+  RefLogprobFile ref = RefLogprobFile::create("", calib, c.vocab_size);
+  write_reference(*model, calib, 0, ref);
+  for (std::size_t j = 1; j < head.candidates.size(); ++j) {
+    const CandidateCost& cc = head.candidates[j];
+    EXPECT_FALSE(cc.held);
+    QuantPlan plan;
+    plan.base = {LowBit::kFp16};
+    plan.tensors["lm_head"] = cc.spec;
+    auto m = LlamaModel::load(dir, load_options_of(plan), pool);
+    const CompareStats whole = compare_with_reference(*m, calib, 0, ref);
+    EXPECT_GT(whole.mean_kl, 0);
+    EXPECT_EQ(cc.kl, whole.mean_kl) << spec_name(cc.spec);
+    EXPECT_EQ(cc.bytes, m->untied_lm_head()->bytes());
+    EXPECT_EQ(est.layers.back().candidates[j].kl, cc.kl);  // exact in the estimate too
+  }
+  // The most accurate plan keeps lm_head as held (unnamed); the smallest quantizes it (named).
+  const SolvedPlan best = solve_for_bpw(s, 1e30), least = solve_for_bpw(s, smallest_bpw(s));
+  EXPECT_FALSE(best.plan.lm_head().has_value());
+  ASSERT_TRUE(least.plan.lm_head().has_value());
+  EXPECT_EQ(spec_name(*least.plan.lm_head()), "sym_int4 g32");
+  EXPECT_EQ(predict(s, least.plan).predicted_kl, least.predicted_kl);
+  EXPECT_EQ(predict(s, best.plan).bytes, best.bytes);
+  const Sensitivity back = parse_sensitivity(sensitivity_json(s), "s");
+  EXPECT_TRUE(back.plans_lm_head());
+  EXPECT_TRUE(back.layers.back().candidates[0].held);
+  EXPECT_EQ(sensitivity_json(back), sensitivity_json(s));
+}
+
 // The cheaper estimate (one candidate's KL per layer, the others scaled by
 // their output error) against the one-at-a-time measure it stands in for.
 TEST(PlanSearch, TheEstimateAgreesWithTheOneAtATimeMeasure) {
@@ -302,8 +438,9 @@ TEST(PlanSearch, TheEstimateAgreesWithTheOneAtATimeMeasure) {
                                   {LowBit::kAsymInt4, 32}, {LowBit::kSymInt4, -1}};
   };
   const Sensitivity exact = measure_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt);
-  const Sensitivity est = estimate_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt);
+  const Sensitivity est = estimate_sensitivity(*model, calib, pool, 0, 1000, candidates, std::nullopt, kEstimateRows);
   EXPECT_TRUE(est.estimated);
+  EXPECT_EQ(est.error_rows, kEstimateRows);  // of 6 x 64 rows
   std::vector<double> ratios;
   for (std::size_t i = 0; i < exact.layers.size(); ++i)
     for (std::size_t j = 0; j < exact.layers[i].candidates.size(); ++j) {

@@ -205,10 +205,11 @@ def check_stream(proxy):
     assert a.ok, f"stream failed: {a.status} {a.error}"
     assert len(a.events) >= 100, f"only {len(a.events)} events"
     first, last = a.events[0], a.events[-1]
-    # Token by token: the first event comes while the generation still runs (before half of the stream's
-    # time) and the events come in many reads, not in the one burst of a proxy that holds the answer.
+    # Token by token: the events come in many reads spread over the generation (300 tokens take 20 ms or more
+    # here, more on a busy machine), not in the one burst of a proxy that holds the answer. (Not "the first
+    # before half the stream's time": under load the prefill's wait can outlast this fast model's whole story.)
     distinct = len({round(t, 4) for t in a.events})
-    assert first < 0.5 * last and distinct >= 10, \
+    assert last - first >= 0.01 and distinct >= 10, \
         f"events came in bursts: first at {first * 1e3:.1f} ms, last at {last * 1e3:.1f} ms, {distinct} distinct times"
     return (f"{len(a.events)} events from {a.replica}: first at {first * 1e3:.1f} ms, last at {last * 1e3:.1f} ms, "
             f"{distinct} distinct arrival times")

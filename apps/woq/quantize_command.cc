@@ -38,6 +38,7 @@ struct QuantizeArgs {
   std::string measurement, verify_file, candidates = "all", plan;
   int refine = 3;
   bool estimate = false;
+  std::int64_t estimate_rows = kEstimateRows;
   CLI::App* cmd = nullptr;
 };
 
@@ -80,6 +81,7 @@ int run_plan_search(const QuantizeArgs& a) {
   p.refine = a.refine;
   p.candidates = a.candidates;
   p.estimate = a.estimate;
+  p.estimate_rows = given(c, "--estimate-rows", a.estimate_rows);
   ThreadPool pool(a.threads);
   run_plan_request(p, pool, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
   return 0;
@@ -90,7 +92,7 @@ int run_quantize(QuantizeArgs& a) {
   const CLI::App* c = a.cmd;
   if (a.measure || c->count("--target-kl") > 0 || c->count("--target-bpw") > 0) return run_plan_search(a);
   r.plan = given(c, "--plan", a.plan);
-  for (const char* flag : {"--measurement", "--verify-file", "--refine", "--candidates", "--estimate"})
+  for (const char* flag : {"--measurement", "--verify-file", "--refine", "--candidates", "--estimate", "--estimate-rows"})
     if (c->count(flag) > 0) fail("{} belongs to a plan search: give --measure, --target-kl or --target-bpw", flag);
   r.recipe = given(c, "--recipe", a.recipe);
   r.low_bit = given(c, "--low-bit", a.low_bit);
@@ -210,6 +212,10 @@ Run add_quantize(CLI::App& app) {
   cmd->add_flag("--estimate", args->estimate,
                 "Plan search: measure one candidate's KL per layer and scale the others' by their output error on "
                 "the layer's calibration inputs (one forward pass per linear layer instead of one per linear layer and candidate)");
+  cmd->add_option("--estimate-rows", args->estimate_rows,
+                  "Plan search, --estimate: calibration rows (of all chunks' tokens, evenly spaced) the output errors "
+                  "are taken on; 0: all (the KL is always measured on every scored position)")
+      ->capture_default_str();
   cmd->add_option("--plan", args->plan,
                   "Write each linear layer in its format from this plan file (GGUF output: Q4_0 = sym_int4 g32, "
                   "Q8_0 = sym_int8 g32, K-quants, fp16; measure with --candidates gguf)");

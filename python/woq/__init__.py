@@ -433,7 +433,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
              force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
              measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False, awq_grid=None,
-             no_clip=False, awq_search_tokens=None):
+             no_clip=False, awq_search_tokens=None, estimate_rows=None):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -465,7 +465,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         verify_file (held-out text) against the float model, from a saved `measurement` or measured first;
         nsamples / seqlen: at most that many chunks of that many tokens (16 x 128); refine: re-solves when the
         verified KL misses target_kl (3); candidates: "all" or "gguf" (formats a GGUF file holds); estimate=True:
-        one candidate's KL per layer, the others scaled by output error (the CLI's --estimate). Load the plan
+        one candidate's KL per layer, the others scaled by output error on estimate_rows evenly spaced calibration
+        rows (256; 0: all) (the CLI's --estimate, --estimate-rows). Load the plan
         with optimize_model(path, plan=output); write it as GGUF with quantize(path, "out.gguf", plan=output).
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
@@ -498,6 +499,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         if candidates is not None:
             p.candidates = _str(candidates, "candidates")
         p.estimate = _bool(estimate, "estimate")
+        p.estimate_rows = _int(estimate_rows, "estimate_rows", optional=True)
         for name, value in (("target_kl", p.target_kl), ("target_bpw", p.target_bpw)):
             if value is not None and not 0 < value < math.inf:
                 raise ValueError(f"{name} must be positive and finite, got {value!r}")
@@ -505,7 +507,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
             _woq.plan_search(p, _int(threads, "threads", _INT32), _log if progress else None)
         return
     for name, value in (("measurement", measurement), ("verify_file", verify_file), ("refine", refine),
-                        ("candidates", candidates), ("estimate", estimate or None)):
+                        ("candidates", candidates), ("estimate", estimate or None), ("estimate_rows", estimate_rows)):
         if value is not None:
             raise ValueError(f"{name} belongs to a plan search: give measure=True, target_kl or target_bpw")
     r = _woq.QuantizeRequest()

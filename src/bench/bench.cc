@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
+#include "model/quant_plan.h"
 
 namespace woq {
 
@@ -113,9 +114,9 @@ namespace {
 // "sym_int4 g32, int8 activations", "sym_int8 per channel, bf16 activations", "q4_K, q8_K activations", "fp16"
 // (a group as long as the row is "per channel").
 std::string format_label(const QuantMatrix& w) {
-  std::string s(low_bit_name(w.type));
-  if (is_quantized(w.type) && !is_kquant(w.type))
-    s += w.groups_per_row == 1 ? std::string(" per channel") : fmt::format(" g{}", w.group_size);
+  QuantSpec spec{w.type};
+  spec.group_size = w.groups_per_row == 1 ? -1 : w.group_size;
+  std::string s = spec_name(spec);
   if (is_kquant(w.type) && w.activations == Activations::kInt8) s += ", q8_K activations";  // ggml's int8 blocks of 256
   else if (is_quantized(w.type) || is_kquant(w.type)) s += fmt::format(", {} activations", activations_name(w.activations));
   return s;
@@ -126,19 +127,18 @@ std::string format_label(const QuantMatrix& w) {
 std::vector<FormatShare> decode_by_format(LlamaModel& model, ThreadPool& pool, int reps) {
   if (reps < 1) fail("bench: -r must be >= 1");
   const ModelConfig& c = model.config();
-  std::vector<FormatShare> parts;
-  std::vector<std::vector<const QuantMatrix*>> members;
+  struct Part {
+    FormatShare share;
+    std::vector<const QuantMatrix*> members;
+  };
+  std::vector<Part> parts;
   const auto add = [&](const std::string& label, const QuantMatrix& w) {
     if (w.rows == 0) return;  // a block another pipeline rank holds
-    auto it = std::find_if(parts.begin(), parts.end(), [&](const FormatShare& p) { return p.format == label; });
-    if (it == parts.end()) {
-      parts.push_back({label, 0, 0, 0});
-      members.emplace_back();
-      it = parts.end() - 1;
-    }
-    ++it->matrices;
-    it->bytes += w.bytes();
-    members[static_cast<std::size_t>(it - parts.begin())].push_back(&w);
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& p) { return p.share.format == label; });
+    if (it == parts.end()) it = parts.insert(parts.end(), Part{{label, 0, 0, 0}, {}});
+    ++it->share.matrices;
+    it->share.bytes += w.bytes();
+    it->members.push_back(&w);
   };
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (const LinearSpec& spec : kBlockLinears) {
@@ -147,8 +147,8 @@ std::vector<FormatShare> decode_by_format(LlamaModel& model, ThreadPool& pool, i
     }
   add("lm_head " + format_label(model.output_matrix()), model.output_matrix());
   std::int64_t widest = 0, tallest = 0;
-  for (const auto& ms : members)
-    for (const QuantMatrix* w : ms) {
+  for (const Part& p : parts)
+    for (const QuantMatrix* w : p.members) {
       widest = std::max(widest, w->cols);
       tallest = std::max(tallest, w->rows);
     }
@@ -157,16 +157,18 @@ std::vector<FormatShare> decode_by_format(LlamaModel& model, ThreadPool& pool, i
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
   Workspace ws;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
+  std::vector<FormatShare> shares;
+  for (Part& p : parts) {
     double best = std::numeric_limits<double>::infinity();
     for (int r = 0; r <= reps; ++r) {  // pass 0 warms up
       const auto t0 = Clock::now();
-      for (const QuantMatrix* w : members[i]) matmul(*w, x.data(), 1, y.data(), pool, ws);
+      for (const QuantMatrix* w : p.members) matmul(*w, x.data(), 1, y.data(), pool, ws);
       if (r > 0) best = std::min(best, seconds_since(t0));
     }
-    parts[i].seconds = best;
+    p.share.seconds = best;
+    shares.push_back(std::move(p.share));
   }
-  return parts;
+  return shares;
 }
 
 BenchResult run_bench(LlamaModel& model, std::int64_t n_prompt, std::int64_t n_gen, int reps) {

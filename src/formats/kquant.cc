@@ -1,7 +1,6 @@
 #include "formats/kquant.h"
 
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -140,10 +139,7 @@ void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks) {
     } else if (amax != 0.0f) {
       const float iscale = -127.0f / max;
       for (int j = 0; j < kSuperBlock; ++j) {
-        // ggml's nearest_int: the float sum with 1.5·2^23 rounds half to even, and its low mantissa
-        // bits are the integer (|iscale · x| <= 127 here).
-        const float shifted = iscale * x[j] + 12582912.0f;
-        const int v = static_cast<int>(std::bit_cast<std::uint32_t>(shifted) & 0x007fffff) - 0x00400000;
+        const int v = nearest_int(iscale * x[j]);  // |iscale · x| <= 127 here
         q[j] = static_cast<std::int8_t>(v < 127 ? v : 127);
       }
       for (int i = 0; i < 16; ++i) {

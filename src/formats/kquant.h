@@ -5,6 +5,7 @@
 // dot products take.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -15,6 +16,15 @@
 namespace woq::kquant {
 
 constexpr std::int64_t kSuperBlock = 256;  ///< weights per super-block (ggml's QK_K)
+
+/// ggml's nearest_int (ggml-quants.c), the rounding of every K-quant and Q8_K
+/// quantizer: v + 1.5 * 2^23 rounds half to even and leaves the integer in the
+/// low mantissa bits. ggml asserts |v| <= 4194303 in debug builds only; beyond
+/// that this gives what its release build gives.
+constexpr float kNearestIntShift = 12582912.0f;
+inline int nearest_int(float v) {
+  return static_cast<int>(std::bit_cast<std::uint32_t>(v + kNearestIntShift) & 0x007fffff) - 0x00400000;
+}
 constexpr std::int64_t kQ8KBytes = 292;    ///< block_q8_K: fp32 d, int8 qs[256], int16 bsums[16]
 
 /// One K-quant format: the woq LowBit that holds it and ggml's type.

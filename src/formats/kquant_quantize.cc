@@ -10,7 +10,6 @@
 // multiply-add is fused): the searches compare sums that differ in the last
 // bit, so any other order picks other scales and writes other bytes.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -24,14 +23,6 @@ namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block below it is all zero
 
-// ggml's nearest_int: adding 1.5 * 2^23 rounds half to even and leaves the
-// integer in the low mantissa bits. ggml asserts |v| <= 4194303 in debug
-// builds only; beyond that this gives what its release build gives.
-int nearest_int(float v) {
-  const float shifted = v + 12582912.0f;
-  return static_cast<int>(std::bit_cast<std::uint32_t>(shifted) & 0x007fffff) - 0x00400000;
-}
-
 // Four lanes of floats / ints (GCC vector extensions: each operation is the
 // scalar IEEE one lane by lane, and SSE2, x86-64's baseline, has them all).
 // The searches below run four sub-blocks side by side, each lane performing
@@ -43,7 +34,7 @@ constexpr int kLanes = 4;
 
 // nearest_int lane by lane, clamped to [lo, hi].
 I4 nearest_ints(F4 v, int lo, int hi) {
-  const I4 l = (reinterpret_cast<I4>(v + 12582912.0f) & 0x007fffff) - 0x00400000;
+  const I4 l = (reinterpret_cast<I4>(v + kNearestIntShift) & 0x007fffff) - 0x00400000;
   return l < lo ? I4{} + lo : l > hi ? I4{} + hi : l;
 }
 

@@ -130,6 +130,7 @@ struct LlamaModel::Scratch {
   }
   std::int64_t rows = 0;
   std::vector<float> residual, xn, q, k, v, att, gate, up, proj;
+  std::vector<std::int64_t> kept;  ///< block's rows that go on past attention
 };
 
 struct LlamaModel::BlockPass {
@@ -152,70 +153,93 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   const std::int64_t hidden = c.hidden_size;
   const std::int64_t q_dim = c.q_dim();
   const std::int64_t kv_dim = c.kv_dim();
+  // All rows give keys and values; the kept ones (past each segment's skip, in order) go on through
+  // the query, attention and MLP: s.kept[u] is kept row u's row of x.
   std::int64_t t_count = 0;
-  for (const Segment& seg : segments) t_count += seg.rows;
+  s.kept.clear();
+  for (const Segment& seg : segments) {
+    for (std::int64_t i = seg.skip; i < seg.rows; ++i) s.kept.push_back(t_count + i);
+    t_count += seg.rows;
+  }
+  const auto u_count = static_cast<std::int64_t>(s.kept.size());
+  const bool all_kept = u_count == t_count;
   const LayerWeights& w = layers_[static_cast<std::size_t>(l)];
-  auto norm_rows = [&](const std::vector<float>& weight) {
-    for (std::int64_t t = 0; t < t_count; ++t)
-      rms_norm(x + t * hidden, weight.data(), hidden, static_cast<float>(c.rms_norm_eps), s.xn.data() + t * hidden);
+  // RMSNorm of rows of x into xn: all of them, or the kept ones (compact).
+  auto norm_rows = [&](const std::vector<float>& weight, bool kept_only) {
+    const std::int64_t n = kept_only ? u_count : t_count;
+    for (std::int64_t t = 0; t < n; ++t)
+      rms_norm(x + (kept_only ? s.kept[static_cast<std::size_t>(t)] : t) * hidden, weight.data(), hidden,
+               static_cast<float>(c.rms_norm_eps), s.xn.data() + t * hidden);
   };
-  auto linear = [&](LinearRole role, const float* in, float* out) {
-    const QuantMatrix& m = w.linear(role);
-    if (observe != nullptr) (*observe)(role, in, t_count);
-    if (compute != nullptr) {
-      (*compute)(role, in, t_count, out);
-    } else {
-      matmul(m, in, t_count, out, *pool_, *workspace_);
-    }
-  };
-  // Linears that read the same input run as one pass (one activation quantization, one pool wake-up).
-  auto shared_linear = [&](std::initializer_list<std::pair<LinearRole, float*>> roles, const float* in) {
+  // Linears that read the same input [rows, K] run as one pass (one activation quantization, one pool wake-up).
+  auto linears = [&](std::initializer_list<std::pair<LinearRole, float*>> roles, const float* in, std::int64_t rows) {
     if (observe != nullptr)
-      for (const auto& [role, y] : roles) (*observe)(role, in, t_count);
+      for (const auto& [role, y] : roles) (*observe)(role, in, rows);
     if (compute != nullptr) {
-      for (const auto& [role, y] : roles) (*compute)(role, in, t_count, y);
+      for (const auto& [role, y] : roles) (*compute)(role, in, rows, y);
     } else {
       std::array<MatmulOutput, 3> outs;
       std::size_t n = 0;
       for (const auto& [role, y] : roles) outs[n++] = {&w.linear(role), y};
-      matmul_shared_input(std::span(outs.data(), n), in, t_count, *pool_, *workspace_);
+      matmul_shared_input(std::span(outs.data(), n), in, rows, *pool_, *workspace_);
     }
   };
-  norm_rows(w.attn_norm);
-  shared_linear({{LinearRole::kQ, s.q.data()}, {LinearRole::kK, s.k.data()}, {LinearRole::kV, s.v.data()}},
-                s.xn.data());
-  add_bias(s.q.data(), w.bq, t_count);
+  // x's kept rows += s.proj [u_count, hidden].
+  auto add_to_kept = [&] {
+    for (std::int64_t u = 0; u < u_count; ++u) {
+      float* row = x + s.kept[static_cast<std::size_t>(u)] * hidden;
+      const float* p = s.proj.data() + u * hidden;
+      for (std::int64_t i = 0; i < hidden; ++i) row[i] += p[i];
+    }
+  };
+  norm_rows(w.attn_norm, false);
+  if (all_kept) {
+    linears({{LinearRole::kQ, s.q.data()}, {LinearRole::kK, s.k.data()}, {LinearRole::kV, s.v.data()}}, s.xn.data(),
+            t_count);
+  } else {
+    linears({{LinearRole::kK, s.k.data()}, {LinearRole::kV, s.v.data()}}, s.xn.data(), t_count);
+    for (std::int64_t u = 0; u < u_count; ++u)  // compact: row u moves down from s.kept[u] >= u
+      std::copy_n(s.xn.data() + s.kept[static_cast<std::size_t>(u)] * hidden, hidden, s.xn.data() + u * hidden);
+    linears({{LinearRole::kQ, s.q.data()}}, s.xn.data(), u_count);
+  }
+  add_bias(s.q.data(), w.bq, u_count);
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
   if (c.qk_norm) {
     const auto eps = static_cast<float>(c.rms_norm_eps);
-    for (std::int64_t h = 0; h < t_count * c.num_attention_heads; ++h)
+    for (std::int64_t h = 0; h < u_count * c.num_attention_heads; ++h)
       rms_norm(s.q.data() + h * c.head_dim, w.q_norm.data(), c.head_dim, eps, s.q.data() + h * c.head_dim);
     for (std::int64_t h = 0; h < t_count * c.num_key_value_heads; ++h)
       rms_norm(s.k.data() + h * c.head_dim, w.k_norm.data(), c.head_dim, eps, s.k.data() + h * c.head_dim);
   }
-  std::int64_t row0 = 0;
+  std::int64_t row0 = 0, u0 = 0;
   for (const Segment& seg : segments) {
     for (std::int64_t i = 0; i < seg.rows; ++i) {
       const std::int64_t t = row0 + i;
-      rope(s.q.data() + t * q_dim, c.num_attention_heads, c.head_dim, seg.pos0 + i, inv_freq_.data());
       rope(s.k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, seg.pos0 + i, inv_freq_.data());
       std::copy_n(s.k.data() + t * kv_dim, kv_dim, seg.cache->key(cache_layer, seg.pos0 + i));
       std::copy_n(s.v.data() + t * kv_dim, kv_dim, seg.cache->value(cache_layer, seg.pos0 + i));
     }
-    attention(s.q.data() + row0 * q_dim, seg.rows, seg.pos0, cache_layer, c.window(l), *seg.cache,
-              s.att.data() + row0 * q_dim);
+    const std::int64_t queries = seg.rows - seg.skip;
+    for (std::int64_t i = 0; i < queries; ++i)
+      rope(s.q.data() + (u0 + i) * q_dim, c.num_attention_heads, c.head_dim, seg.pos0 + seg.skip + i,
+           inv_freq_.data());
+    if (queries > 0)
+      attention(s.q.data() + u0 * q_dim, queries, seg.pos0 + seg.skip, cache_layer, c.window(l), *seg.cache,
+                s.att.data() + u0 * q_dim);
     row0 += seg.rows;
+    u0 += queries;
   }
-  linear(LinearRole::kO, s.att.data(), s.proj.data());
-  add_bias(s.proj.data(), w.bo, t_count);
-  for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
+  if (u_count == 0) return;
+  linears({{LinearRole::kO, s.proj.data()}}, s.att.data(), u_count);
+  add_bias(s.proj.data(), w.bo, u_count);
+  add_to_kept();
 
-  norm_rows(w.mlp_norm);
-  shared_linear({{LinearRole::kGate, s.gate.data()}, {LinearRole::kUp, s.up.data()}}, s.xn.data());
-  swiglu(s.gate.data(), s.up.data(), t_count * c.intermediate_size);
-  linear(LinearRole::kDown, s.gate.data(), s.proj.data());
-  for (std::int64_t i = 0; i < t_count * hidden; ++i) x[i] += s.proj[static_cast<std::size_t>(i)];
+  norm_rows(w.mlp_norm, !all_kept);
+  linears({{LinearRole::kGate, s.gate.data()}, {LinearRole::kUp, s.up.data()}}, s.xn.data(), u_count);
+  swiglu(s.gate.data(), s.up.data(), u_count * c.intermediate_size);
+  linears({{LinearRole::kDown, s.proj.data()}}, s.gate.data(), u_count);
+  add_to_kept();
 }
 
 void LlamaModel::embed(std::span<const std::int32_t> tokens, float* x) const {
@@ -233,10 +257,16 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::int64_t t_coun
 }
 
 void LlamaModel::forward_block(std::int64_t layer, float* x, std::span<const std::int64_t> lengths,
-                               const LinearObserver& observe, const LinearCompute& compute) {
+                               const LinearObserver& observe, const LinearCompute& compute,
+                               std::span<const std::int64_t> skip) {
   if (layer < 0 || layer >= config_.num_hidden_layers)
     fail("forward_block: layer {} is outside [0, {})", layer, config_.num_hidden_layers);
   if (lengths.empty()) fail("forward_block: no sequences");
+  if (!skip.empty() && skip.size() != lengths.size())
+    fail("forward_block: {} skip counts for {} sequences", skip.size(), lengths.size());
+  for (std::size_t i = 0; i < skip.size(); ++i)
+    if (skip[i] < 0 || skip[i] > lengths[i])
+      fail("forward_block: skip {} of sequence {} is outside [0, {}]", skip[i], i, lengths[i]);
   std::int64_t total = 0;
   for (const std::int64_t t : lengths) {
     if (t < 1 || t > context_limit()) fail("forward_block: {} tokens is outside [1, {}]", t, context_limit());
@@ -248,7 +278,8 @@ void LlamaModel::forward_block(std::int64_t layer, float* x, std::span<const std
   }
   std::vector<Segment> segments;
   segments.reserve(lengths.size());
-  for (std::size_t i = 0; i < lengths.size(); ++i) segments.push_back({&block_pass_->caches[i], 0, lengths[i]});
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    segments.push_back({&block_pass_->caches[i], 0, lengths[i], skip.empty() ? 0 : skip[i]});
   scratch_->fit(config_, total);
   block(layer, x, segments, 0, *scratch_, observe ? &observe : nullptr, compute ? &compute : nullptr);
 }

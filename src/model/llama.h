@@ -233,9 +233,14 @@ class LlamaModel {
   /// sequence i's lengths[i] rows at positions [0, lengths[i]) with its own KV; `observe` and `compute` see
   /// all rows at once. Each row equals what forward_block gives its sequence alone, bit for bit (the kernels'
   /// sums do not depend on the batch); the linears read their weights once per pass, not once per sequence.
-  /// Throws woq::Error for a bad layer, no sequences or a bad length.
+  /// `skip` (empty, or one count per sequence in [0, lengths[i]]): sequence i's first skip[i] rows give their
+  /// keys and values but go no further (no query, attention or MLP; their rows of x are left as they were),
+  /// for callers that need only the later rows' outputs (scoring the last block); the other rows' outputs
+  /// are the same bits, and `observe` / `compute` see the rows each linear runs on.
+  /// Throws woq::Error for a bad layer, no sequences, a bad length or skip.
   void forward_block(std::int64_t layer, float* x, std::span<const std::int64_t> lengths,
-                     const LinearObserver& observe, const LinearCompute& compute = nullptr);
+                     const LinearObserver& observe, const LinearCompute& compute = nullptr,
+                     std::span<const std::int64_t> skip = {});
   /// Logits [rows, vocab] of hidden states x [rows, hidden] that have left the last block (forward_block's
   /// output): the final RMSNorm and lm_head, bit for bit the rows forward() gives (the kernels' sums do not
   /// depend on the batch). Throws woq::Error for rows < 1.
@@ -244,6 +249,9 @@ class LlamaModel {
   QuantMatrix& block_linear(std::int64_t layer, LinearRole role);
   /// The matrix lm_head multiplies by (vocab, hidden): lm_head, or the embeddings when tied.
   const QuantMatrix& output_matrix() const { return lm_head_ ? *lm_head_ : embed_; }
+  /// lm_head when it is its own matrix (vocab, hidden), to inspect or replace; nullptr when tied to the
+  /// embeddings (or held by another pipeline rank).
+  QuantMatrix* untied_lm_head() { return lm_head_.get(); }
 
   ~LlamaModel();
 
@@ -255,6 +263,7 @@ class LlamaModel {
     KVCache* cache;
     std::int64_t pos0;
     std::int64_t rows;
+    std::int64_t skip = 0;  ///< leading rows that give keys and values only (forward_block's skip)
   };
   void block(std::int64_t layer, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
              Scratch& scratch, const LinearObserver* observe, const LinearCompute* compute = nullptr);

@@ -14,7 +14,6 @@ namespace woq {
 namespace {
 
 constexpr std::string_view kLayersPrefix = "model.layers.";
-constexpr std::string_view kLmHeadModule = "lm_head";
 
 }  // namespace
 

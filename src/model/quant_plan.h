@@ -30,6 +30,9 @@
 
 namespace woq {
 
+/// The plan's key of lm_head (a plan that does not name it leaves lm_head as the checkpoint stores it).
+inline constexpr std::string_view kLmHeadModule = "lm_head";
+
 /// Formats per tensor; the block linears it does not name take `base`.
 struct QuantPlan {
   QuantSpec base;

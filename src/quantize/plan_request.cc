@@ -52,6 +52,8 @@ void check(const PlanRequest& r) {
   if (r.measure_only && !r.measurement.empty()) fail("--measurement is a saved --measure: give one or the other");
   if (!r.measurement.empty() && (r.candidates != "all" || r.estimate))
     fail("--candidates and --estimate choose how --measure measures; a saved --measurement was measured already");
+  if (r.estimate_rows && !r.estimate) fail("--estimate-rows is the rows --estimate takes output errors on: give --estimate");
+  if (r.estimate_rows && *r.estimate_rows < 0) fail("--estimate-rows must be 0 (all) or positive, got {}", *r.estimate_rows);
   if (r.measurement.empty() && r.calib_file.empty())
     fail("{}", r.measure_only ? "--measure needs calibration text: --calib-file FILE"
                               : "measuring needs calibration text: --calib-file FILE (or --measurement FILE from an "
@@ -77,6 +79,19 @@ void check(const PlanRequest& r) {
 std::int64_t other_params(const ModelConfig& c) {
   const std::int64_t embed = c.vocab_size * c.hidden_size;
   return embed * (c.tie_word_embeddings ? 1 : 2) + c.hidden_size * (2 * c.num_hidden_layers + 1);
+}
+
+// How many of the measured layers two plans give different formats.
+std::int64_t changed_layers(const Sensitivity& s, const QuantPlan& a, const QuantPlan& b) {
+  std::int64_t n = 0;
+  for (const LayerCost& l : s.layers) {
+    const auto of = [&](const QuantPlan& p) {
+      return l.is_lm_head() ? p.lm_head() : std::optional<QuantSpec>(p.linear(l.layer, l.role));
+    };
+    const std::optional<QuantSpec> x = of(a), y = of(b);
+    if (x.has_value() != y.has_value() || (x && spec_json(*x) != spec_json(*y))) ++n;
+  }
+  return n;
 }
 
 struct Verified {
@@ -111,7 +126,7 @@ LowBit stored_float(const std::string& input, const ModelConfig& c) {
 PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
                              const std::string& heldout, std::int64_t ctx, std::int64_t chunks, ThreadPool& pool,
                              const std::function<void(const std::string&)>& log, const Progress& progress,
-                             const std::string& candidates, bool estimate) {
+                             const std::string& candidates, std::optional<std::int64_t> estimate) {
   if (candidates != "all" && candidates != "gguf") fail("--candidates '{}' is not one of: all, gguf", candidates);
   const auto say = [&](const std::string& line) {
     if (log) log(line);
@@ -137,10 +152,18 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   if (!measurement.empty()) {
     sensitivity_ = parse_sensitivity(read_json_file(measurement), measurement);
     const ModelConfig& c = session_.config;
+    const QuantMatrix* head = session_.model->untied_lm_head();
+    const bool planned_head = sensitivity_.plans_lm_head();
+    if (planned_head && head == nullptr)
+      fail("{}: plans lm_head, which {} ties to its embeddings: a measurement of another model?", measurement, input);
     const std::size_t expected = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
-    if (sensitivity_.layers.size() != expected)
+    if (sensitivity_.layers.size() != expected + (planned_head ? 1 : 0))
       fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement,
-           sensitivity_.layers.size(), input, expected);
+           sensitivity_.layers.size() - (planned_head ? 1 : 0), input, expected);
+    const std::int64_t head_params = planned_head ? c.vocab_size * c.hidden_size : 0;
+    if (planned_head && sensitivity_.layers.back().params != head_params)
+      fail("{}: lm_head has {} weights; {}'s has {}: a measurement of another model?", measurement,
+           sensitivity_.layers.back().params, input, head_params);
     for (std::size_t i = 0; i < expected; ++i) {
       const LayerCost& l = sensitivity_.layers[i];
       const std::int64_t layer = static_cast<std::int64_t>(i / kBlockLinears.size());
@@ -150,31 +173,40 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
              measurement, i, plan_module(l.layer, l.role), l.params, input, plan_module(layer, spec.role),
              c.size(spec.rows) * c.size(spec.cols));
     }
-    if (sensitivity_.other_params != other_params(c))
+    if (sensitivity_.other_params != other_params(c) - head_params)
       fail("{}: other_params {} is not {}'s {}: a measurement of another model?", measurement,
-           sensitivity_.other_params, input, other_params(c));
-    const std::uint64_t other = session_.report.other_bytes + session_.report.lm_head_bytes;
+           sensitivity_.other_params, input, other_params(c) - head_params);
+    const std::uint64_t other =
+        session_.report.other_bytes + session_.report.lm_head_bytes - (planned_head ? head->bytes() : 0);
     if (sensitivity_.other_bytes != other)
       fail("{}: other_bytes {} is not {}'s {} (its embeddings, norms and lm_head as loaded): a measurement of "
            "another model, or of this one in another dtype?", measurement, sensitivity_.other_bytes, input, other);
-    say(fmt::format("measurement {}: {} layers, {} calibration positions", measurement, sensitivity_.layers.size(),
-                    sensitivity_.positions));
+    say(fmt::format("measurement {}: {} layers{}, {} calibration positions", measurement, sensitivity_.layers.size(),
+                    planned_head ? " (lm_head among them)" : "", sensitivity_.positions));
   } else {
-    sensitivity_ = (estimate ? estimate_sensitivity : measure_sensitivity)(*session_.model, text_plan(calib_file), pool,
-                                       session_.report.other_bytes + session_.report.lm_head_bytes,
-                                       other_params(session_.config),
-                                       candidates == "gguf" ? gguf_candidates : default_candidates,
-                                       candidates == "gguf" ? std::optional<Activations>(Activations::kInt8)
-                                                            : std::nullopt,
-                                       progress);
+    const ScoringPlan calib = text_plan(calib_file);
+    const std::uint64_t other_bytes = session_.report.other_bytes + session_.report.lm_head_bytes;
+    const auto specs = candidates == "gguf" ? gguf_candidates : default_candidates;
+    const auto activations = candidates == "gguf" ? std::optional<Activations>(Activations::kInt8) : std::nullopt;
+    sensitivity_ = estimate ? estimate_sensitivity(*session_.model, calib, pool, other_bytes,
+                                                   other_params(session_.config), specs, activations, *estimate,
+                                                   progress)
+                            : measure_sensitivity(*session_.model, calib, pool, other_bytes,
+                                                  other_params(session_.config), specs, activations, progress);
     sensitivity_.model = input;
     sensitivity_.calib_digest = text_digest(read_text_file(calib_file));
     std::size_t tried = 0;
     for (const LayerCost& l : sensitivity_.layers) tried += l.candidates.size();
-    say(fmt::format("measured {} layers, {} candidate formats in all{} on {} positions of {} in {:.1f} s "
+    say(fmt::format("measured {} layers{}, {} candidate formats in all{} on {} positions of {} in {:.1f} s "
                     "(linears held as {})",
-                    sensitivity_.layers.size(), tried,
-                    estimate ? " (estimated: one candidate's KL per layer, the others' scaled by output error)" : "",
+                    sensitivity_.layers.size(),
+                    sensitivity_.plans_lm_head() ? " (lm_head among them)"
+                    : session_.model->untied_lm_head() == nullptr ? " (lm_head is tied to the embeddings: not planned)"
+                                                                  : " (lm_head is not float: not planned)",
+                    tried,
+                    estimate ? fmt::format(" (estimated: one candidate's KL per layer, the others' scaled by output "
+                                           "error on {} rows)", sensitivity_.error_rows)
+                             : std::string(),
                     sensitivity_.positions, calib_file, sensitivity_.seconds, low_bit_name(as_stored.linear.type)));
   }
   if (!heldout.empty()) {
@@ -202,7 +234,8 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
     if (log) log(line);
   };
   PlanEvaluator eval(r.input, r.calib_file, r.measurement, r.measure_only ? std::string() : r.verify_file, r.ctx,
-                     r.chunks, pool, log, progress, r.candidates, r.estimate);
+                     r.chunks, pool, log, progress, r.candidates,
+                     r.estimate ? std::optional<std::int64_t>(r.estimate_rows.value_or(kEstimateRows)) : std::nullopt);
   const Sensitivity& s = eval.sensitivity();
   if (r.measure_only) {
     write_json_file(r.output, sensitivity_json(s));
@@ -212,7 +245,7 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
 
   const double target = r.target_kl.value_or(0);
   double solve_target = target;
-  SolvedPlan solved;
+  SolvedPlan solved, previous;
   Verified v;
   for (int round = 0;; ++round) {
     if (round == 0) {
@@ -227,14 +260,19 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
     }
     v.stats = eval.measure(solved.plan);
     v.meets = !r.target_kl || v.stats.mean_kl <= target;
-    say(fmt::format("plan {}: {} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.4g} +/- {:.2g}, measured on {} "
+    say(fmt::format("plan {}: {}{} ({:.3f} bits per weight, {:.3f} MiB): predicted KL {:.4g} +/- {:.2g}, measured on {} "
                     "{:.4g} +/- {:.2g}{}",
-                    round + 1, describe_plan(solved), solved.bits_per_weight, static_cast<double>(solved.bytes) / 1048576.0,
+                    round + 1, describe_plan(solved),
+                    round > 0 ? fmt::format(" ({} layers in other formats than plan {}'s)",
+                                            changed_layers(s, previous.plan, solved.plan), round)
+                              : std::string(),
+                    solved.bits_per_weight, static_cast<double>(solved.bytes) / 1048576.0,
                     solved.predicted_kl, solved.predicted_kl_stderr, r.verify_file, v.stats.mean_kl,
                     v.stats.kl_stderr, r.target_kl ? fmt::format(" (target {})", target) : std::string()));
     if (v.meets || round >= r.refine) break;
     // Aim lower by the ratio the prediction missed by, and 3 % more (the measured KL has its own noise).
     solve_target *= 0.97 * target / v.stats.mean_kl;
+    previous = solved;
   }
   solved.plan.info["solve"] = {{"target_kl", r.target_kl ? nlohmann::json(target) : nlohmann::json(nullptr)},
                                {"target_bpw", r.target_bpw ? nlohmann::json(*r.target_bpw) : nlohmann::json(nullptr)},

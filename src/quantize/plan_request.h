@@ -19,6 +19,10 @@
 
 namespace woq {
 
+/// The calibration rows estimate_sensitivity takes output errors on unless told (--estimate-rows): the ratios
+/// of candidates' errors it needs settle long before all rows (a 4x cheaper estimate of a 7B model's layers).
+inline constexpr std::int64_t kEstimateRows = 256;
+
 /// The choices of a plan search. Exactly one of measure_only, target_kl and
 /// target_bpw.
 struct PlanRequest {
@@ -35,6 +39,8 @@ struct PlanRequest {
   std::int64_t chunks = 16; ///< chunks of each text at most
   std::string candidates = "all";  ///< all (default_candidates) or gguf (gguf_candidates)
   bool estimate = false;    ///< measure by estimate_sensitivity (one pass per linear), not one per candidate
+  /// estimate: the calibration rows each candidate's output error is taken on (evenly spaced); 0: all
+  std::optional<std::int64_t> estimate_rows;
   int refine = 3;           ///< re-solves with a tighter target when the measured KL misses it
 };
 
@@ -44,8 +50,8 @@ struct PlanRequest {
 class PlanEvaluator {
  public:
   /// Loads `input` in fp32 and measures it on `calib_file` under
-  /// `candidates` ("all" or "gguf", see PlanRequest), one at a time or by
-  /// `estimate` (estimate_sensitivity) (or reads
+  /// `candidates` ("all" or "gguf", see PlanRequest), one at a time or, with
+  /// `estimate` set, by estimate_sensitivity with that many error rows (or reads
   /// `measurement`); with `heldout` non-empty, writes its reference rows.
   /// Chunks of ctx tokens, at most `chunks` of each text. Throws woq::Error
   /// for a quantized model, a measurement of another shape, and what
@@ -53,7 +59,7 @@ class PlanEvaluator {
   PlanEvaluator(const std::string& input, const std::string& calib_file, const std::string& measurement,
                 const std::string& heldout, std::int64_t ctx, std::int64_t chunks, ThreadPool& pool,
                 const std::function<void(const std::string&)>& log, const Progress& progress = nullptr,
-                const std::string& candidates = "all", bool estimate = false);
+                const std::string& candidates = "all", std::optional<std::int64_t> estimate = std::nullopt);
   const Sensitivity& sensitivity() const { return sensitivity_; }
   const ModelConfig& config() const { return session_.config; }
   /// The model loaded with `plan` against the held-out reference.

@@ -138,6 +138,7 @@ SolvedPlan make_plan(const Sensitivity& s, const Choice& choice) {
   std::map<std::string, std::pair<int, QuantSpec>> counts;
   std::vector<std::string> order;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    if (s.layers[i].is_lm_head()) continue;  // the base is the block linears'
     const QuantSpec& spec = s.layers[i].candidates[choice[i]].spec;
     const std::string key = spec_json(spec).dump();
     if (!counts.contains(key)) order.push_back(key);
@@ -154,7 +155,9 @@ SolvedPlan make_plan(const Sensitivity& s, const Choice& choice) {
   double var = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const CandidateCost& c = s.layers[i].candidates[choice[i]];
-    if (spec_json(c.spec).dump() != base_key) out.plan.tensors[plan_module(s.layers[i].layer, s.layers[i].role)] = c.spec;
+    // lm_head unnamed stays as the checkpoint stores it (as measured: held); a block linear unnamed takes the base.
+    if (s.layers[i].is_lm_head() ? !c.held : spec_json(c.spec).dump() != base_key)
+      out.plan.tensors[s.layers[i].module()] = c.spec;
     var += c.kl_stderr * c.kl_stderr;
   }
   const Totals t = totals(s, choice);
@@ -169,11 +172,14 @@ void require_measured(const Sensitivity& s) {
   if (s.layers.empty()) fail("the sensitivity measurement holds no layers");
   for (const LayerCost& l : s.layers)
     if (l.candidates.empty() || l.candidates.size() >= 0x8000)
-      fail("the sensitivity measurement has {} candidates for {} (1 to 32767)", l.candidates.size(),
-           plan_module(l.layer, l.role));
+      fail("the sensitivity measurement has {} candidates for {} (1 to 32767)", l.candidates.size(), l.module());
 }
 
 }  // namespace
+
+std::string LayerCost::module() const {
+  return is_lm_head() ? std::string(kLmHeadModule) : plan_module(layer, role);
+}
 
 std::int64_t Sensitivity::total_params() const {
   std::int64_t n = other_params;
@@ -224,8 +230,10 @@ bool is_held_format(const QuantMatrix& w, const QuantSpec& spec) {
   return !is_quantized(spec.type) && !is_kquant(spec.type) && spec.type == w.type;
 }
 
+bool is_float(const QuantMatrix& w) { return !is_quantized(w.type) && !is_kquant(w.type); }
+
 void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
-  if (is_quantized(w.type) || is_kquant(w.type))
+  if (!is_float(w))
     fail("{}: is {}, not float: measure the float model (--low-bit fp32)", plan_module(layer, role),
          low_bit_name(w.type));
 }
@@ -298,7 +306,37 @@ struct Measuring {
     slot = std::move(original);
     return st;
   }
-  std::int64_t linears() const { return model.config().num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size()); }
+  // The layers measured: the block linears, and lm_head when it is planned.
+  std::int64_t linears() const {
+    return model.config().num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size()) +
+           (plans_lm_head() ? 1 : 0);
+  }
+  // lm_head is planned when it is its own float matrix (tied to the embeddings it is not a linear of its own).
+  bool plans_lm_head() const {
+    const QuantMatrix* head = model.untied_lm_head();
+    return head != nullptr && is_float(*head);
+  }
+  // lm_head's candidates, from the last block's output (block == the layer count): first lm_head as held (KL 0;
+  // a plan that leaves lm_head out keeps it so), then each other candidate by one pass of lm_head alone (exact,
+  // in both measures). Its weights move from other_bytes / other_params to its LayerCost.
+  void measure_lm_head(const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates, ThreadPool& pool,
+                       const Progress& progress) {
+    if (!plans_lm_head()) return;
+    QuantMatrix& head = *model.untied_lm_head();
+    LayerCost cost{kLmHeadLayer, LinearRole::kQ, head.rows * head.cols, {}};
+    cost.candidates.push_back({QuantSpec{head.type}, head.bytes(), 0, 0, true});
+    for (const QuantSpec& spec : candidates(head.cols)) {
+      if (is_held_format(head, spec)) continue;
+      QuantMatrix w = candidate_matrix(head, spec, s.activations, pool);
+      const std::uint64_t bytes = w.bytes();
+      const CompareStats st = kl_with(head, std::move(w));
+      cost.candidates.push_back({spec, bytes, st.mean_kl, st.kl_stderr});
+    }
+    s.other_bytes -= head.bytes();
+    s.other_params -= cost.params;
+    s.layers.push_back(std::move(cost));
+    if (progress) progress(static_cast<std::int64_t>(s.layers.size()), linears());
+  }
 
   LlamaModel& model;
   const ScoringPlan& calib;
@@ -312,12 +350,20 @@ struct Measuring {
 
  private:
   // Blocks [first, last) of the float model on x (the sequences one after another, as `hidden`), group by group
-  // in order (each group's rows through all the blocks, then the next group's).
-  void run_blocks(std::int64_t first, std::int64_t last, std::vector<float>& x, const LlamaModel::LinearObserver& observe) {
+  // in order (each group's rows through all the blocks, then the next group's). With `scored_only`, the
+  // model's last block computes only the rows from first_scored on (the others give keys and values).
+  void run_blocks(std::int64_t first, std::int64_t last, std::vector<float>& x, const LlamaModel::LinearObserver& observe,
+                  bool scored_only = false) {
     const std::int64_t h = model.config().hidden_size;
     for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
       const std::span<const std::int64_t> group(lengths.data() + groups[g], groups[g + 1] - groups[g]);
-      for (std::int64_t l = first; l < last; ++l) model.forward_block(l, x.data() + offsets[groups[g]] * h, group, observe);
+      std::vector<std::int64_t> unscored;
+      for (const std::int64_t n : group) unscored.push_back(std::min(calib.first_scored, n));
+      for (std::int64_t l = first; l < last; ++l) {
+        const bool skip = scored_only && l == model.config().num_hidden_layers - 1;
+        model.forward_block(l, x.data() + offsets[groups[g]] * h, group, observe, nullptr,
+                            skip ? std::span<const std::int64_t>(unscored) : std::span<const std::int64_t>());
+      }
     }
   }
   // run_plan's scoring (positions first_scored .. T - 2 of every sequence, in order) from block `block` on.
@@ -326,7 +372,7 @@ struct Measuring {
     CompareAccumulator acc(c.vocab_size);
     std::vector<float> logits, row(static_cast<std::size_t>(c.vocab_size));
     std::vector<float> x = hidden;
-    run_blocks(block, c.num_hidden_layers, x, nullptr);
+    run_blocks(block, c.num_hidden_layers, x, nullptr, true);
     ref.rewind();
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       const std::int64_t n = lengths[i], first = calib.first_scored;
@@ -356,7 +402,7 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
       LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
       for (const QuantSpec& spec : candidates(slot.cols)) {
         if (is_held_format(slot, spec)) {
-          cost.candidates.push_back({spec, slot.bytes(), 0, 0});
+          cost.candidates.push_back({spec, slot.bytes(), 0, 0, true});
           continue;
         }
         QuantMatrix w = candidate_matrix(slot, spec, activations, pool);
@@ -367,8 +413,9 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
       m.s.layers.push_back(std::move(cost));
       if (progress) progress(static_cast<std::int64_t>(m.s.layers.size()), m.linears());
     }
-    if (l + 1 < model.config().num_hidden_layers) m.advance(m.run_block());
+    if (l + 1 < model.config().num_hidden_layers || m.plans_lm_head()) m.advance(m.run_block());
   }
+  m.measure_lm_head(candidates, pool, progress);
   m.s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
   return m.s;
 }
@@ -376,18 +423,29 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
 Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
-                                 std::optional<Activations> activations, const Progress& progress) {
+                                 std::optional<Activations> activations, std::int64_t error_rows,
+                                 const Progress& progress) {
   Measuring m(model, calib, other_bytes, other_params, activations);
   Sensitivity& s = m.s;
   s.estimated = true;
   const ModelConfig& c = model.config();
+  // The rows the output errors are taken on: row r of all sequences' tokens when floor(r * n / total) steps up.
+  const std::int64_t total = static_cast<std::int64_t>(m.hidden.size()) / c.hidden_size;
+  const std::int64_t n = error_rows <= 0 ? total : std::min(error_rows, total);
+  std::vector<char> taken(static_cast<std::size_t>(total));
+  for (std::int64_t i = 0; i < n; ++i) taken[static_cast<std::size_t>(i * total / n)] = 1;
+  s.error_rows = n;
   std::vector<float> y, yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    // The input of each linear of block l (all sequences' rows).
+    // The input of each linear of block l on the taken rows.
     std::array<std::vector<float>, kBlockLinears.size()> inputs;
+    std::array<std::int64_t, kBlockLinears.size()> seen{};
     std::vector<float> next = m.run_block([&](LinearRole role, const float* x, std::int64_t rows) {
-      std::vector<float>& in = inputs[static_cast<std::size_t>(role)];  // group after group, in order
-      in.insert(in.end(), x, x + rows * model.block_linear(l, role).cols);
+      const auto i = static_cast<std::size_t>(role);
+      const std::int64_t k = model.block_linear(l, role).cols;
+      for (std::int64_t r = 0; r < rows; ++r)  // group after group, in order
+        if (taken[static_cast<std::size_t>(seen[i] + r)]) inputs[i].insert(inputs[i].end(), x + r * k, x + (r + 1) * k);
+      seen[i] += rows;
     });
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
@@ -407,7 +465,7 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
       for (std::size_t j = 0; j < specs.size(); ++j) {
         if (is_held_format(slot, specs[j])) {
           err.push_back(0);
-          cost.candidates.push_back({specs[j], slot.bytes(), 0, 0});
+          cost.candidates.push_back({specs[j], slot.bytes(), 0, 0, true});
           continue;
         }
         QuantMatrix w = candidate_matrix(slot, specs[j], activations, pool);
@@ -435,6 +493,7 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
     }
     m.advance(std::move(next));
   }
+  m.measure_lm_head(candidates, pool, progress);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
   return s;
 }
@@ -449,13 +508,16 @@ nlohmann::ordered_json sensitivity_json(const Sensitivity& s) {
   j["other_params"] = s.other_params;
   j["seconds"] = s.seconds;
   j["estimated"] = s.estimated;
+  if (s.estimated) j["error_rows"] = s.error_rows;
   j["calib_digest"] = s.calib_digest;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerCost& l : s.layers) {
     nlohmann::ordered_json cs = nlohmann::ordered_json::array();
-    for (const CandidateCost& c : l.candidates)
+    for (const CandidateCost& c : l.candidates) {
       cs.push_back({{"format", spec_json(c.spec)}, {"bytes", c.bytes}, {"kl", c.kl}, {"kl_stderr", c.kl_stderr}});
-    layers.push_back({{"module", plan_module(l.layer, l.role)}, {"params", l.params}, {"candidates", std::move(cs)}});
+      if (c.held) cs.back()["held"] = true;
+    }
+    layers.push_back({{"module", l.module()}, {"params", l.params}, {"candidates", std::move(cs)}});
   }
   j["layers"] = std::move(layers);
   return j;
@@ -483,6 +545,8 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
   s.other_bytes = static_cast<std::uint64_t>(other_bytes);
   s.seconds = f.number("seconds", 0.0);
   s.estimated = f.boolean("estimated", false);
+  s.error_rows = f.opt_integer("error_rows").value_or(0);
+  if (s.error_rows < 0 || s.error_rows > kMaxCount) fail("{}: error_rows must be in [0, 2^48]", source);
   s.calib_digest = f.string("calib_digest", "");
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].size() > 65536)
     fail("{}: 'layers' must be an array of at most 65536", source);
@@ -491,8 +555,10 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
     const JsonFields lf(j["layers"][i], what);
     const std::string module = lf.string("module", "");
     const auto parsed = parse_module(module);
-    if (!parsed) fail("{}.module: '{}' is not a block linear", what, module);
-    LayerCost l{parsed->first, parsed->second, lf.integer("params"), {}};
+    const bool head = module == kLmHeadModule;
+    if (!parsed && !head) fail("{}.module: '{}' is not a block linear or lm_head", what, module);
+    if (head && i + 1 != j["layers"].size()) fail("{}.module: lm_head must be the last layer", what);
+    LayerCost l{head ? kLmHeadLayer : parsed->first, head ? LinearRole::kQ : parsed->second, lf.integer("params"), {}};
     if (l.params <= 0 || l.params > kMaxCount) fail("{}.params: must be in [1, 2^48]", what);
     if (!lf.json().contains("candidates") || !lf.json()["candidates"].is_array() || lf.json()["candidates"].empty())
       fail("{}.candidates: must be a non-empty array", what);
@@ -505,6 +571,7 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
       const std::int64_t bytes = cf.integer("bytes");
       c.kl = cf.number("kl");
       c.kl_stderr = cf.number("kl_stderr", 0.0);
+      c.held = cf.boolean("held", false);
       if (bytes <= 0 || bytes > kMaxCount || !std::isfinite(c.kl) || c.kl < 0 || !std::isfinite(c.kl_stderr) ||
           c.kl_stderr < 0)
         fail("{}: bytes must be in [1, 2^48] and kl, kl_stderr finite and >= 0", cw);
@@ -565,12 +632,14 @@ SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan) {
   Choice choice(s.layers.size());
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const LayerCost& l = s.layers[i];
-    const nlohmann::ordered_json want = spec_json(plan.linear(l.layer, l.role));
-    const auto it = std::find_if(l.candidates.begin(), l.candidates.end(),
-                                 [&](const CandidateCost& c) { return spec_json(c.spec) == want; });
+    // lm_head left out of the plan is lm_head as held.
+    const std::optional<QuantSpec> spec = l.is_lm_head() ? plan.lm_head() : plan.linear(l.layer, l.role);
+    const auto it = std::find_if(l.candidates.begin(), l.candidates.end(), [&](const CandidateCost& c) {
+      return spec ? spec_json(c.spec) == spec_json(*spec) : c.held;
+    });
     if (it == l.candidates.end())
-      fail("{}: the plan gives {} {}, which the measurement did not try", plan.source, plan_module(l.layer, l.role),
-           spec_name(plan.linear(l.layer, l.role)));
+      fail("{}: the plan gives {} {}, which the measurement did not try", plan.source, l.module(),
+           spec ? spec_name(*spec) : std::string("as stored"));
     choice[i] = static_cast<std::size_t>(it - l.candidates.begin());
   }
   SolvedPlan out = make_plan(s, choice);

@@ -35,14 +35,22 @@ struct CandidateCost {
   std::uint64_t bytes = 0;  ///< the layer's weight storage in this format (QuantMatrix::bytes)
   double kl = 0;            ///< mean KL (nats per token) of the model with only this layer in this format
   double kl_stderr = 0;
+  bool held = false;        ///< the layer as the measured model holds it (KL 0, no pass run)
 };
 
-/// A block linear and what each candidate costs.
+/// LayerCost::layer of lm_head.
+inline constexpr std::int64_t kLmHeadLayer = -1;
+
+/// A block linear, or lm_head (layer kLmHeadLayer, role unused), and what each candidate costs.
 struct LayerCost {
   std::int64_t layer = 0;
   LinearRole role = LinearRole::kQ;
   std::int64_t params = 0;  ///< rows x cols
   std::vector<CandidateCost> candidates;
+
+  bool is_lm_head() const { return layer == kLmHeadLayer; }
+  /// Its plan key: plan_module(layer, role), or "lm_head".
+  std::string module() const;
 };
 
 /// What --measure finds (saved as JSON and reused by later solves).
@@ -52,15 +60,19 @@ struct Sensitivity {
   /// GGUF candidates, as llama.cpp's dot products); unset: each format's default.
   std::optional<Activations> activations;
   std::int64_t positions = 0;       ///< scored calibration positions
-  std::uint64_t other_bytes = 0;    ///< embeddings, norms and lm_head as loaded (not planned)
+  std::uint64_t other_bytes = 0;    ///< embeddings, norms and (unless planned) lm_head as loaded
   std::int64_t other_params = 0;    ///< their weights
-  std::vector<LayerCost> layers;    ///< every block linear, layer-major, in LinearRole order
+  /// Every block linear, layer-major, in LinearRole order; then lm_head when it is planned (an untied one).
+  std::vector<LayerCost> layers;
   double seconds = 0;               ///< wall time of the measurement
   std::string calib_digest;         ///< text_digest of the calibration text (empty: unknown)
   bool estimated = false;           ///< estimate_sensitivity's (anchor KL scaled by output error), not one at a time
+  std::int64_t error_rows = 0;      ///< estimated: the calibration rows each output error was measured on
 
   /// Total weights (block linears + the others): the bits-per-weight denominator.
   std::int64_t total_params() const;
+  /// Whether lm_head is among the planned layers (the last).
+  bool plans_lm_head() const { return !layers.empty() && layers.back().is_lm_head(); }
 };
 
 /// The default candidates for a layer whose rows are `k` long: fp16; sym_int8
@@ -74,9 +86,12 @@ std::vector<QuantSpec> default_candidates(std::int64_t k);
 std::vector<QuantSpec> gguf_candidates(std::int64_t k);
 
 /// Measures every block linear of `model` (loaded with float linears; each is
-/// restored after its turn) under `candidates(k)` on `calib` against the
-/// model's own distributions; `other_bytes` / `other_params`: the weights it
-/// does not plan (embeddings, norms, lm_head); `activations`: the integer
+/// restored after its turn), and lm_head when it is not tied to the embeddings,
+/// under `candidates(k)` on `calib` against the model's own distributions
+/// (lm_head also as held, its first candidate: a plan may leave it so);
+/// `other_bytes` / `other_params`: the weights that are not block linears
+/// (embeddings, norms, lm_head; lm_head's are moved to its LayerCost when it is
+/// measured); `activations`: the integer
 /// layers' (unset: each format's default). `progress(done, total)` after
 /// each layer. Each KL is computed from the float model's hidden states at the
 /// layer's block (the blocks before it are unchanged), scoring what
@@ -95,12 +110,17 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
 /// one of largest output error); every other candidate's KL is the anchor's
 /// scaled by its output error / the anchor's (KL grows with the square of a
 /// small perturbation of the logits, as the output error does). One forward pass
-/// per block linear instead of one per block linear and candidate. Same arguments and errors
-/// as measure_sensitivity; Sensitivity::estimated is set.
+/// per block linear instead of one per block linear and candidate (lm_head's
+/// candidates, a pass of lm_head alone each, are measured exactly). The output
+/// errors are taken on `error_rows` calibration rows (of all sequences' tokens,
+/// evenly spaced from the first; 0 or more than there are: all), the KL on all.
+/// Same arguments and errors as measure_sensitivity; Sensitivity::estimated and
+/// error_rows are set.
 Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
-                                 std::optional<Activations> activations, const Progress& progress = nullptr);
+                                 std::optional<Activations> activations, std::int64_t error_rows = 0,
+                                 const Progress& progress = nullptr);
 
 nlohmann::ordered_json sensitivity_json(const Sensitivity& s);
 /// Throws woq::Error naming `source` and the field for a malformed measurement.
