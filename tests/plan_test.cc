@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -293,12 +294,31 @@ TEST(PlanSearch, EachMeasuredKlIsTheWholeModelsKlWithThatLayerSwapped) {
   }
 }
 
-// The estimate's output errors on `error_rows` evenly spaced calibration rows
-// (row i * total / n of all chunks' tokens, one after another): each candidate's
+// The rows error_row_sample takes: n of them, one in each of n equal strata,
+// not lined up with the chunks (16 chunks of 128 tokens, 256 rows: a plain
+// stride of 8 would take all 16 first tokens; here about 256 / 128 of them).
+TEST(PlanSearch, TheErrorRowSampleTakesOneRowPerStratumNotAlignedWithTheChunks) {
+  for (const auto& [total, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {2048, 256}, {1000, 7}, {10, 10}, {10, 1}, {384, 256}, {5, 9}, {6, 0}}) {
+    const std::vector<char> taken = error_row_sample(total, n);
+    ASSERT_EQ(static_cast<std::int64_t>(taken.size()), total);
+    const std::int64_t want = n <= 0 || n >= total ? total : n;
+    EXPECT_EQ(std::count(taken.begin(), taken.end(), 1), want) << total << " " << n;
+    for (std::int64_t i = 0; i < want && want < total; ++i)
+      EXPECT_EQ(std::count(taken.begin() + i * total / n, taken.begin() + (i + 1) * total / n, 1), 1);
+  }
+  const std::vector<char> taken = error_row_sample(16 * 128, 256);
+  std::int64_t first_tokens = 0;
+  for (std::int64_t chunk = 0; chunk < 16; ++chunk) first_tokens += taken[static_cast<std::size_t>(chunk * 128)];
+  EXPECT_LE(first_tokens, 4);
+}
+
+// The estimate's output errors on `error_rows` calibration rows
+// (error_row_sample's, of all chunks' tokens one after another): each candidate's
 // KL is the anchor's scaled by the errors on exactly those rows, recomputed here
 // from the float model's own inputs of the linear; the anchor's KL stays
 // measured on every scored position; the JSON keeps the row count.
-TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnEvenlySpacedRows) {
+TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnTheSampledRows) {
   ThreadPool pool(2);
   const Tokenizer tok = Tokenizer::load(WOQ_MODEL_DIR);
   auto model = float_model(pool);
@@ -314,8 +334,7 @@ TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnEvenlySpacedRows) {
   EXPECT_EQ(all.error_rows, total);
   EXPECT_EQ(few.error_rows, kRows);
   EXPECT_EQ(parse_sensitivity(sensitivity_json(few), "few").error_rows, kRows);
-  std::vector<char> taken(static_cast<std::size_t>(total));
-  for (std::int64_t i = 0; i < kRows; ++i) taken[static_cast<std::size_t>(i * total / kRows)] = 1;
+  const std::vector<char> taken = error_row_sample(total, kRows);
   const std::int64_t last = c.num_hidden_layers - 1;
   for (const auto& [layer, role] :
        std::vector<std::pair<std::int64_t, LinearRole>>{{1, LinearRole::kV}, {last, LinearRole::kDown}}) {
@@ -424,6 +443,29 @@ TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
   EXPECT_TRUE(back.plans_lm_head());
   EXPECT_TRUE(back.layers.back().candidates[0].held);
   EXPECT_EQ(sensitivity_json(back), sensitivity_json(s));
+  // A file whose held candidates lie is refused, naming the field.
+  const auto refused = [&](const std::function<void(nlohmann::ordered_json&)>& edit, const std::string& says) {
+    nlohmann::ordered_json j = sensitivity_json(s);
+    edit(j);
+    try {
+      parse_sensitivity(nlohmann::json::parse(j.dump()), "m.json");
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const auto head_json = [](nlohmann::ordered_json& j) -> nlohmann::ordered_json& { return j["layers"].back(); };
+  refused([&](auto& j) { head_json(j)["candidates"][0].erase("held"); }, "lm_head's first candidate, and no other");
+  const auto hold = [](nlohmann::ordered_json& cand) {
+    cand["held"] = true;
+    cand["kl"] = cand["kl_stderr"] = 0.0;
+  };
+  refused([&](auto& j) { hold(head_json(j)["candidates"][1]); }, "lm_head's first candidate, and no other");
+  refused([&](auto& j) { head_json(j)["candidates"][0]["kl"] = 0.5; }, "a held candidate (the layer as stored) has kl 0");
+  refused([&](auto& j) { hold(j["layers"][0]["candidates"][0]), hold(j["layers"][0]["candidates"][1]); },
+          "at most one candidate is the held one");
+  refused([&](auto& j) { j["error_rows"] = 5; }, "only in an estimated measurement");
+  refused([&](auto& j) { std::swap(j["layers"][0], head_json(j)); }, "lm_head must be the last layer");
 }
 
 // The cheaper estimate (one candidate's KL per layer, the others scaled by

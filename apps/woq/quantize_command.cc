@@ -213,8 +213,8 @@ Run add_quantize(CLI::App& app) {
                 "Plan search: measure one candidate's KL per layer and scale the others' by their output error on "
                 "the layer's calibration inputs (one forward pass per linear layer instead of one per linear layer and candidate)");
   cmd->add_option("--estimate-rows", args->estimate_rows,
-                  "Plan search, --estimate: calibration rows (of all chunks' tokens, evenly spaced) the output errors "
-                  "are taken on; 0: all (the KL is always measured on every scored position)")
+                  "Plan search, --estimate: calibration rows the output errors are taken on (one from each of that many "
+                  "equal stretches of all chunks' tokens); 0: all (the KL is always measured on every scored position)")
       ->capture_default_str();
   cmd->add_option("--plan", args->plan,
                   "Write each linear layer in its format from this plan file (GGUF output: Q4_0 = sym_int4 g32, "

@@ -465,8 +465,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         verify_file (held-out text) against the float model, from a saved `measurement` or measured first;
         nsamples / seqlen: at most that many chunks of that many tokens (16 x 128); refine: re-solves when the
         verified KL misses target_kl (3); candidates: "all" or "gguf" (formats a GGUF file holds); estimate=True:
-        one candidate's KL per layer, the others scaled by output error on estimate_rows evenly spaced calibration
-        rows (256; 0: all) (the CLI's --estimate, --estimate-rows). Load the plan
+        one candidate's KL per layer, the others scaled by output error on estimate_rows calibration rows (256, one
+        from each of that many equal stretches; 0: all) (the CLI's --estimate, --estimate-rows). Load the plan
         with optimize_model(path, plan=output); write it as GGUF with quantize(path, "out.gguf", plan=output).
     Raises ValueError for bad choices and woq.Error for files that cannot be read or written.
     """
@@ -499,7 +499,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         if candidates is not None:
             p.candidates = _str(candidates, "candidates")
         p.estimate = _bool(estimate, "estimate")
-        p.estimate_rows = _int(estimate_rows, "estimate_rows", optional=True)
+        p.estimate_rows = _int(estimate_rows, "estimate_rows", (0, _INT64[1]), optional=True)
         for name, value in (("target_kl", p.target_kl), ("target_bpw", p.target_bpw)):
             if value is not None and not 0 < value < math.inf:
                 raise ValueError(f"{name} must be positive and finite, got {value!r}")

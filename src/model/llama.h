@@ -249,8 +249,9 @@ class LlamaModel {
   QuantMatrix& block_linear(std::int64_t layer, LinearRole role);
   /// The matrix lm_head multiplies by (vocab, hidden): lm_head, or the embeddings when tied.
   const QuantMatrix& output_matrix() const { return lm_head_ ? *lm_head_ : embed_; }
-  /// lm_head when it is its own matrix (vocab, hidden), to inspect or replace; nullptr when tied to the
-  /// embeddings (or held by another pipeline rank).
+  /// lm_head when it is its own matrix (vocab, hidden; untied, or a tied model's copy loaded with
+  /// LoadOptions::lm_head), to inspect or replace; nullptr when the embeddings serve as lm_head (or another
+  /// pipeline rank holds it).
   QuantMatrix* untied_lm_head() { return lm_head_.get(); }
 
   ~LlamaModel();

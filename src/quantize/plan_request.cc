@@ -50,8 +50,9 @@ void check(const PlanRequest& r) {
   const int modes = (r.measure_only ? 1 : 0) + (r.target_kl ? 1 : 0) + (r.target_bpw ? 1 : 0);
   if (modes != 1) fail("give one of --measure, --target-kl and --target-bpw");
   if (r.measure_only && !r.measurement.empty()) fail("--measurement is a saved --measure: give one or the other");
-  if (!r.measurement.empty() && (r.candidates != "all" || r.estimate))
-    fail("--candidates and --estimate choose how --measure measures; a saved --measurement was measured already");
+  if (!r.measurement.empty() && (r.candidates != "all" || r.estimate || r.estimate_rows))
+    fail("--candidates, --estimate and --estimate-rows choose how --measure measures; a saved --measurement was "
+         "measured already");
   if (r.estimate_rows && !r.estimate) fail("--estimate-rows is the rows --estimate takes output errors on: give --estimate");
   if (r.estimate_rows && *r.estimate_rows < 0) fail("--estimate-rows must be 0 (all) or positive, got {}", *r.estimate_rows);
   if (r.measurement.empty() && r.calib_file.empty())
@@ -164,6 +165,13 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     if (planned_head && sensitivity_.layers.back().params != head_params)
       fail("{}: lm_head has {} weights; {}'s has {}: a measurement of another model?", measurement,
            sensitivity_.layers.back().params, input, head_params);
+    if (planned_head) {  // lm_head as held is what loading leaves it: the float matrix as stored
+      const CandidateCost& held = sensitivity_.layers.back().candidates.front();
+      if (is_quantized(head->type) || is_kquant(head->type) || held.spec.type != head->type ||
+          held.bytes != head->bytes())
+        fail("{}: lm_head was measured as {} ({} bytes); {} stores it as {} ({} bytes): a measurement of another "
+             "model?", measurement, spec_name(held.spec), held.bytes, input, low_bit_name(head->type), head->bytes());
+    }
     for (std::size_t i = 0; i < expected; ++i) {
       const LayerCost& l = sensitivity_.layers[i];
       const std::int64_t layer = static_cast<std::int64_t>(i / kBlockLinears.size());
@@ -255,6 +263,11 @@ void run_plan_request(const PlanRequest& r, ThreadPool& pool, const std::functio
         solved = solve_for_kl(s, solve_target);
       } catch (const Error& e) {
         say(fmt::format("cannot aim lower than plan {} ({}): keeping it", round, e.what()));
+        break;
+      }
+      if (changed_layers(s, previous.plan, solved.plan) == 0) {
+        say(fmt::format("aiming lower gives plan {} again: keeping it", round));
+        solved = previous;
         break;
       }
     }

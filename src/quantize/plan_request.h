@@ -39,7 +39,7 @@ struct PlanRequest {
   std::int64_t chunks = 16; ///< chunks of each text at most
   std::string candidates = "all";  ///< all (default_candidates) or gguf (gguf_candidates)
   bool estimate = false;    ///< measure by estimate_sensitivity (one pass per linear), not one per candidate
-  /// estimate: the calibration rows each candidate's output error is taken on (evenly spaced); 0: all
+  /// estimate: the calibration rows each candidate's output error is taken on (error_row_sample); 0: all
   std::optional<std::int64_t> estimate_rows;
   int refine = 3;           ///< re-solves with a tighter target when the measured KL misses it
 };

@@ -44,7 +44,7 @@ Totals totals(const Sensitivity& s, const Choice& choice) {
 }
 
 // The least predicted KL for every byte budget: a multiple-choice knapsack by
-// dynamic programming over the block linears' bytes in units of `unit` (their
+// dynamic programming over the planned layers' bytes in units of `unit` (their
 // gcd, or coarser so that at most kMaxUnits budgets are tracked; each layer's
 // bytes rounded up, so a budget is never exceeded). Exact when unit is the gcd.
 class Knapsack {
@@ -238,6 +238,22 @@ void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
          low_bit_name(w.type));
 }
 
+}  // namespace
+
+std::vector<char> error_row_sample(std::int64_t total, std::int64_t n) {
+  std::vector<char> taken(static_cast<std::size_t>(std::max<std::int64_t>(total, 0)), n <= 0 || n >= total);
+  if (n <= 0 || n >= total) return taken;
+  constexpr double kGolden = 0.6180339887498949;  // (sqrt(5) - 1) / 2
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t first = i * total / n, width = (i + 1) * total / n - first;
+    const double offset = static_cast<double>(i) * kGolden;
+    taken[static_cast<std::size_t>(first + static_cast<std::int64_t>((offset - std::floor(offset)) * static_cast<double>(width)))] = 1;
+  }
+  return taken;
+}
+
+namespace {
+
 // The anchor of estimate_sensitivity among `specs`: sym_int4 g32 when offered, else none (the candidate of
 // largest output error).
 std::optional<std::size_t> preferred_anchor(const std::vector<QuantSpec>& specs) {
@@ -429,12 +445,9 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
   Sensitivity& s = m.s;
   s.estimated = true;
   const ModelConfig& c = model.config();
-  // The rows the output errors are taken on: row r of all sequences' tokens when floor(r * n / total) steps up.
   const std::int64_t total = static_cast<std::int64_t>(m.hidden.size()) / c.hidden_size;
-  const std::int64_t n = error_rows <= 0 ? total : std::min(error_rows, total);
-  std::vector<char> taken(static_cast<std::size_t>(total));
-  for (std::int64_t i = 0; i < n; ++i) taken[static_cast<std::size_t>(i * total / n)] = 1;
-  s.error_rows = n;
+  const std::vector<char> taken = error_row_sample(total, error_rows);
+  s.error_rows = std::count(taken.begin(), taken.end(), 1);
   std::vector<float> y, yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     // The input of each linear of block l on the taken rows.
@@ -546,7 +559,8 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
   s.seconds = f.number("seconds", 0.0);
   s.estimated = f.boolean("estimated", false);
   s.error_rows = f.opt_integer("error_rows").value_or(0);
-  if (s.error_rows < 0 || s.error_rows > kMaxCount) fail("{}: error_rows must be in [0, 2^48]", source);
+  if (s.error_rows < 0 || s.error_rows > kMaxCount || (!s.estimated && s.error_rows != 0))
+    fail("{}: error_rows must be in [0, 2^48], and only in an estimated measurement", source);
   s.calib_digest = f.string("calib_digest", "");
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].size() > 65536)
     fail("{}: 'layers' must be an array of at most 65536", source);
@@ -572,12 +586,18 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
       c.kl = cf.number("kl");
       c.kl_stderr = cf.number("kl_stderr", 0.0);
       c.held = cf.boolean("held", false);
+      if (c.held && (c.kl != 0 || c.kl_stderr != 0)) fail("{}: a held candidate (the layer as stored) has kl 0", cw);
       if (bytes <= 0 || bytes > kMaxCount || !std::isfinite(c.kl) || c.kl < 0 || !std::isfinite(c.kl_stderr) ||
           c.kl_stderr < 0)
         fail("{}: bytes must be in [1, 2^48] and kl, kl_stderr finite and >= 0", cw);
       c.bytes = static_cast<std::uint64_t>(bytes);
       l.candidates.push_back(c);
     }
+    const auto held = std::count_if(l.candidates.begin(), l.candidates.end(), [](const CandidateCost& c) { return c.held; });
+    if (head ? held != 1 || !l.candidates.front().held : held > 1)
+      fail("{}.candidates: {}", what,
+           head ? "lm_head's first candidate, and no other, is the held one (lm_head as stored)"
+                : "at most one candidate is the held one (the layer as stored)");
     s.layers.push_back(std::move(l));
   }
   require_measured(s);

@@ -103,6 +103,14 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
                                 std::optional<Activations> activations,
                                 const Progress& progress = nullptr);
 
+/// The calibration rows (of `total`, all sequences' tokens one after another)
+/// estimate_sensitivity takes output errors on when asked for `n`: one row of
+/// each of n equal strata, at a golden-ratio offset within it so that the rows
+/// do not line up with the sequences' positions (a stride dividing the sequence
+/// length would take every sequence's first token, whose activations are often
+/// the largest); all rows when n <= 0 or n >= total. taken[r] is 1 for a row taken.
+std::vector<char> error_row_sample(std::int64_t total, std::int64_t n);
+
 /// The cheaper estimate of measure_sensitivity (--measure --estimate): per
 /// block linear, the output error ||X W_c^T - X W^T||^2 of every candidate c
 /// on the layer's own calibration inputs X (the float model's), and the exact
@@ -112,8 +120,8 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
 /// small perturbation of the logits, as the output error does). One forward pass
 /// per block linear instead of one per block linear and candidate (lm_head's
 /// candidates, a pass of lm_head alone each, are measured exactly). The output
-/// errors are taken on `error_rows` calibration rows (of all sequences' tokens,
-/// evenly spaced from the first; 0 or more than there are: all), the KL on all.
+/// errors are taken on `error_rows` calibration rows (error_row_sample; 0 or
+/// more than there are: all), the KL on all.
 /// Same arguments and errors as measure_sensitivity; Sensitivity::estimated and
 /// error_rows are set.
 Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,

@@ -459,6 +459,31 @@ def test_a_refined_plan_says_how_many_layers_changed(tmp_path):
     assert m and int(m.group(1)) >= 1, r.stderr
 
 
+def test_an_untied_lm_head_is_planned_and_its_measurement_checked(tmp_path):
+    tiny = str(tmp_path / "tiny")
+    assert cli("make-random", "--preset", "tiny", "--weight-std", "0.08", "--seed", "5", "-o", tiny).returncode == 0
+    m = str(tmp_path / "m.json")
+    r = cli("quantize", "-m", tiny, "--measure", "--candidates", "gguf", "--calib-file", CALIB, "--nsamples", "3",
+            "--seqlen", "64", "-o", m)
+    assert r.returncode == 0 and "(lm_head among them)" in r.stderr, r.stderr
+    head = json.loads(open(m).read())["layers"][-1]
+    assert head["module"] == "lm_head" and head["candidates"][0]["held"]
+    # The same model with lm_head stored as Q8_0 is not the model this measurement's "held" lm_head was.
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({"woq_plan": 1, "base": {"low_bit": "fp16"},
+                                "tensors": {"lm_head": {"low_bit": "sym_int8", "group_size": 32}}}))
+    assert cli("quantize", "-m", tiny, "--plan", str(plan), "-o", str(tmp_path / "q8h.gguf")).returncode == 0
+    r = cli("quantize", "-m", str(tmp_path / "q8h.gguf"), "--measurement", m, "--target-bpw", "16",
+            "--verify-file", TEXT, "-o", str(tmp_path / "o.json"))
+    assert r.returncode != 0 and "lm_head was measured as fp16" in r.stderr, r.stderr
+    # A plan that quantizes lm_head names it, and what it predicts for its bytes is what loads.
+    r = cli("quantize", "-m", tiny, "--measurement", m, "--target-bpw", "10", "--verify-file", TEXT, "--nsamples", "3",
+            "--seqlen", "64", "-o", str(tmp_path / "small.json"))
+    assert r.returncode == 0, r.stderr
+    small = json.loads((tmp_path / "small.json").read_text())
+    assert "lm_head" in small["tensors"] and small["solve"]["bits_per_weight"] <= 10
+
+
 def test_pareto_points_are_the_clis(tmp_path):
     woq.quantize(MODEL, tmp_path / "m.json", measure=True, calib_file=CALIB, nsamples=3, seqlen=64, progress=False)
     points = woq.eval.pareto(MODEL, TEXT, measurement=tmp_path / "m.json", ctx=64, chunks=3, progress=False)
