@@ -383,6 +383,37 @@ std::string chat_prompt(const Model& m, const std::string& messages_json, bool a
   return m.chat_template->render(messages, add_generation_prompt);
 }
 
+// The plan search's and eval pareto's requests (woq.quantize(target_kl=...), woq.eval.pareto).
+void bind_plan_requests(py::module_& mod) {
+  py::class_<PlanRequest>(mod, "PlanRequest")
+      .def(py::init<>())
+      .def_readwrite("input", &PlanRequest::input)
+      .def_readwrite("output", &PlanRequest::output)
+      .def_readwrite("force", &PlanRequest::force)
+      .def_readwrite("measure_only", &PlanRequest::measure_only)
+      .def_readwrite("target_kl", &PlanRequest::target_kl)
+      .def_readwrite("target_bpw", &PlanRequest::target_bpw)
+      .def_readwrite("measurement", &PlanRequest::measurement)
+      .def_readwrite("calib_file", &PlanRequest::calib_file)
+      .def_readwrite("verify_file", &PlanRequest::verify_file)
+      .def_readwrite("ctx", &PlanRequest::ctx)
+      .def_readwrite("chunks", &PlanRequest::chunks)
+      .def_readwrite("refine", &PlanRequest::refine)
+      .def_readwrite("candidates", &PlanRequest::candidates)
+      .def_readwrite("estimate", &PlanRequest::estimate)
+      .def_readwrite("estimate_rows", &PlanRequest::estimate_rows);
+  py::class_<ParetoRequest>(mod, "ParetoRequest")
+      .def(py::init<>())
+      .def_readwrite("input", &ParetoRequest::input)
+      .def_readwrite("calib_file", &ParetoRequest::calib_file)
+      .def_readwrite("measurement", &ParetoRequest::measurement)
+      .def_readwrite("file", &ParetoRequest::file)
+      .def_readwrite("ctx", &ParetoRequest::ctx)
+      .def_readwrite("chunks", &ParetoRequest::chunks)
+      .def_readwrite("png", &ParetoRequest::png)
+      .def_readwrite("json", &ParetoRequest::json);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_woq, mod) {
@@ -492,33 +523,7 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("awq_clip", &QuantizeRequest::awq_clip)
       .def_readwrite("awq_search_tokens", &QuantizeRequest::awq_search_tokens);
 
-  py::class_<PlanRequest>(mod, "PlanRequest")
-      .def(py::init<>())
-      .def_readwrite("input", &PlanRequest::input)
-      .def_readwrite("output", &PlanRequest::output)
-      .def_readwrite("force", &PlanRequest::force)
-      .def_readwrite("measure_only", &PlanRequest::measure_only)
-      .def_readwrite("target_kl", &PlanRequest::target_kl)
-      .def_readwrite("target_bpw", &PlanRequest::target_bpw)
-      .def_readwrite("measurement", &PlanRequest::measurement)
-      .def_readwrite("calib_file", &PlanRequest::calib_file)
-      .def_readwrite("verify_file", &PlanRequest::verify_file)
-      .def_readwrite("ctx", &PlanRequest::ctx)
-      .def_readwrite("chunks", &PlanRequest::chunks)
-      .def_readwrite("refine", &PlanRequest::refine)
-      .def_readwrite("candidates", &PlanRequest::candidates)
-      .def_readwrite("estimate", &PlanRequest::estimate)
-      .def_readwrite("estimate_rows", &PlanRequest::estimate_rows);
-  py::class_<ParetoRequest>(mod, "ParetoRequest")
-      .def(py::init<>())
-      .def_readwrite("input", &ParetoRequest::input)
-      .def_readwrite("calib_file", &ParetoRequest::calib_file)
-      .def_readwrite("measurement", &ParetoRequest::measurement)
-      .def_readwrite("file", &ParetoRequest::file)
-      .def_readwrite("ctx", &ParetoRequest::ctx)
-      .def_readwrite("chunks", &ParetoRequest::chunks)
-      .def_readwrite("png", &ParetoRequest::png)
-      .def_readwrite("json", &ParetoRequest::json);
+  bind_plan_requests(mod);
 
   mod.def("load", &load, py::arg("path"), py::arg("request"), py::arg("threads"), py::arg("progress"));
   mod.def("quantize", &quantize, py::arg("request"), py::arg("threads"), py::arg("log"), py::arg("progress"));
