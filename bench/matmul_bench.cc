@@ -30,9 +30,9 @@ const QuantMatrix& weights(LowBit type, std::int64_t group, Activations act, std
       cache;
   auto& slot = cache[{type, group, act, n, k}];
   if (!slot && is_kquant(type)) {
-    // Random super-blocks (woq cannot quantize to K-quants yet) with N(0, 0.001) fp16 super-scales.
+    // Random blocks (every quant pattern) with N(0, 0.001) fp16 (super-)block scales and mins.
     const kquant::Format& f = *kquant::find(type);
-    slot = std::make_unique<QuantMatrix>(allocate_matrix(n, k, {type, kquant::kSuperBlock}));
+    slot = std::make_unique<QuantMatrix>(allocate_matrix(n, k, {type, f.block}));
     std::mt19937 rng(42);
     std::normal_distribution<float> normal(0.0f, 0.001f);
     for (auto& b : slot->data) b = static_cast<std::uint8_t>(rng());
@@ -100,7 +100,7 @@ void run_quantize(benchmark::State& state, LowBit type, std::int64_t group) {
 // Registers gemv/<isa>/<format>[_f32act|_bf16act|_int16act] (m = 1, decode) and gemm/<isa>/<format>
 // (m = 512, prefill) for every ISA this CPU runs but scalar, at the q/o,
 // gate/up and down projections of Llama-2-7B and its lm_head (too big for any
-// cache), with 1 and 2 threads; the K-quants on random super-blocks. sym_int4 g16 shows the row path that group
+// cache), with 1 and 2 threads; ggml's block formats (K-quants, q4_1, q5_1) on random blocks. sym_int4 g16 shows the row path that group
 // sizes not a multiple of 32 take (batch invariance).
 void register_all() {
   const std::tuple<LowBit, std::int64_t, Activations> formats[] = {
@@ -115,11 +115,13 @@ void register_all() {
       {LowBit::kSymInt4, 16, Activations::kInt8},
       {LowBit::kQ4_K, 0, Activations::kInt8},     {LowBit::kQ6_K, 0, Activations::kInt8},
       {LowBit::kQ5_K, 0, Activations::kInt8},     {LowBit::kQ3_K, 0, Activations::kInt8},
-      {LowBit::kQ2_K, 0, Activations::kInt8}};
+      {LowBit::kQ2_K, 0, Activations::kInt8},     {LowBit::kQ4_1, 0, Activations::kInt8},
+      {LowBit::kQ5_1, 0, Activations::kInt8}};
   const std::pair<std::int64_t, std::int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
   for (const auto& [type, group] : {std::pair{LowBit::kSymInt4, std::int64_t{32}}, {LowBit::kAsymInt4, 32},
                                     {LowBit::kSymInt8, 32}, {LowBit::kQ2_K, 256}, {LowBit::kQ3_K, 256},
-                                    {LowBit::kQ4_K, 256}, {LowBit::kQ5_K, 256}, {LowBit::kQ6_K, 256}})
+                                    {LowBit::kQ4_K, 256}, {LowBit::kQ5_K, 256}, {LowBit::kQ6_K, 256},
+                                    {LowBit::kQ4_1, 32}, {LowBit::kQ5_1, 32}})
     benchmark::RegisterBenchmark(fmt::format("quantize/{}", low_bit_name(type)).c_str(),
                                  [type = type, group = group](benchmark::State& st) { run_quantize(st, type, group); })
         ->Args({1024, 4096})

@@ -423,13 +423,14 @@ TEST(GgufLoad, NonFiniteBlockScalesAndStrayTensorsAreRefused) {
   EXPECT_THROW(logits_of(tmp.file("stray.gguf"), kFp32), Error);
 }
 
-// The K-quant type each tensor of a 1-layer `small` model (K = 1024 and 2816: whole super-blocks)
-// becomes in the K-quant tests: every format, on permuted (q/k) and plain rows, embeddings and output.
+// The block type each tensor of a 1-layer `small` model (K = 1024 and 2816: whole super-blocks)
+// becomes in the K-quant tests: every format kept as stored (K-quants, q4_1, q5_1), on permuted (q/k)
+// and plain rows, embeddings and output.
 const std::map<std::string, GgmlType> kKQuantTypes = {
     {"blk.0.attn_q.weight", GgmlType::kQ4_K},      {"blk.0.attn_k.weight", GgmlType::kQ5_K},
     {"blk.0.attn_v.weight", GgmlType::kQ6_K},      {"blk.0.attn_output.weight", GgmlType::kQ3_K},
-    {"blk.0.ffn_gate.weight", GgmlType::kQ2_K},    {"blk.0.ffn_up.weight", GgmlType::kQ4_K},
-    {"blk.0.ffn_down.weight", GgmlType::kQ6_K},    {"token_embd.weight", GgmlType::kQ4_K},
+    {"blk.0.ffn_gate.weight", GgmlType::kQ2_K},    {"blk.0.ffn_up.weight", GgmlType::kQ5_1},
+    {"blk.0.ffn_down.weight", GgmlType::kQ6_K},    {"token_embd.weight", GgmlType::kQ4_1},
     {"output.weight", GgmlType::kQ6_K}};
 
 // Writes KQ (the F16 GGUF `f16` with kKQuantTypes' tensors as K-quant super-blocks of random bytes,
@@ -443,7 +444,7 @@ void write_kquant_pair(const std::string& f16, const std::string& kq, const std:
     const auto it = kKQuantTypes.find(name);
     if (it == kKQuantTypes.end()) return;
     const kquant::Format& f = *kquant::find(it->second);
-    const std::size_t count = bytes.size() / 2 / kquant::kSuperBlock;
+    const std::size_t count = bytes.size() / 2 / static_cast<std::size_t>(f.block);
     bytes.resize(count * static_cast<std::size_t>(f.block_bytes));
     for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
     for (std::size_t b = 0; b < count; ++b)
@@ -477,9 +478,9 @@ std::string write_small_f16_gguf(const test::TempDir& tmp) {
   return export_to(tmp.file("small"), tmp.file("f16.gguf"), LowBit::kFp16, Rounding::kWoq);
 }
 
-// GGUF K-quants run as stored: with f32 activations a K-quant file gives bit for bit the logits of its
-// twin holding ggml's dequantization of the same blocks (a wrong layout, row order or format changes
-// them grossly); with the default Q8_K activations (ggml's) nearly those logits.
+// GGUF K-quants (and q4_1 / q5_1) run as stored: with f32 activations such a file gives bit for bit
+// the logits of its twin holding ggml's dequantization of the same blocks (a wrong layout, row order
+// or format changes them grossly); with the default Q8_K / Q8_1 activations (ggml's) nearly those logits.
 TEST(GgufLoad, KQuantFileRunsAsItsDequantizedTwin) {
   test::TempDir tmp;
   write_kquant_pair(write_small_f16_gguf(tmp), tmp.file("kq.gguf"), tmp.file("twin.gguf"));
@@ -498,9 +499,11 @@ TEST(GgufLoad, KQuantFileRunsAsItsDequantizedTwin) {
   ThreadPool pool(2);
   LoadReport rep;
   LlamaModel::load(tmp.file("kq.gguf"), LoadOptions{kFp32, std::nullopt, std::nullopt, {}}, pool, &rep);
-  EXPECT_NE(rep.imported_format.find("GGUF q4_K x2"), std::string::npos) << rep.imported_format;
+  EXPECT_NE(rep.imported_format.find("GGUF q4_K x1"), std::string::npos) << rep.imported_format;
+  EXPECT_NE(rep.imported_format.find("GGUF q5_1 x1"), std::string::npos) << rep.imported_format;
   EXPECT_NE(rep.imported_format.find("GGUF q6_K x2"), std::string::npos) << rep.imported_format;
   EXPECT_NE(rep.activations.find("q2_k q8_K"), std::string::npos) << rep.activations;
+  EXPECT_NE(rep.activations.find("q5_1 q8_1"), std::string::npos) << rep.activations;
   // Activations the K-quant kernels do not take are refused, not ignored.
   EXPECT_THROW(LlamaModel::load(tmp.file("kq.gguf"), LoadOptions{kFp32, std::nullopt, Activations::kBf16, {}}, pool), Error);
 }

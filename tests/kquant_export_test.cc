@@ -7,6 +7,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -121,16 +122,28 @@ TEST(KQuantExport, InMemoryMixIsLlamaQuantizesBlocks) {
   EXPECT_TRUE(got.data == want);
 }
 
+// stories260K written as llama-quantize's file type `mix` to `path`.
+GgufExportReport export_stories(const std::string& mix, const std::string& path, ThreadPool& pool) {
+  GgufExportOptions o;
+  o.mix = kquant::find_mix(mix);
+  o.rounding = Rounding::kGgml;
+  return export_gguf(WOQ_MODEL_DIR, path, o, pool);
+}
+
+// stories260K converted in memory by --low-bit `low_bit`.
+auto stories_in_memory(const std::string& low_bit, ThreadPool& pool, LoadReport& rep) {
+  LoadRequest request;
+  request.low_bit = low_bit;
+  return LlamaModel::load(WOQ_MODEL_DIR, parse_load_request(request), pool, &rep);
+}
+
 // A Q4_K_M file of stories260K (K = 64: Q5_0 fallbacks, F16 ffn_down, tied Q8_0 token_embd) loads without a
 // second rounding: the Q5_0 layers become sym_int8 group 32 holding exactly ggml's values, with int8
 // activations (llama.cpp's Q8_0) by default.
 TEST(KQuantExport, FallbackTypesLoadAsStored) {
   test::TempDir tmp;
   ThreadPool pool(2);
-  GgufExportOptions o;
-  o.mix = kquant::find_mix("q4_k_m");
-  o.rounding = Rounding::kGgml;
-  const GgufExportReport report = export_gguf(WOQ_MODEL_DIR, tmp.file("st.gguf"), o, pool);
+  const GgufExportReport report = export_stories("q4_k_m", tmp.file("st.gguf"), pool);
   ASSERT_FALSE(report.notes.empty());
   const GgufFile file(tmp.file("st.gguf"));
   const GgufTensorInfo& up = *file.find_tensor("blk.2.ffn_up.weight");
@@ -153,10 +166,8 @@ TEST(KQuantExport, FallbackTypesLoadAsStored) {
   EXPECT_TRUE(rep.warnings.empty()) << rep.warnings.front();
 
   // In memory, --low-bit q4_k_m holds the same blocks: Q5_0 and Q8_0 as the file's sym_int8, F16 as fp16.
-  LoadRequest request;
-  request.low_bit = "q4_k_m";
   LoadReport mem_rep;
-  const auto in_memory = LlamaModel::load(WOQ_MODEL_DIR, parse_load_request(request), pool, &mem_rep);
+  const auto in_memory = stories_in_memory("q4_k_m", pool, mem_rep);
   for (std::int64_t l = 0; l < model->config().num_hidden_layers; ++l)
     for (const LinearSpec& spec : kBlockLinears) {
       const QuantMatrix& a = in_memory->block_linear(l, spec.role);
@@ -174,6 +185,43 @@ TEST(KQuantExport, FallbackTypesLoadAsStored) {
   // The tied token_embd in the file's Q8_0 as well: the logits are the file's, bit for bit.
   ASSERT_EQ(mem_rep.mixed_other.size(), 1u);
   EXPECT_EQ(mem_rep.mixed_other[0], "token_embd.weight q8_0");
+  EXPECT_TRUE(logits_of(*in_memory) == logits_of(*model));
+}
+
+// A Q5_K_M file of stories260K (K = 64: its Q5_K layers fall back to Q5_1) keeps the Q5_1 blocks as
+// stored, with Q8_1 activations (llama.cpp's), and --low-bit q5_k_m in memory holds the same blocks:
+// the logits are the file's, bit for bit, with no warning.
+TEST(KQuantExport, Q5_1FallbacksLoadAsStored) {
+  test::TempDir tmp;
+  ThreadPool pool(2);
+  export_stories("q5_k_m", tmp.file("st.gguf"), pool);
+  const GgufFile file(tmp.file("st.gguf"));
+  const GgufTensorInfo& up = *file.find_tensor("blk.2.ffn_up.weight");
+  ASSERT_EQ(up.type->type, GgmlType::kQ5_1);
+  LoadReport rep;
+  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request({}), pool, &rep);
+  const QuantMatrix& w = model->block_linear(2, LinearRole::kUp);
+  EXPECT_EQ(w.type, LowBit::kQ5_1);
+  EXPECT_EQ(w.activations, Activations::kInt8);
+  EXPECT_TRUE(std::equal(w.data.begin(), w.data.end(), up.bytes.begin(), up.bytes.end()));
+  EXPECT_NE(rep.imported_format.find("GGUF q5_1"), std::string::npos) << rep.imported_format;
+  EXPECT_NE(rep.activations.find("q5_1 q8_1"), std::string::npos) << rep.activations;
+  EXPECT_TRUE(rep.warnings.empty()) << rep.warnings.front();
+
+  LoadReport mem_rep;
+  const auto in_memory = stories_in_memory("q5_k_m", pool, mem_rep);
+  int q5_1 = 0;
+  for (std::int64_t l = 0; l < model->config().num_hidden_layers; ++l)
+    for (const LinearSpec& spec : kBlockLinears) {
+      const QuantMatrix& a = in_memory->block_linear(l, spec.role);
+      const QuantMatrix& b = model->block_linear(l, spec.role);
+      ASSERT_EQ(a.type, b.type) << l << " " << spec.label;
+      if (a.type != LowBit::kQ5_1) continue;
+      ++q5_1;
+      EXPECT_TRUE(a.data == b.data) << l << " " << spec.label;
+    }
+  EXPECT_GT(q5_1, 0);
+  EXPECT_TRUE(mem_rep.warnings.empty()) << mem_rep.warnings.front();
   EXPECT_TRUE(logits_of(*in_memory) == logits_of(*model));
 }
 

@@ -47,7 +47,8 @@ void add_threads_flag(CLI::App* cmd, int& threads) {
 void add_low_bit_flag(CLI::App* cmd, std::string& low_bit) {
   cmd->add_option("--low-bit", low_bit,
                   "Format of the transformer blocks' linear layers: sym_int4 (default), asym_int4, sym_int8, fp16, "
-                  "bf16, fp32, q3_k, q4_k, q5_k (ggml K-quants), or llama-quantize's file types q2_k, q3_k_s, "
+                  "bf16, fp32, q3_k, q4_k, q5_k (ggml K-quants), q4_1, q5_1 (ggml blocks with a min), or "
+                  "llama-quantize's file types q2_k, q3_k_s, "
                   "q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (a K-quant per layer, by its rule). "
                   "Quantized checkpoints keep their layers; without this flag a quantized GGUF file's float layers "
                   "also run as stored (as llama.cpp runs them)")

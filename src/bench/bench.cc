@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "formats/kquant.h"
 #include "kernels/matmul.h"
 #include "model/quant_plan.h"
 
@@ -117,8 +118,8 @@ std::string format_label(const QuantMatrix& w) {
   QuantSpec spec{w.type};
   spec.group_size = w.groups_per_row == 1 ? -1 : w.group_size;
   std::string s = spec_name(spec);
-  if (is_kquant(w.type) && w.activations == Activations::kInt8) s += ", q8_K activations";  // ggml's int8 blocks of 256
-  else if (is_quantized(w.type) || is_kquant(w.type)) s += fmt::format(", {} activations", activations_name(w.activations));
+  if (is_quantized(w.type) || is_kquant(w.type))
+    s += fmt::format(", {} activations", kquant::activations_label(w.type, w.activations));
   return s;
 }
 

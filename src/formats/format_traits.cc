@@ -89,11 +89,11 @@ void decode_sym_int8(const QuantMatrix& w, const std::uint8_t* data, const std::
 
 GroupRule fit_sym_int8(Int4Range, const float* x, std::int64_t n) { return sym_int8::fit_group(x, n); }
 
-// ---- ggml's K-quants, kept as stored (kquant.h): ggml's own codecs ----
+// ---- ggml's block formats, kept as stored (kquant.h): ggml's own codecs ----
 
 template <LowBit T>
 std::int64_t kquant_row_bytes(std::int64_t cols) {
-  return cols / kquant::kSuperBlock * kquant::find(T)->block_bytes;
+  return cols / kquant::find(T)->block * kquant::find(T)->block_bytes;
 }
 
 void encode_kquant(const QuantMatrix& w, const float* x, std::uint8_t* data, std::uint16_t*, std::uint8_t*) {
@@ -106,13 +106,16 @@ void decode_kquant(const QuantMatrix& w, const std::uint8_t* data, const std::ui
 }
 
 constexpr FormatTraits kquant_row(LowBit type, std::string_view name, int bits, GgmlType ggml,
-                                  std::int64_t (*row_bytes)(std::int64_t)) {
-  return {type,         name, FormatFamily::kKQuant, bits,          0,      ActivationBlocks::kQ8_K,
-          Activations::kInt8, ggml, std::nullopt, row_bytes, encode_kquant, decode_kquant, nullptr};
+                                  std::int64_t (*row_bytes)(std::int64_t),
+                                  ActivationBlocks activations = ActivationBlocks::kQ8_K,
+                                  std::optional<std::uint32_t> llama_ftype = std::nullopt) {
+  return {type,         name, FormatFamily::kKQuant, bits,          0,      activations,
+          Activations::kInt8, ggml, llama_ftype, row_bytes, encode_kquant, decode_kquant, nullptr};
 }
 
 // llama.cpp's llama_ftype numbers (include/llama.h).
-constexpr std::uint32_t kFtypeF32 = 0, kFtypeF16 = 1, kFtypeQ4_0 = 2, kFtypeQ8_0 = 7, kFtypeBf16 = 32;
+constexpr std::uint32_t kFtypeF32 = 0, kFtypeF16 = 1, kFtypeQ4_0 = 2, kFtypeQ4_1 = 3, kFtypeQ8_0 = 7, kFtypeQ5_1 = 9,
+                        kFtypeBf16 = 32;
 
 // In LowBit order. Default activations by measurement (README, "Activations"):
 // for 8-bit weights int8 activations double the KL divergence on the bundled
@@ -143,6 +146,10 @@ constexpr std::array<FormatTraits, kFormatCount> kFormats{{
     kquant_row(LowBit::kQ4_K, "q4_k", 4, GgmlType::kQ4_K, kquant_row_bytes<LowBit::kQ4_K>),
     kquant_row(LowBit::kQ5_K, "q5_k", 5, GgmlType::kQ5_K, kquant_row_bytes<LowBit::kQ5_K>),
     kquant_row(LowBit::kQ6_K, "q6_k", 6, GgmlType::kQ6_K, kquant_row_bytes<LowBit::kQ6_K>),
+    kquant_row(LowBit::kQ4_1, "q4_1", 4, GgmlType::kQ4_1, kquant_row_bytes<LowBit::kQ4_1>, ActivationBlocks::kQ8_1,
+               kFtypeQ4_1),
+    kquant_row(LowBit::kQ5_1, "q5_1", 5, GgmlType::kQ5_1, kquant_row_bytes<LowBit::kQ5_1>, ActivationBlocks::kQ8_1,
+               kFtypeQ5_1),
 }};
 
 constexpr bool in_lowbit_order() {
@@ -151,7 +158,7 @@ constexpr bool in_lowbit_order() {
   return true;
 }
 static_assert(in_lowbit_order(), "kFormats must list every LowBit in enum order");
-static_assert(static_cast<std::size_t>(LowBit::kQ6_K) + 1 == kFormatCount, "a LowBit without a traits row");
+static_assert(static_cast<std::size_t>(LowBit::kQ5_1) + 1 == kFormatCount, "a LowBit without a traits row");
 
 }  // namespace
 

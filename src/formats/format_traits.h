@@ -25,7 +25,8 @@ namespace woq {
 enum class FormatFamily {
   kFloat,    ///< one float per weight (fp32, fp16, bf16)
   kGrouped,  ///< woq's integers with one fp16 scale (and zero) per group along K, beside the data (low_bit.h)
-  kKQuant,   ///< ggml super-blocks of 256 that carry their own scales inside the data (kquant.h)
+  kKQuant,   ///< ggml blocks that carry their own scales inside the data, kept as stored (kquant.h): the
+             ///< K-quants' super-blocks of 256, q4_1 / q5_1's blocks of 32
 };
 
 /// The activations a format's integer kernels take (ggml's vec_dot_type).
@@ -33,6 +34,7 @@ enum class ActivationBlocks {
   kF32,    ///< none: float formats meet fp32 inputs
   kQ8_32,  ///< int8 (or int16) blocks of 32 with one scale each (kernels/q8_activations.h)
   kQ8_K,   ///< ggml's block_q8_K: 256 int8, one float scale, sums per 16 (kquant.h)
+  kQ8_1,   ///< ggml's block_q8_1: 32 int8, fp16 scale d and fp16 d · sum (kquant.h)
 };
 
 /// One weight format. Rows and their data are laid out as QuantMatrix
@@ -41,7 +43,7 @@ struct FormatTraits {
   LowBit type;
   std::string_view name;  ///< on the command line: "sym_int4", "q4_k"
   FormatFamily family;
-  /// Width of one stored value in bits (32, 16, 8, 4; K-quants: 2..6, their quants' width).
+  /// Width of one stored value in bits (32, 16, 8, 4; K-quants: 2..6, q4_1 / q5_1 4 / 5: their quants' width).
   int value_bits;
   /// Integer formats whose zero point is fixed: the zero of their unsigned
   /// integers as GPTQ checkpoints and IntMatrix hold them (sym_int4 8,
@@ -71,7 +73,7 @@ struct FormatTraits {
 };
 
 /// Number of LowBit formats (tables indexed by LowBit have this many rows).
-inline constexpr std::size_t kFormatCount = 11;
+inline constexpr std::size_t kFormatCount = 13;
 
 /// Every format, in LowBit order.
 std::span<const FormatTraits> weight_formats();

@@ -56,10 +56,10 @@ struct GgmlTypeTraits {
   GgmlToInt8 to_int8;
   /// The woq format a weight of this type becomes when it is not used as
   /// stored (Q4_0 and Q8_0 are used as stored: sym_int4 g32 full range /
-  /// sym_int8 g32). Rule, by the width of the type's quants rather than its
-  /// bits per weight (q4_1 spends 5, q5_0 5.5): quants of at most 4 bits
-  /// (q4_*, q2_K, q3_K, q4_K, every IQ and TQ type) -> sym_int4; 5 bits or
-  /// more (q5_*, q5_K, q6_K, q8_*) -> sym_int8, since 4 bits would lose what
+  /// sym_int8 g32; so are the K-quants, q4_1 and q5_1: formats/kquant.h).
+  /// Rule, by the width of the type's quants rather than its bits per weight
+  /// (q4_1 spends 5, q5_0 5.5): quants of at most 4 bits (q4_*, q2_K, q3_K,
+  /// q4_K, every IQ and TQ type) -> sym_int4; 5 bits or more (q5_*, q5_K, q6_K, q8_*) -> sym_int8, since 4 bits would lose what
   /// they hold; f16 -> fp16, bf16 -> bf16, f32 / f64 / integer types -> fp32.
   LowBit closest;
 };

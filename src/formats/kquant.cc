@@ -1,5 +1,6 @@
 #include "formats/kquant.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -11,12 +12,16 @@
 namespace woq::kquant {
 namespace {
 
-constexpr std::array<Format, 5> kFormats{{
-    {LowBit::kQ2_K, GgmlType::kQ2_K, "q2_k", 84, 80, 82},
-    {LowBit::kQ3_K, GgmlType::kQ3_K, "q3_k", 110, 108, -1},
-    {LowBit::kQ4_K, GgmlType::kQ4_K, "q4_k", 144, 0, 2},
-    {LowBit::kQ5_K, GgmlType::kQ5_K, "q5_k", 176, 0, 2},
-    {LowBit::kQ6_K, GgmlType::kQ6_K, "q6_k", 210, 208, -1},
+constexpr GgmlType kQ8_K = GgmlType::kQ8_K, kQ8_1 = GgmlType::kQ8_1;
+constexpr std::array<Format, 7> kFormats{{
+    {LowBit::kQ2_K, GgmlType::kQ2_K, "q2_k", 84, 80, 82, kSuperBlock, kQ8_K},
+    {LowBit::kQ3_K, GgmlType::kQ3_K, "q3_k", 110, 108, -1, kSuperBlock, kQ8_K},
+    {LowBit::kQ4_K, GgmlType::kQ4_K, "q4_k", 144, 0, 2, kSuperBlock, kQ8_K},
+    {LowBit::kQ5_K, GgmlType::kQ5_K, "q5_k", 176, 0, 2, kSuperBlock, kQ8_K},
+    {LowBit::kQ6_K, GgmlType::kQ6_K, "q6_k", 210, 208, -1, kSuperBlock, kQ8_K},
+    // block_q4_1: fp16 d, m, qs[16]; block_q5_1: fp16 d, m, qh[4], qs[16]
+    {LowBit::kQ4_1, GgmlType::kQ4_1, "q4_1", 20, 0, 2, 32, kQ8_1},
+    {LowBit::kQ5_1, GgmlType::kQ5_1, "q5_1", 24, 0, 2, 32, kQ8_1},
 }};
 
 float half_at(const std::uint8_t* p) { return fp16_to_fp32(static_cast<std::uint16_t>(p[0] | (p[1] << 8))); }
@@ -153,6 +158,45 @@ void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks) {
     std::memcpy(blocks + 4, q, kSuperBlock);
     std::memcpy(blocks + 4 + kSuperBlock, sums, sizeof sums);
   }
+}
+
+void quantize_q8_1(const float* x, std::int64_t k, std::uint8_t* blocks) {
+  constexpr std::int64_t kBlock = 32;
+  if (k < 0 || k % kBlock != 0) fail("Q8_1 activations: {} values is not a multiple of 32", k);
+  for (std::int64_t b = 0; b < k / kBlock; ++b, x += kBlock, blocks += kQ8_1Bytes) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < kBlock; ++j) {
+      finite = finite && std::isfinite(x[j]);
+      amax = std::max(amax, std::fabs(x[j]));
+    }
+    std::int8_t q[kBlock] = {};
+    std::uint16_t d16 = fp32_to_fp16(std::numeric_limits<float>::quiet_NaN()), s16 = d16;
+    if (finite) {
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int j = 0; j < kBlock; ++j) {
+        q[j] = static_cast<std::int8_t>(std::nearbyint(x[j] * id));  // the default mode: half to even (vroundps)
+        sum += q[j];
+      }
+      d16 = fp32_to_fp16(d);
+      s16 = fp32_to_fp16(d * static_cast<float>(sum));
+    }
+    std::memcpy(blocks, &d16, 2);
+    std::memcpy(blocks + 2, &s16, 2);
+    std::memcpy(blocks + 4, q, kBlock);
+  }
+}
+
+std::string_view activations_label(LowBit type, Activations a) {
+  const Format* f = find(type);
+  return f != nullptr && a == Activations::kInt8 ? ggml_type_traits(f->activation).name : activations_name(a);
+}
+
+void quantize_activations(const Format& f, const float* x, std::int64_t k, std::uint8_t* blocks) {
+  if (f.activation == GgmlType::kQ8_K) return quantize_q8_k(x, k, blocks);
+  quantize_q8_1(x, k, blocks);
 }
 
 void unpack(LowBit type, const std::uint8_t* block, Unpacked& out) {

@@ -1,8 +1,10 @@
-// ggml's K-quants (q2_K ... q6_K) as woq keeps them: the super-blocks of 256
-// weights exactly as a GGUF file stores them (block layouts of ggml-common.h,
-// https://github.com/ggml-org/llama.cpp, ggml/src/ggml-common.h), one traits
-// row per format, and ggml's Q8_K activations (block_q8_K) that their integer
-// dot products take.
+// ggml's block formats that woq keeps as a GGUF file stores them, blocks that
+// carry their own scales: the K-quants (q2_K ... q6_K, super-blocks of 256)
+// and q4_1 / q5_1 (blocks of 32 with a scale and a min). Block layouts of
+// ggml-common.h (https://github.com/ggml-org/llama.cpp, ggml/src/ggml-common.h),
+// one traits row per format, and the activations their integer dot products
+// take (ggml's vec_dot_type): Q8_K (block_q8_K) for the K-quants, Q8_1
+// (block_q8_1) for q4_1 / q5_1.
 #pragma once
 
 #include <bit>
@@ -26,20 +28,23 @@ inline int nearest_int(float v) {
   return static_cast<int>(std::bit_cast<std::uint32_t>(v + kNearestIntShift) & 0x007fffff) - 0x00400000;
 }
 constexpr std::int64_t kQ8KBytes = 292;    ///< block_q8_K: fp32 d, int8 qs[256], int16 bsums[16]
+constexpr std::int64_t kQ8_1Bytes = 36;    ///< block_q8_1: fp16 d, fp16 s (= d · Σ qs), int8 qs[32]
 
-/// One K-quant format: the woq LowBit that holds it and ggml's type.
+/// One block format: the woq LowBit that holds it and ggml's type.
 struct Format {
   LowBit type;
   GgmlType ggml;
   std::string_view name;    ///< woq's name on the command line: "q4_k"
-  std::int64_t block_bytes;  ///< bytes per super-block (ggml's type_size)
-  std::int64_t d_offset;     ///< byte offset of the fp16 super-block scale d
-  std::int64_t dmin_offset;  ///< byte offset of the fp16 super-block min scale dmin; -1 when there is none
+  std::int64_t block_bytes;  ///< bytes per block (ggml's type_size)
+  std::int64_t d_offset;     ///< byte offset of the fp16 (super-)block scale d
+  std::int64_t dmin_offset;  ///< byte offset of the fp16 min scale dmin (q4_1/q5_1: the min m); -1 when there is none
+  std::int64_t block;        ///< weights per block (ggml's blck_size): 256 (K-quants) or 32
+  GgmlType activation;       ///< the activation blocks of its integer kernels (ggml's vec_dot_type): kQ8_K or kQ8_1
 };
 
-/// Every K-quant format, q2_K to q6_K.
+/// Every block format woq keeps as stored: q2_K to q6_K, then q4_1 and q5_1.
 std::span<const Format> formats();
-/// The row of `type`, or nullptr when it is not a K-quant.
+/// The row of `type`, or nullptr when it is not a block format kept as stored.
 const Format* find(LowBit type);
 /// The row of ggml type `type`, or nullptr when it is not one woq runs as stored.
 const Format* find(GgmlType type);
@@ -56,6 +61,26 @@ std::int64_t first_nonfinite_scale(const Format& f, const std::uint8_t* blocks, 
 /// that every dot product with it is NaN, as woq's other paths give, where
 /// ggml's output is meaningless). k % 256 == 0 (woq::Error otherwise).
 void quantize_q8_k(const float* x, std::int64_t k, std::uint8_t* blocks);
+
+/// ggml's quantize_row_q8_1 as its x86 build runs it (the __AVX2__ branch of
+/// ggml-cpu-quants.c, llama.cpp c392e5094), bit for bit: per block of 32,
+/// amax = max |x|, d = amax / 127, id = 127 / amax (0 when amax is 0),
+/// q = round-half-even(x · id), d stored as fp16, s = fp16(d · Σ q) with the
+/// unrounded d. A block holding a NaN or infinity gets d = s = NaN and zero
+/// quants (every product with it is NaN, as quantize_q8_k). k % 32 == 0
+/// (woq::Error otherwise).
+void quantize_q8_1(const float* x, std::int64_t k, std::uint8_t* blocks);
+
+/// Bytes of the activation blocks (f.activation) of one token of k inputs (k % f.block == 0).
+inline std::int64_t activation_bytes(const Format& f, std::int64_t k) {
+  return k / f.block * (f.activation == GgmlType::kQ8_K ? kQ8KBytes : kQ8_1Bytes);
+}
+/// What a matrix of format `type` multiplies its inputs as, by name: ggml's
+/// "q8_K" / "q8_1" for a block format's int8 activations, else activations_name(a).
+std::string_view activations_label(LowBit type, Activations a);
+
+/// One token's k inputs as f's activation blocks: quantize_q8_k or quantize_q8_1.
+void quantize_activations(const Format& f, const float* x, std::int64_t k, std::uint8_t* blocks);
 
 /// ggml's reference K-quant quantizers (quantize_row_q<N>_K_ref of
 /// ggml-quants.c, what llama-quantize writes without an importance matrix),

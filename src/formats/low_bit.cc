@@ -51,9 +51,9 @@ LowBit parse_low_bit(std::string_view name) {
   if (const FormatTraits* f = find_format(name)) return f->type;
   if (const kquant::Mix* m = kquant::find_mix(name))
     fail("low-bit type '{}' is llama-quantize's file type {}, a type per layer of a whole model; here give one format "
-         "(fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k)", printable(name), m->llama_name);
+         "(fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k, q4_1, q5_1)", printable(name), m->llama_name);
   fail("unknown low-bit type '{}' (expected one of: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k, q3_k, "
-       "q4_k, q5_k, q6_k; or, for a whole model, llama-quantize's q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k)",
+       "q4_k, q5_k, q6_k, q4_1, q5_1; or, for a whole model, llama-quantize's q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k)",
        printable(name));
 }
 
@@ -141,11 +141,12 @@ QuantMatrix matrix_layout(std::int64_t rows, std::int64_t cols, const QuantSpec&
   w.rows = rows;
   w.cols = cols;
   if (is_kquant(spec.type)) {
-    if (cols % kquant::kSuperBlock != 0)
-      fail("{} needs K a multiple of {} (its super-blocks), got K = {}", low_bit_name(spec.type), kquant::kSuperBlock,
-           cols);
-    w.group_size = kquant::kSuperBlock;
-    w.groups_per_row = cols / kquant::kSuperBlock;
+    const std::int64_t block = kquant::find(spec.type)->block;
+    if (cols % block != 0)
+      fail("{} needs K a multiple of {} (its {}), got K = {}", low_bit_name(spec.type), block,
+           block == kquant::kSuperBlock ? "super-blocks" : "blocks", cols);
+    w.group_size = block;
+    w.groups_per_row = cols / block;
   }
   w.row_bytes = format_traits(spec.type).row_bytes(cols);
   if (is_quantized(spec.type)) {

@@ -30,6 +30,11 @@ enum class LowBit {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  /// ggml's q4_1 and q5_1, kept as a GGUF file stores them: blocks of 32
+  /// weights q · d + m with their own fp16 d and m (formats/kquant.h); their
+  /// integer kernels take Q8_1 activations (kernels/kquant_dot.h).
+  kQ4_1,
+  kQ5_1,
 };
 
 /// Which integer range sym_int4 uses: ggml Q4_0's full [-8, 7] (scale =
@@ -72,7 +77,7 @@ Activations parse_activations(std::string_view name);
 /// Each format's default, picked by measurement (README, "Activations").
 Activations default_activations(LowBit type);
 
-/// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k.
+/// Name as used on the command line: fp32, fp16, bf16, sym_int4, asym_int4, sym_int8, q2_k ... q6_k, q4_1, q5_1.
 std::string_view low_bit_name(LowBit type);
 /// Inverse of low_bit_name (the K-quants quantize with ggml's reference
 /// quantizers, formats/kquant.h). Throws woq::Error listing the valid names.
@@ -80,7 +85,8 @@ LowBit parse_low_bit(std::string_view name);
 /// True for woq's group-wise integer formats (sym_int4, asym_int4, sym_int8:
 /// one fp16 scale per group); false for the K-quants (is_kquant).
 bool is_quantized(LowBit type);
-/// True for ggml's K-quant formats (kQ2_K ... kQ6_K).
+/// True for the ggml block formats woq keeps as stored (formats/kquant.h):
+/// the K-quants (kQ2_K ... kQ6_K) and kQ4_1 / kQ5_1.
 bool is_kquant(LowBit type);
 /// True for the 4-bit formats (sym_int4, asym_int4).
 bool is_int4(LowBit type);

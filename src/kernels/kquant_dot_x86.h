@@ -1,4 +1,5 @@
-// The x86 K-quant kernels (kernels/kquant_dot.h), compiled once per ISA:
+// The x86 kernels of the block formats kept as stored (kernels/kquant_dot.h:
+// the K-quants, then q4_1 / q5_1 near the end), compiled once per ISA:
 // kquant_dot_avx2.cc (AVX2 + FMA + F16C) and kquant_dot_avx512.cc (the same
 // code with AVX-512 VL + VNNI: 32 vector registers and vpdpwssd). Per 32
 // weights: u8 × s8 pair products (vpmaddubsw), then scale × pair sum into
@@ -288,6 +289,64 @@ void dot_q6_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride,
   for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
 }
 
+// q4_1 / q5_1 blocks of 32 against Q8_1 activations (36 bytes: fp16 d, fp16 s, int8 qs[32]): the
+// quants as 32 bytes (element p < 16 the low nibble of qs[p], p >= 16 the high nibble of qs[p - 16],
+// q5_1's bit p of qh on top as 16), u8 x s8 products summed in fours into eight int32 lanes
+// (vpdpbusd where AVX512_VNNI is compiled in, else vpmaddubsw + vpmaddwd: exact either way, as the
+// pairs stay below 2^15), one fma per lane with d_w · d_a; the min's m · s summed in lane 1 of a
+// second accumulator. Both pairs, (d_w, m) and (d_a, s), are converted at once and multiplied as one
+// vector: the products of two fp16 values are exact in fp32, so this is the reference's fma(m, s, ·).
+// The work per block avoids port 5 (vbroadcasti128 from memory and a blend for the nibbles, one
+// fp16 conversion per pair), which bounds this loop.
+inline __m128 half_pair(const std::uint8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+template <bool kFive, int N>
+void dot_q8_1(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, std::int64_t blocks, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  // q5_1 on AVX2: byte i of the 32 is byte i / 8 of qh (shuffle), tested against bit i % 8.
+  [[maybe_unused]] const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+  [[maybe_unused]] const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  __m256 acc[N];
+  __m128 acc_m[N];
+  for (int j = 0; j < N; ++j) {
+    acc[j] = _mm256_setzero_ps();
+    acc_m[j] = _mm_setzero_ps();
+  }
+  for (std::int64_t b = 0; b < blocks; ++b, w += kFive ? 24 : 20, a += kquant::kQ8_1Bytes) {
+    const __m128 dm = half_pair(w);
+    const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + (kFive ? 8 : 4))));
+    __m256i q = _mm256_and_si256(_mm256_blend_epi32(packed, _mm256_srli_epi16(packed, 4), 0xf0), m4);
+    if constexpr (kFive) {
+      std::uint32_t qh;
+      std::memcpy(&qh, w + 4, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+      q = _mm256_mask_add_epi8(q, _cvtu32_mask32(qh), q, sixteen);  // bit p of qh as the mask of byte p
+#else
+      const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread);
+      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), sixteen));
+#endif
+    }
+    for (int j = 0; j < N; ++j) {
+      const std::uint8_t* aj = a + j * stride;
+      const __m128 scales = _mm_mul_ps(dm, half_pair(aj));  // (d_w d_a, m s)
+      acc_m[j] = _mm_add_ps(acc_m[j], scales);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, load(aj + 4));
+#else
+      const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(aj + 4)), _mm256_set1_epi16(1));
+#endif
+      acc[j] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), _mm256_cvtepi32_ps(sum), acc[j]);
+    }
+  }
+  for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]) + _mm_cvtss_f32(_mm_movehdup_ps(acc_m[j]));
+}
+
 // One kernel for any token count up to kKQuantTokens.
 template <template <int> class K>
 void by_tokens(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride, int tokens, std::int64_t blocks,
@@ -305,11 +364,13 @@ template <int N> struct Q3 { static constexpr auto run = dot_q3_K<N>; };
 template <int N> struct Q4 { static constexpr auto run = dot_q45_K<false, N>; };
 template <int N> struct Q5 { static constexpr auto run = dot_q45_K<true, N>; };
 template <int N> struct Q6 { static constexpr auto run = dot_q6_K<N>; };
+template <int N> struct Q4_1 { static constexpr auto run = dot_q8_1<false, N>; };
+template <int N> struct Q5_1 { static constexpr auto run = dot_q8_1<true, N>; };
 
 
 }  // namespace
 
-/// The kernel of `type` (a K-quant), or nullptr.
+/// The kernel of `type` (a kquant::formats() row), or nullptr.
 inline KQuantDot kernel_of(LowBit type) {
   switch (type) {
     case LowBit::kQ2_K: return by_tokens<Q2>;
@@ -317,6 +378,8 @@ inline KQuantDot kernel_of(LowBit type) {
     case LowBit::kQ4_K: return by_tokens<Q4>;
     case LowBit::kQ5_K: return by_tokens<Q5>;
     case LowBit::kQ6_K: return by_tokens<Q6>;
+    case LowBit::kQ4_1: return by_tokens<Q4_1>;
+    case LowBit::kQ5_1: return by_tokens<Q5_1>;
     default: return nullptr;
   }
 }

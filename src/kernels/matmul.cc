@@ -246,11 +246,15 @@ std::int64_t row_units(const QuantMatrix& w) { return w.rows; }
 std::int64_t group_units(const QuantMatrix& w) { return (w.rows + kInterleaveRows - 1) / kInterleaveRows; }
 
 // Which kernels a matrix's product takes.
-enum class Path { kFloat, kInt8, kInt16, kBf16, kKQuant };
+// kKQuant and kQ8_1Blocks: the block formats kept as stored (kquant.h), with Q8_K or Q8_1 activations.
+enum class Path { kFloat, kInt8, kInt16, kBf16, kKQuant, kQ8_1Blocks };
 
 Path path_of(const QuantMatrix& w) {
-  if (format_traits(w.type).activation_blocks == ActivationBlocks::kQ8_K)
-    return w.activations == Activations::kF32 ? Path::kFloat : Path::kKQuant;
+  const ActivationBlocks blocks = format_traits(w.type).activation_blocks;
+  if (blocks == ActivationBlocks::kQ8_K || blocks == ActivationBlocks::kQ8_1) {
+    if (w.activations == Activations::kF32) return Path::kFloat;
+    return blocks == ActivationBlocks::kQ8_K ? Path::kKQuant : Path::kQ8_1Blocks;
+  }
   if (w.activations == Activations::kF32 || !can_interleave(w)) return Path::kFloat;
   switch (w.activations) {
     case Activations::kInt8: return Path::kInt8;
@@ -282,26 +286,28 @@ void tiles_over(std::span<const MatmulOutput> outs, const Activations& a, std::i
                 });
 }
 
-// Rows of a K-quant matrix per pass over the tokens (prefill): their blocks stay in L1 while the
-// tokens' Q8_K activations stream from L2.
+// Rows of a block-format matrix per pass over the tokens (prefill): their blocks stay in L1 while the
+// tokens' activations stream from L2.
 constexpr std::int64_t kKQuantTileRows = 4;
 
-// The K-quant path: x [m, K] quantized to Q8_K once (tokens in parallel), then each output
-// y[t, r] = kquant_dot(row r, token t), rows in parallel. Every output is the same call whatever m.
+// The path of the block formats kept as stored (all of `outs` take the same activation blocks, Q8_K
+// or Q8_1): x [m, K] quantized once (tokens in parallel), then each output y[t, r] = kquant_dot(row r,
+// token t), rows in parallel. Every output is the same call whatever m.
 void kquant_matmul(std::span<const MatmulOutput> outs, const float* x, std::int64_t m, ThreadPool& pool, Workspace& ws,
                    Isa isa) {
   const std::int64_t k = outs[0].w->cols;
-  const std::int64_t blocks = k / kquant::kSuperBlock;
-  const std::int64_t token_bytes = blocks * kquant::kQ8KBytes;
+  const kquant::Format& format = *kquant::find(outs[0].w->type);
+  const std::int64_t token_bytes = kquant::activation_bytes(format, k);
   ws.q8k.resize(static_cast<std::size_t>(m * token_bytes));
   std::uint8_t* a = ws.q8k.data();
   pool.parallel_for(m, [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) kquant::quantize_q8_k(x + t * k, k, a + t * token_bytes);
+    for (std::int64_t t = t0; t < t1; ++t) kquant::quantize_activations(format, x + t * k, k, a + t * token_bytes);
   });
   parallel_over(outs, row_units, m < kTiledMinRows ? 8 : kKQuantTileRows, pool, ws,
                 [&](std::size_t i, std::int64_t r0, std::int64_t r1, ScratchArena&) {
                   const QuantMatrix& w = *outs[i].w;
                   const KQuantDot dot = kquant_dot(w.type, isa);
+                  const std::int64_t blocks = w.groups_per_row;
                   float* y = outs[i].y;
                   float out[kKQuantTokens];
                   for (std::int64_t g = r0; g < r1; g += kKQuantTileRows)
@@ -339,7 +345,8 @@ void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::i
       const std::int64_t chunk = tile_chunk(kern, token_bytes);
       return tiles_over(outs, buffer, m, wide ? std::max(kBf16ChunkTokens, chunk) : chunk, pool, ws, kern.tile_q8);
     }
-    case Path::kKQuant: return kquant_matmul(outs, x, m, pool, ws, isa);
+    case Path::kKQuant:
+    case Path::kQ8_1Blocks: return kquant_matmul(outs, x, m, pool, ws, isa);
     case Path::kBf16: {
       Bf16Activations& buffer = ws.bf16;
       round_activations_bf16(x, m, k, buffer, kern.round_bf16);
@@ -366,7 +373,8 @@ bool uses_q8_path(const QuantMatrix& w) { return path_of(w) == Path::kInt8 || pa
 bool uses_bf16_path(const QuantMatrix& w) { return path_of(w) == Path::kBf16; }
 
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
-  if (path_of(w) != Path::kFloat && path_of(w) != Path::kKQuant) interleave_rows(w, pool);
+  if (path_of(w) != Path::kFloat && path_of(w) != Path::kKQuant && path_of(w) != Path::kQ8_1Blocks)
+    interleave_rows(w, pool);
 }
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Workspace& ws,

@@ -513,7 +513,7 @@ float dot_grouped_row(const QuantMatrix& w, std::int64_t row, const float* x, fl
   return dot_f32(scratch, x, w.cols);
 }
 
-// K-quants with f32 activations: widened by ggml's dequantizer.
+// ggml's block formats (K-quants, q4_1, q5_1) with f32 activations: widened by ggml's dequantizer.
 float dot_widened_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
   dequantize_stored_row(w, row, scratch);
   return dot_f32(scratch, x, w.cols);
@@ -534,8 +534,16 @@ constexpr std::array<FloatPath, kFormatCount> kFloatPath{{
     {dot_grouped_row<LowBit::kSymInt4>, widen_grouped<LowBit::kSymInt4>},
     {dot_grouped_row<LowBit::kAsymInt4>, widen_grouped<LowBit::kAsymInt4>},
     {dot_grouped_row<LowBit::kSymInt8>, widen_grouped<LowBit::kSymInt8>},
-    kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath,
+    kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath,  // q2_K ... q6_K
+    kKQuantFloatPath, kKQuantFloatPath,                                                          // q4_1, q5_1
 }};
+
+constexpr bool every_float_path_set() {
+  for (const FloatPath& p : kFloatPath)
+    if (p.dot_row == nullptr || p.widen_row == nullptr) return false;
+  return true;
+}
+static_assert(every_float_path_set(), "kFloatPath needs a row per LowBit");
 
 float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
   return kFloatPath[static_cast<std::size_t>(w.type)].dot_row(w, row, x, scratch);

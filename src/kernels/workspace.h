@@ -32,7 +32,7 @@ class Workspace {
  public:
   Q8Activations q8;
   Bf16Activations bf16;
-  /// K-quant matrices' activations: Q8_K blocks (formats/kquant.h), m rows of K / 256 blocks.
+  /// Block-format matrices' activations (formats/kquant.h): m rows of Q8_K or Q8_1 blocks.
   std::vector<std::uint8_t> q8k;
   std::vector<float> gathered;
 

@@ -83,7 +83,7 @@ struct LoadOptions {
   /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, each float
   /// block linear converted takes the type its rule gives that layer
   /// (kquant::mix_type; the q5_0 / iq4_nl / q8_0 fallbacks as the sym_int8
-  /// group 32 their blocks are, q5_1 as Q8_0's with a warning), and `linear`
+  /// group 32 their blocks are, q5_1 as its own blocks), and `linear`
   /// only names the file type's base format. A float token_embd and output
   /// (lm_head) take their rule's types too, as in the file llama-quantize
   /// writes, unless `lm_head` is set.

@@ -65,7 +65,7 @@ bool has_ggml_linears(const TensorStore& store, const ModelConfig& c) {
 // A NaN or infinite super-block scale is an error naming the tensor, row and super-block.
 QuantMatrix import_kquant(const TensorView& t, const kquant::Format& format, std::int64_t rows, std::int64_t cols,
                           ThreadPool& pool) {
-  QuantMatrix w = allocate_matrix(rows, cols, {format.type, kquant::kSuperBlock});
+  QuantMatrix w = allocate_matrix(rows, cols, {format.type, format.block});
   pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t stored = t.row_order ? (*t.row_order)[static_cast<std::size_t>(r)] : r;
@@ -134,7 +134,7 @@ void note_conversion(const TensorView& t, const std::string& what, LoadReport& r
 // options.linear, or under a K-quant file type the type its rule gives. A
 // fallback type whose blocks sym_int8 group 32 holds exactly (q5_0, iq4_nl)
 // is written by ggml's quantizer and held so (`via`), as the file would hold
-// it; q5_1, which it cannot hold, becomes Q8_0's sym_int8 group 32, with a warning.
+// it; q5_1 is held as its own blocks (kquant.h), as the file holds it.
 struct Conversion {
   QuantSpec spec;
   const GgmlTypeTraits* via = nullptr;
@@ -142,7 +142,7 @@ struct Conversion {
 };
 
 Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output,
-                          const kquant::MixTensor& tensor, LoadReport& rep) {
+                          const kquant::MixTensor& tensor) {
   if (options.plan) return {options.plan->linear(tensor.layer, tensor.role), nullptr, {}};
   if (options.mix == nullptr) return {options.linear, nullptr, {}};
   const ArchitectureSpec& spec = *find_architecture(c.architecture);
@@ -151,17 +151,12 @@ Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool
   const kquant::MixChoice choice = kquant::mix_type(*options.mix, tensor, model);
   const GgmlTypeTraits& traits = ggml_type_traits(choice.type);
   if (const kquant::Format* f = kquant::find(choice.type))
-    return {QuantSpec{f->type, kquant::kSuperBlock}, nullptr, traits.name};
+    return {QuantSpec{f->type, f->block}, nullptr, traits.name};
   if (choice.type == GgmlType::kF16) return {QuantSpec{LowBit::kFp16}, nullptr, traits.name};
   const QuantSpec q8_0{LowBit::kSymInt8, ggml::kQK, Int4Range::kFull, Rounding::kGgml};
-  if (traits.to_int8 != nullptr) return {q8_0, &traits, traits.name};
-  const std::string head = fmt::format("{}: layers whose K is not a multiple of 256 are {} in llama-quantize's file",
-                                       options.mix->llama_name, traits.name);
-  if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
-    rep.warnings.push_back(fmt::format("{} (e.g. {}, K = {}), which woq has no in-memory format for: sym_int8 group 32 "
-                                       "with ggml's rounding (Q8_0's) instead", head, kquant::mix_tensor_name(tensor),
-                                       tensor.k));
-  return {q8_0, nullptr, traits.name};
+  if (traits.to_int8 == nullptr)  // every fallback type of kquant::mix_type is one of the above
+    fail("{}: {} ({}) has no in-memory format", options.mix->llama_name, kquant::mix_tensor_name(tensor), traits.name);
+  return {q8_0, &traits, traits.name};
 }
 
 // Float tensor t quantized by ggml type `via`'s quantizer and held as the
@@ -224,10 +219,8 @@ void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std
   if (!slow.empty() && std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end())
     rep.warnings.push_back(slow);
   rep.rounded_activations |= w.activations != Activations::kF32;
-  const std::string what = fmt::format("{} {}", low_bit_name(w.type),
-                                       is_kquant(w.type) && w.activations == Activations::kInt8
-                                           ? std::string_view("q8_K")
-                                           : activations_name(w.activations));
+  const std::string what =
+      fmt::format("{} {}", low_bit_name(w.type), kquant::activations_label(w.type, w.activations));
   if (std::find(used.begin(), used.end(), what) == used.end()) used.push_back(what);
 }
 
@@ -300,7 +293,7 @@ QuantMatrix mixed_tensor(const TensorView& t, kquant::MixTensor::Kind kind, cons
                          const ModelConfig& c, bool has_output, ThreadPool& pool, LoadReport& rep, bool& ggml) {
   const std::string from = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const kquant::MixTensor tensor{kind, LinearRole::kQ, 0, c.hidden_size};
-  const Conversion conversion = converted_spec(options, c, has_output, tensor, rep);
+  const Conversion conversion = converted_spec(options, c, has_output, tensor);
   QuantMatrix w = conversion.via ? load_via_ggml(t, c.vocab_size, c.hidden_size, from.c_str(), *conversion.via, pool)
                                  : load_matrix(t, c.vocab_size, c.hidden_size, from.c_str(), conversion.spec, pool);
   ggml = conversion.via != nullptr || is_kquant(w.type);
@@ -364,12 +357,12 @@ struct BlockLinearLoader {
       return w;
     }
     // Q8_0 blocks holding -128 stay 8-bit: sym_int8 group 32, re-rounded. Another ggml type woq does not run as
-    // stored (q4_1, q5_1) becomes its closest woq format unless --low-bit says otherwise (5-bit q5_1: sym_int8 g32).
+    // stored (q8_K) becomes its closest woq format unless --low-bit says otherwise (sym_int8 g32).
     const bool q8 = t.dtype == DType::kGgml && t.ggml->type == GgmlType::kQ8_0;
     const bool closest = t.dtype == DType::kGgml && (q8 || options.linear_is_default);
     const Conversion conversion =
         closest ? Conversion{keep_format(t), nullptr, {}}
-                : converted_spec(options, c, has_output, {kquant::MixTensor::kBlockLinear, role.role, layer, cols}, rep);
+                : converted_spec(options, c, has_output, {kquant::MixTensor::kBlockLinear, role.role, layer, cols});
     const QuantSpec& spec = conversion.spec;
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "
@@ -395,11 +388,13 @@ struct BlockLinearLoader {
 std::string ready_for_kernels(QuantMatrix& w, std::optional<Activations> requested, bool ggml_blocks,
                               ThreadPool& pool) {
   if (is_kquant(w.type)) {
-    // K-quants take Q8_K activations (int8, ggml's), or f32 ones on request.
+    // ggml's block formats take their Q8_K / Q8_1 activations (int8, ggml's), or f32 ones on request.
     const Activations a = requested.value_or(Activations::kInt8);
+    const std::string_view blocks = ggml_type_traits(kquant::find(w.type)->activation).name;
     if (a != Activations::kInt8 && a != Activations::kF32)
-      fail("--activations {}: {} layers (GGUF K-quants) take int8 (Q8_K, as llama.cpp) or f32 activations",
-           activations_name(a), low_bit_name(w.type));
+      fail("--activations {}: {} layers (GGUF {}) take int8 ({}, as llama.cpp) or f32 activations",
+           activations_name(a), low_bit_name(w.type), kquant::find(w.type)->block == 32 ? "blocks" : "K-quants",
+           blocks);
     w.activations = a;
     return {};
   }

@@ -45,8 +45,9 @@ QuantSpec parse_spec(const nlohmann::json& j, const std::string& what) {
     if (const std::optional<std::string> r = text("int4_range")) s.int4_range = parse_int4_range(*r);
     if (const std::optional<std::string> r = text("rounding")) s.rounding = parse_rounding(*r);
     if (is_kquant(s.type)) {
-      s.group_size = kquant::kSuperBlock;
-      if (j.contains("group_size")) fail("group_size: a K-quant's blocks are fixed (256 weights); leave it out");
+      s.group_size = kquant::find(s.type)->block;
+      if (j.contains("group_size"))
+        fail("group_size: {}'s blocks are fixed ({} weights); leave it out", low_bit_name(s.type), s.group_size);
     } else if (j.contains("group_size")) {
       if (!j["group_size"].is_number_integer())
         fail("group_size: must be an integer, got {}", describe_json(j["group_size"]));

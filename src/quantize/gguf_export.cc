@@ -351,11 +351,13 @@ class TypePlan {
     const bool q4_0 = spec.type == LowBit::kSymInt4 && spec.group_size == ggml::kQK && spec.int4_range == Int4Range::kFull;
     const bool q8_0 = spec.type == LowBit::kSymInt8 && spec.group_size == ggml::kQK;
     if (!q4_0 && !q8_0 && (is_quantized(spec.type) || !format_traits(spec.type).ggml))
-      fail("{}: {}: {} has no GGUF type (Q4_0 = sym_int4 g32, Q8_0 = sym_int8 g32, the K-quants, fp16, bf16, fp32); "
+      fail("{}: {}: {} has no GGUF type (Q4_0 = sym_int4 g32, Q8_0 = sym_int8 g32, the K-quants, q4_1, q5_1, fp16, "
+           "bf16, fp32); "
            "measure with --candidates gguf for a plan that can be written as GGUF", plan_->source, module,
            spec_name(spec));
-    if (is_kquant(spec.type) && k % kquant::kSuperBlock != 0)
-      fail("{}: {}: {} needs K to be a multiple of 256, K = {}", plan_->source, module, spec_name(spec), k);
+    if (is_kquant(spec.type) && k % kquant::find(spec.type)->block != 0)
+      fail("{}: {}: {} needs K to be a multiple of {}, K = {}", plan_->source, module, spec_name(spec),
+           kquant::find(spec.type)->block, k);
     if ((q4_0 || q8_0) && k % ggml::kQK != 0)
       fail("{}: {}: {} is {} in GGUF, whose blocks need K to be a multiple of 32, K = {}", plan_->source, module,
            spec_name(spec), q4_0 ? "Q4_0" : "Q8_0", k);

@@ -85,7 +85,8 @@ std::string output_format(const QuantizeRequest& r) {
 }
 
 // --low-bit of a GGUF output: a llama-quantize K-quant file type (options.mix)
-// or one woq format; the rounding: ggml's for K-quants, which have no other.
+// or one woq format; the rounding: ggml's for ggml's block formats (K-quants,
+// q4_1, q5_1), which have no other.
 GgufExportOptions gguf_export_options(const QuantizeRequest& r) {
   GgufExportOptions options;
   const std::string low_bit = r.low_bit.value_or("sym_int4");
@@ -96,10 +97,11 @@ GgufExportOptions gguf_export_options(const QuantizeRequest& r) {
     options.type = parse_low_bit(low_bit);
     gguf_file_type(options.type);  // throws for a format GGUF has no file type for
   }
-  options.rounding = parse_rounding(r.rounding.value_or(options.mix ? "ggml" : "woq"));
-  if (options.mix != nullptr && options.rounding != Rounding::kGgml)
+  const bool ggml_only = options.mix != nullptr || (!r.plan && is_kquant(options.type));
+  options.rounding = parse_rounding(r.rounding.value_or(ggml_only ? "ggml" : "woq"));
+  if (ggml_only && options.rounding != Rounding::kGgml)
     fail("--rounding {}: {} is written with ggml's rounding only (llama-quantize's bytes); omit --rounding",
-         *r.rounding, options.mix->llama_name);
+         *r.rounding, options.mix ? options.mix->llama_name : low_bit);
   options.force = r.force;
   return options;
 }
@@ -112,7 +114,8 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
   std::vector<std::string> types;
   for (const auto& [name, count] : rep.linear_types) types.push_back(fmt::format("{} x{}", name, count));
   // fp16/bf16/fp32 have no rounding rule
-  const bool rounded = options.mix != nullptr || options.plan != nullptr || is_quantized(options.type);
+  const bool rounded =
+      options.mix != nullptr || options.plan != nullptr || is_quantized(options.type) || is_kquant(options.type);
   say(cb, fmt::format("wrote {} (GGUF {}{}; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
                       r.output,
                       options.mix    ? std::string(options.mix->llama_name)
@@ -303,8 +306,8 @@ void validate(const QuantizeRequest& request) {
          "name, or --format gguf", r.output);
   if (r.rounding) fail("--rounding applies to --format gguf only");
   if (kquant::find_mix(low_bit) != nullptr || is_kquant(parse_low_bit(low_bit)))
-    fail("--low-bit {} is a GGUF K-quant type; a GPTQ checkpoint holds sym_int4, asym_int4 or sym_int8 (write K-quants "
-         "to a file named *.gguf)", low_bit);
+    fail("--low-bit {} is a GGUF block type; a GPTQ checkpoint holds sym_int4, asym_int4 or sym_int8 (write it to a "
+         "file named *.gguf)", low_bit);
   parse_int4_range(r.int4_range.value_or("full"));
   if (r.int4_range && low_bit != "sym_int4")
     fail("--int4-range {} applies to sym_int4 only, not --low-bit {}", *r.int4_range, low_bit);
