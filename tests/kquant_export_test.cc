@@ -13,8 +13,11 @@
 #include <set>
 #include <string>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/format_traits.h"
 #include "formats/kquant.h"
 #include "formats/kquant_mix.h"
 #include "io/gguf.h"
@@ -223,6 +226,34 @@ TEST(KQuantExport, Q5_1FallbacksLoadAsStored) {
   EXPECT_GT(q5_1, 0);
   EXPECT_TRUE(mem_rep.warnings.empty()) << mem_rep.warnings.front();
   EXPECT_TRUE(logits_of(*in_memory) == logits_of(*model));
+}
+
+// --format gguf --low-bit q4_1 / q5_1: the linear layers in that type (ggml's blocks, loaded back as stored),
+// token_embd in F16 beside them as for Q4_0, and a layer whose K is not a multiple of 32 (stories260K's
+// down_proj, K = 172) in F16 with a note, as for Q4_0.
+TEST(KQuantExport, Q4_1AndQ5_1FilesKeepEmbeddingsAndOddKInF16) {
+  test::TempDir tmp;
+  ThreadPool pool(2);
+  for (const LowBit type : {LowBit::kQ4_1, LowBit::kQ5_1}) {
+    GgufExportOptions o;
+    o.type = type;
+    o.rounding = Rounding::kGgml;
+    const std::string path = tmp.file(std::string(low_bit_name(type)) + ".gguf");
+    const GgufExportReport report = export_gguf(WOQ_MODEL_DIR, path, o, pool);
+    EXPECT_NE(fmt::format("{}", fmt::join(report.notes, "\n")).find("blk.0.ffn_down.weight: K = 172"), std::string::npos)
+        << "the F16 fallback is noted";
+    const GgufFile file(path);
+    const GgmlType ggml = *format_traits(type).ggml;
+    EXPECT_EQ(file.find_tensor("token_embd.weight")->type->type, GgmlType::kF16);
+    EXPECT_EQ(file.find_tensor("blk.0.ffn_down.weight")->type->type, GgmlType::kF16);
+    const GgufTensorInfo& up = *file.find_tensor("blk.0.ffn_up.weight");
+    ASSERT_EQ(up.type->type, ggml);
+    const auto model = LlamaModel::load(path, parse_load_request({}), pool);
+    const QuantMatrix& w = model->block_linear(0, LinearRole::kUp);
+    EXPECT_EQ(w.type, type);
+    EXPECT_TRUE(std::equal(w.data.begin(), w.data.end(), up.bytes.begin(), up.bytes.end()));
+    EXPECT_EQ(model->block_linear(0, LinearRole::kDown).type, LowBit::kFp16);
+  }
 }
 
 kquant::MixChoice choose(std::string_view mix, LinearRole role, std::int64_t layer, std::int64_t k,

@@ -118,7 +118,7 @@ std::string format_label(const QuantMatrix& w) {
   QuantSpec spec{w.type};
   spec.group_size = w.groups_per_row == 1 ? -1 : w.group_size;
   std::string s = spec_name(spec);
-  if (is_quantized(w.type) || is_kquant(w.type))
+  if (!is_float_format(w.type))
     s += fmt::format(", {} activations", kquant::activations_label(w.type, w.activations));
   return s;
 }

@@ -177,7 +177,10 @@ void quantize_q8_1(const float* x, std::int64_t k, std::uint8_t* blocks) {
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       int sum = 0;
       for (int j = 0; j < kBlock; ++j) {
-        q[j] = static_cast<std::int8_t>(std::nearbyint(x[j] * id));  // the default mode: half to even (vroundps)
+        // The default mode rounds half to even (vroundps). For 0 < amax < 127 / FLT_MAX, id is infinite and
+        // ggml's vcvtps2dq gives INT_MIN for inf and NaN, saturated to -128 by its packs.
+        const float v = x[j] * id;
+        q[j] = std::isfinite(v) ? static_cast<std::int8_t>(std::nearbyint(v)) : std::int8_t{-128};
         sum += q[j];
       }
       d16 = fp32_to_fp16(d);

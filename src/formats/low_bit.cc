@@ -61,6 +61,8 @@ bool is_quantized(LowBit type) { return format_traits(type).family == FormatFami
 
 bool is_kquant(LowBit type) { return format_traits(type).family == FormatFamily::kKQuant; }
 
+bool is_float_format(LowBit type) { return format_traits(type).family == FormatFamily::kFloat; }
+
 std::string_view activations_name(Activations a) {
   switch (a) {
     case Activations::kInt8: return "int8";

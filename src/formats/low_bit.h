@@ -88,6 +88,8 @@ bool is_quantized(LowBit type);
 /// True for the ggml block formats woq keeps as stored (formats/kquant.h):
 /// the K-quants (kQ2_K ... kQ6_K) and kQ4_1 / kQ5_1.
 bool is_kquant(LowBit type);
+/// True for the float formats (fp32, fp16, bf16): neither is_quantized nor is_kquant.
+bool is_float_format(LowBit type);
 /// True for the 4-bit formats (sym_int4, asym_int4).
 bool is_int4(LowBit type);
 /// "full" or "clip".

@@ -61,8 +61,8 @@ bool has_ggml_linears(const TensorStore& store, const ModelConfig& c) {
   return false;
 }
 
-// A GGUF K-quant tensor as stored: its super-blocks copied row by row, rows in Hugging Face order.
-// A NaN or infinite super-block scale is an error naming the tensor, row and super-block.
+// A GGUF tensor of a block format kept as stored (kquant.h): its blocks copied row by row, rows in Hugging
+// Face order. A NaN or infinite (super-)block scale or min is an error naming the tensor, row and block.
 QuantMatrix import_kquant(const TensorView& t, const kquant::Format& format, std::int64_t rows, std::int64_t cols,
                           ThreadPool& pool) {
   QuantMatrix w = allocate_matrix(rows, cols, {format.type, format.block});
@@ -73,7 +73,8 @@ QuantMatrix import_kquant(const TensorView& t, const kquant::Format& format, std
       if (static_cast<std::int64_t>(src.size()) != w.row_bytes)
         fail("{}: tensor '{}' row {} holds {} bytes, expected {}", t.file, t.name, stored, src.size(), w.row_bytes);
       if (const std::int64_t b = kquant::first_nonfinite_scale(format, src.data(), w.groups_per_row); b >= 0)
-        fail("{}: tensor '{}' row {} super-block {} has a NaN or infinite scale", t.file, t.name, stored, b);
+        fail("{}: tensor '{}' row {} {} {} has a NaN or infinite scale", t.file, t.name, stored,
+             format.block == kquant::kSuperBlock ? "super-block" : "block", b);
       std::memcpy(w.data.data() + r * w.row_bytes, src.data(), src.size());
     }
   });
@@ -214,7 +215,7 @@ std::vector<float> load_vector(const TensorStore& store, const std::string& name
 // that path's kernels (ready_for_kernels); notes what it did in `used` and `rep`.
 void set_activations(QuantMatrix& w, const LoadOptions& options, std::vector<std::string>& used, LoadReport& rep,
                      ThreadPool& pool, bool ggml_blocks = false) {
-  if (!is_quantized(w.type) && !is_kquant(w.type)) return;
+  if (is_float_format(w.type)) return;
   const std::string slow = ready_for_kernels(w, options.activations, ggml_blocks, pool);
   if (!slow.empty() && std::find(rep.warnings.begin(), rep.warnings.end(), slow) == rep.warnings.end())
     rep.warnings.push_back(slow);

@@ -56,6 +56,11 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
   const LowBit linear = options.linear_is_default ? LowBit::kSymInt4
                         : options.mix != nullptr  ? kquant::find(options.mix->base)->type
                                                   : parse_low_bit(request.low_bit);
+  // ggml's block formats fix their blocks: a --group-size other than the flag's default or the block is refused.
+  if (is_kquant(linear) && request.group_size != LoadRequest{}.group_size &&
+      request.group_size != kquant::find(linear)->block)
+    fail("--group-size {}: {}'s blocks are fixed ({} weights); leave --group-size out",
+         request.group_size, options.mix ? options.mix->name : low_bit_name(linear), kquant::find(linear)->block);
   options.linear = {linear, request.group_size, range, rounding};
   validate(options.linear);
   if (!request.lm_head_low_bit.empty()) {

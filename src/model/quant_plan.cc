@@ -79,7 +79,7 @@ std::optional<std::pair<std::int64_t, LinearRole>> parse_module(std::string_view
 
 std::string spec_name(const QuantSpec& s) {
   std::string name(low_bit_name(s.type));
-  if (!is_quantized(s.type) || is_kquant(s.type)) return name;
+  if (!is_quantized(s.type)) return name;
   name += s.group_size == -1 ? std::string(" per channel") : fmt::format(" g{}", s.group_size);
   if (s.type == LowBit::kSymInt4 && s.int4_range == Int4Range::kClip) name += " clip";
   if (s.rounding == Rounding::kGgml) name += " ggml";

@@ -38,13 +38,19 @@ const FormatTraits& gguf_format(LowBit type) {
   if (!f.ggml || !f.llama_ftype) {
     std::string mixes;
     for (const kquant::Mix& m : kquant::mixes()) mixes += fmt::format(", {}", m.name);
-    fail("GGUF output: --low-bit {} has no GGUF file type (sym_int4 = Q4_0, sym_int8 = Q8_0, fp16, bf16, fp32, "
-         "or llama-quantize's K-quant types{})", f.name, mixes);
+    fail("GGUF output: --low-bit {} has no GGUF file type (sym_int4 = Q4_0, sym_int8 = Q8_0, q4_1, q5_1, fp16, bf16, "
+         "fp32, or llama-quantize's K-quant types{})", f.name, mixes);
   }
   return f;
 }
 
 GgmlType ggml_type_of(LowBit type) { return *gguf_format(type).ggml; }
+
+// The integer block types of 32 a single --low-bit writes (Q4_0, Q8_0, Q4_1, Q5_1): K must be a multiple of 32,
+// and embeddings and output stay F16 beside them.
+bool is_block32(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1;
+}
 
 // Encodes fp32 row x[0, k) as `type` into out (ggml_row_bytes(type, k) bytes):
 // woq rounding writes Q4_0/Q8_0 blocks equal to woq's sym_int4/sym_int8 g32,
@@ -179,9 +185,9 @@ class GgufTensorExporter {
     report_.linear_types.emplace_back(name, 1);
   }
 
-  // `type`, or F16 where Q4_0/Q8_0 blocks cannot hold K (as llama.cpp falls back).
+  // `type`, or F16 where Q4_0/Q8_0/Q4_1/Q5_1 blocks cannot hold K (as llama.cpp falls back).
   GgmlType checked_type(const std::string& name, std::int64_t k, GgmlType type) {
-    if ((type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) && k % ggml::kQK != 0) {
+    if (is_block32(type) && k % ggml::kQK != 0) {
       report_.notes.push_back(fmt::format("{}: K = {} is not a multiple of 32, which {} blocks need; written as F16",
                                           name, k, ggml_type_traits(type).name));
       return GgmlType::kF16;
@@ -310,7 +316,7 @@ class TypePlan {
     if (t.ggml != nullptr) return t.ggml->type;
     if (plan_)  // as loaded with the plan: in the input's float type
       return t.dtype == DType::kF32 ? GgmlType::kF32 : t.dtype == DType::kBF16 ? GgmlType::kBF16 : GgmlType::kF16;
-    return target_ == GgmlType::kQ4_0 || target_ == GgmlType::kQ8_0 ? GgmlType::kF16 : target_;
+    return is_block32(target_) ? GgmlType::kF16 : target_;  // F16 beside integer linears, as for Q4_0
   }
   std::string_view name() const {
     return mix_ ? mix_->llama_name : plan_ ? std::string_view(plan_->source) : ggml_type_traits(target_).name;

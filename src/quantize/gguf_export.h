@@ -20,7 +20,7 @@
 namespace woq {
 
 struct GgufExportOptions {
-  /// sym_int4 -> Q4_0, sym_int8 -> Q8_0 (group 32, full range), fp16, bf16 or fp32.
+  /// sym_int4 -> Q4_0, sym_int8 -> Q8_0 (group 32, full range), q4_1, q5_1, fp16, bf16 or fp32.
   LowBit type = LowBit::kSymInt4;
   /// A llama-quantize K-quant file type (Q4_K_M, ...): when set, every tensor's
   /// type comes from its rule (kquant::mix_type) and `type` is not read.

@@ -103,9 +103,13 @@ struct Verified {
 std::string describe_plan(const SolvedPlan& p) {
   std::string s = fmt::format("base {}", spec_name(p.plan.base));
   std::map<std::string, int> others;
-  for (const auto& [name, spec] : p.plan.tensors) ++others[spec_name(spec)];
+  std::string head;
+  for (const auto& [name, spec] : p.plan.tensors) {
+    if (name == kLmHeadModule) head = fmt::format(", lm_head {}", spec_name(spec));
+    else ++others[spec_name(spec)];
+  }
   for (const auto& [name, n] : others) s += fmt::format(", {} x{}", name, n);
-  return s;
+  return s + head;
 }
 
 // The float format every block linear of `input` is stored in: fp16 or bf16 when all are, else fp32 (which holds
@@ -167,7 +171,7 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
            sensitivity_.layers.back().params, input, head_params);
     if (planned_head) {  // lm_head as held is what loading leaves it: the float matrix as stored
       const CandidateCost& held = sensitivity_.layers.back().candidates.front();
-      if (is_quantized(head->type) || is_kquant(head->type) || held.spec.type != head->type ||
+      if (!is_float_format(head->type) || held.spec.type != head->type ||
           held.bytes != head->bytes())
         fail("{}: lm_head was measured as {} ({} bytes); {} stores it as {} ({} bytes): a measurement of another "
              "model?", measurement, spec_name(held.spec), held.bytes, input, low_bit_name(head->type), head->bytes());
@@ -213,7 +217,8 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
                                                                   : " (lm_head is not float: not planned)",
                     tried,
                     estimate ? fmt::format(" (estimated: one candidate's KL per layer, the others' scaled by output "
-                                           "error on {} rows)", sensitivity_.error_rows)
+                                           "error on {} row{})", sensitivity_.error_rows,
+                                           sensitivity_.error_rows == 1 ? "" : "s")
                              : std::string(),
                     sensitivity_.positions, calib_file, sensitivity_.seconds, low_bit_name(as_stored.linear.type)));
   }

@@ -227,13 +227,11 @@ QuantMatrix candidate_matrix(const QuantMatrix& w, const QuantSpec& spec, std::o
 // Whether candidate `spec` of the float matrix `w` is `w` itself (the float format it is held in): then its
 // outputs are the float model's, its KL and output error exactly 0, and no pass is run for it.
 bool is_held_format(const QuantMatrix& w, const QuantSpec& spec) {
-  return !is_quantized(spec.type) && !is_kquant(spec.type) && spec.type == w.type;
+  return is_float_format(spec.type) && spec.type == w.type;
 }
 
-bool is_float(const QuantMatrix& w) { return !is_quantized(w.type) && !is_kquant(w.type); }
-
 void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
-  if (!is_float(w))
+  if (!is_float_format(w.type))
     fail("{}: is {}, not float: measure the float model (--low-bit fp32)", plan_module(layer, role),
          low_bit_name(w.type));
 }
@@ -330,7 +328,7 @@ struct Measuring {
   // lm_head is planned when it is its own float matrix (tied to the embeddings it is not a linear of its own).
   bool plans_lm_head() const {
     const QuantMatrix* head = model.untied_lm_head();
-    return head != nullptr && is_float(*head);
+    return head != nullptr && is_float_format(head->type);
   }
   // lm_head's candidates, from the last block's output (block == the layer count): first lm_head as held (KL 0;
   // a plan that leaves lm_head out keeps it so), then each other candidate by one pass of lm_head alone (exact,

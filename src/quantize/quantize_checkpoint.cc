@@ -620,11 +620,8 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
   // bits, group_size (-1 for a group as long as K), sym of an integer format; nullopt for a float one.
   const auto gptq_of = [&](const QuantSpec& spec, const std::string& module, std::int64_t k) {
     struct Gptq { int bits; std::int64_t group_size; bool sym; };
-    if (!is_quantized(spec.type)) {
-      if (spec.type == LowBit::kFp16 || spec.type == LowBit::kBf16 || spec.type == LowBit::kFp32)
-        return std::optional<Gptq>();
-    }
-    if (!is_quantized(spec.type) || is_kquant(spec.type))
+    if (is_float_format(spec.type)) return std::optional<Gptq>();
+    if (!is_quantized(spec.type))
       fail("{}: {} is {}: a GPTQ checkpoint holds sym_int4, asym_int4, sym_int8 or float layers; write this plan as "
            "GGUF (-o FILE.gguf)", where, module, spec_name(spec));
     const FormatTraits& f = format_traits(spec.type);

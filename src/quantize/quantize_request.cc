@@ -115,7 +115,7 @@ void run_export_gguf(const QuantizeRequest& r, ThreadPool& pool, const QuantizeC
   for (const auto& [name, count] : rep.linear_types) types.push_back(fmt::format("{} x{}", name, count));
   // fp16/bf16/fp32 have no rounding rule
   const bool rounded =
-      options.mix != nullptr || options.plan != nullptr || is_quantized(options.type) || is_kquant(options.type);
+      options.mix != nullptr || options.plan != nullptr || !is_float_format(options.type);
   say(cb, fmt::format("wrote {} (GGUF {}{}; linear layers {}): tensors {:.2f} MiB -> {:.2f} MiB in {:.2f} s",
                       r.output,
                       options.mix    ? std::string(options.mix->llama_name)
