@@ -335,6 +335,14 @@ TEST(KQuant, Q8_1RoundsHalfToEvenAsGgmlsX86Build) {
   std::memcpy(h, a, 4);
   EXPECT_EQ(fp16_to_fp32(h[0]), 1.0f);
   EXPECT_EQ(fp16_to_fp32(h[1]), 127.0f);
+  // amax below 127 / FLT_MAX: 127 / amax is infinite and ggml's vcvtps2dq + packs give -128 for every value
+  // (zeros too: 0 · inf is NaN) and its int32 sum of them wraps to 0: d and s are fp16 +0 (ggml's bytes).
+  const float tiny[32] = {1e-38f, -5e-39f};
+  kquant::quantize_q8_1(tiny, 32, a);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(static_cast<std::int8_t>(a[4 + j]), -128) << j;
+  std::memcpy(h, a, 4);
+  EXPECT_EQ(h[0], 0u);
+  EXPECT_EQ(h[1], 0u);
 }
 
 TEST(KQuant, UnpackRefusesOtherFormats) {

@@ -178,10 +178,11 @@ void quantize_q8_1(const float* x, std::int64_t k, std::uint8_t* blocks) {
       int sum = 0;
       for (int j = 0; j < kBlock; ++j) {
         // The default mode rounds half to even (vroundps). For 0 < amax < 127 / FLT_MAX, id is infinite and
-        // ggml's vcvtps2dq gives INT_MIN for inf and NaN, saturated to -128 by its packs.
+        // ggml's vcvtps2dq gives INT_MIN for inf and NaN (every value then), saturated to -128 by its packs;
+        // its sum of the 32 int32 values wraps to 0.
         const float v = x[j] * id;
         q[j] = std::isfinite(v) ? static_cast<std::int8_t>(std::nearbyint(v)) : std::int8_t{-128};
-        sum += q[j];
+        sum += std::isfinite(v) ? q[j] : 0;
       }
       d16 = fp32_to_fp16(d);
       s16 = fp32_to_fp16(d * static_cast<float>(sum));
