@@ -168,7 +168,11 @@ void dot_q3_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride,
         const int r = 4 * h + k;
         const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << r));
         // 4 where the high bit is clear: q = low - 4 · (bit clear).
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        const __m256i minus = _mm256_maskz_mov_epi8(_mm256_testn_epi8_mask(hmask, bit), four);
+#else
         const __m256i minus = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit), four);
+#endif
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
         const __m256i scale = run_scales(scales, r);
         for (int j = 0; j < N; ++j) {
@@ -228,8 +232,13 @@ void dot_q45_K(const std::uint8_t* w, const std::uint8_t* a, std::int64_t stride
       if constexpr (kFive) {
         const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * i)));
         const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * i + 1)));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(qh, bit_lo), lo, sixteen);
+        hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(qh, bit_hi), hi, sixteen);
+#else
         lo = _mm256_add_epi8(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
         hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
+#endif
       }
       const __m256i scale_lo = broadcast16(scales, 2 * i);
       const __m256i scale_hi = broadcast16(scales, 2 * i + 1);
