@@ -203,6 +203,7 @@ TEST(Cli, BadInputExitsNonZeroWithMessage) {
       {"generate -m " + kModel + " -p hi --group-size 0", "", "group_size 0 is invalid"},
       {"generate -m " + kModel + " -p hi --int4-range half", "", "unknown int4 range"},
       {"generate -m " + kModel + " -p hi --low-bit q4_1 --group-size 64", "", "q4_1's blocks are fixed (32 weights)"},
+      {"generate -m " + kModel + " -p hi --low-bit q5_1 --rounding woq", "", "q5_1 is quantized with ggml's rounding only"},
       {"generate -m " + kModel + " -p hi --temperature inf", "", "temperature must be finite"},
       {"generate -m " + kModel + " -p hi --top-p 0", "", "top_p must be in (0, 1]"},
       {"generate -m " + kModel + " -p hi", "WOQ_ISA=sse9", "WOQ_ISA='sse9' is not one of"},

@@ -253,6 +253,14 @@ TEST(KQuantExport, Q4_1AndQ5_1FilesKeepEmbeddingsAndOddKInF16) {
     EXPECT_EQ(w.type, type);
     EXPECT_TRUE(std::equal(w.data.begin(), w.data.end(), up.bytes.begin(), up.bytes.end()));
     EXPECT_EQ(model->block_linear(0, LinearRole::kDown).type, LowBit::kFp16);
+    // In memory the same: the blocks of the file, the odd-K layer in fp16 with a warning.
+    LoadReport rep;
+    const auto in_memory = stories_in_memory(std::string(low_bit_name(type)), pool, rep);
+    EXPECT_TRUE(in_memory->block_linear(0, LinearRole::kUp).data == w.data);
+    EXPECT_EQ(in_memory->block_linear(0, LinearRole::kDown).type, LowBit::kFp16);
+    ASSERT_EQ(rep.warnings.size(), 1u);
+    EXPECT_NE(rep.warnings[0].find("not a multiple of 32 (its blocks) are kept in fp16"), std::string::npos)
+        << rep.warnings[0];
   }
 }
 

@@ -71,7 +71,7 @@ inline const CLI::Validator kNotEmpty(
 struct ModelFlags {
   std::int64_t group_size = 32;
   std::string int4_range = "full";
-  std::string rounding = "woq";  ///< woq or ggml (Q4_0 / Q8_0 reference rounding)
+  std::string rounding;  ///< woq or ggml (Q4_0 / Q8_0 reference rounding); empty: not given (woq)
   std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
   std::string activations;      ///< int8, int16, f32 or bf16; empty: each format's default
   std::string plan;             ///< a plan file or a llama-quantize file type; empty: none

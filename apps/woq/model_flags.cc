@@ -74,9 +74,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
                                        "sym_int4 range: full ([-8, 7], ggml Q4_0) or clip ([-7, 7])")
                            ->capture_default_str();
   CLI::Option* rounding = cmd->add_option("--rounding", flags.rounding,
-                                          "sym_int4 / sym_int8 rounding: woq (fp16-rounded scale, nearest even) or "
-                                          "ggml (llama-quantize's Q4_0 / Q8_0 reference rule; group size 32)")
-                              ->capture_default_str();
+                                          "sym_int4 / sym_int8 rounding: woq (default: fp16-rounded scale, nearest "
+                                          "even) or ggml (llama-quantize's Q4_0 / Q8_0 reference rule; group size 32); "
+                                          "ggml's block formats (q4_1, q5_1, K-quants) take ggml's only");
   cmd->add_option("--plan", flags.plan,
                   "Each linear layer's format from a plan: a JSON file (woq quantize --target-kl / --target-bpw writes "
                   "one) or a llama-quantize file type (q4_k_m, ...: its rule); instead of --low-bit")

@@ -141,10 +141,9 @@ Run add_quantize(CLI::App& app) {
                   "gguf: sym_int4 (Q4_0), "
                   "sym_int8 (Q8_0), q4_1, q5_1, fp16, bf16, fp32, or llama-quantize's K-quant file types q2_k, q3_k_s, q3_k_m, "
                   "q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k (its bytes, tensor by tensor)");
-  cmd->add_option("--rounding", args->rounding, "gguf: woq (fp16-rounded scale, nearest even: the blocks equal woq's "
+  cmd->add_option("--rounding", args->rounding, "gguf: woq (the default for sym_int4/sym_int8; fp16-rounded scale, nearest even: the blocks equal woq's "
                   "in-memory sym_int4/sym_int8) or ggml (llama-quantize's reference rounding, byte for byte; the only one for "
-                  "K-quant types, q4_1 and q5_1)")
-      ->capture_default_str();
+                  "K-quant types, q4_1 and q5_1)");
   cmd->add_option("--group-size", args->group_size,
                   "Weights per scale along the input dimension (even for 4-bit types); -1 = per output channel")
       ->capture_default_str();

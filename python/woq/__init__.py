@@ -390,7 +390,7 @@ def _checked_tokenizer_methods():
 _checked_tokenizer_methods()
 
 
-def optimize_model(path, low_bit=None, group_size=32, int4_range="full", rounding="woq", lm_head_low_bit=None,
+def optimize_model(path, low_bit=None, group_size=32, int4_range="full", rounding=None, lm_head_low_bit=None,
                    activations=None, plan=None, threads=0, progress=True):
     """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
 
@@ -399,7 +399,8 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
         quantized GGUF file's float layers run as stored), sym_int4, asym_int4, sym_int8, fp16, bf16 or fp32; a
         pre-quantized checkpoint's layers are used as stored.
     group_size: weights per scale (32; -1 = per output channel). int4_range: "full" [-8, 7] or "clip" [-7, 7].
-    rounding: "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule). lm_head_low_bit: also convert lm_head (None:
+    rounding: None (woq's), "woq" or "ggml" (llama-quantize's Q4_0 / Q8_0 rule; ggml's block formats, q4_1,
+        q5_1 and the K-quants, take "ggml" only). lm_head_low_bit: also convert lm_head (None:
         keep it as stored). activations: None (each format's default), "int8", "int16", "f32" or "bf16".
     plan: each linear layer's format from a plan file (woq.quantize(target_kl=...) writes one) or a llama-quantize
         file type ("q4_k_m": its rule), instead of low_bit (the CLI's --plan).
@@ -409,7 +410,7 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
     path = _path(path, "path")
     request = _woq.LoadRequest()
     request.plan = _path(plan, "plan", optional=True) or ""
-    if plan is not None and (group_size != 32 or int4_range != "full" or rounding != "woq"):
+    if plan is not None and (group_size != 32 or int4_range != "full" or rounding is not None):
         raise ValueError("plan sets every linear layer's format (group size, range and rounding included): leave out "
                          "group_size, int4_range and rounding")
     request.low_bit = _str(low_bit, "low_bit", optional=True) or ""
@@ -417,7 +418,9 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
         raise ValueError('low_bit must be None (the default) or a format name, got ""')
     request.group_size = _int(group_size, "group_size")
     request.int4_range = _str(int4_range, "int4_range")
-    request.rounding = _str(rounding, "rounding")
+    request.rounding = _str(rounding, "rounding", optional=True) or ""
+    if rounding == "":
+        raise ValueError('rounding must be None (the default: woq\'s) or "woq" / "ggml", got ""')
     request.lm_head_low_bit = _str(lm_head_low_bit, "lm_head_low_bit", optional=True) or ""
     request.activations = _str(activations, "activations", optional=True) or ""
     if activations == "":

@@ -143,9 +143,21 @@ struct Conversion {
 };
 
 Conversion converted_spec(const LoadOptions& options, const ModelConfig& c, bool has_output,
-                          const kquant::MixTensor& tensor) {
+                          const kquant::MixTensor& tensor, LoadReport& rep) {
   if (options.plan) return {options.plan->linear(tensor.layer, tensor.role), nullptr, {}};
-  if (options.mix == nullptr) return {options.linear, nullptr, {}};
+  if (options.mix == nullptr) {
+    // q4_1 / q5_1 where K is not a multiple of their blocks of 32: fp16, as woq's GGUF writer leaves such a
+    // layer F16 (other formats, K-quants included, refuse it when the matrix is made).
+    const kquant::Format* block = kquant::find(options.linear.type);
+    if (block == nullptr || block->block == kquant::kSuperBlock || tensor.k % block->block == 0)
+      return {options.linear, nullptr, {}};
+    const std::string head = fmt::format("--low-bit {}: layers whose K is not a multiple of {} (its blocks)",
+                                         block->name, block->block);
+    if (std::none_of(rep.warnings.begin(), rep.warnings.end(), [&](const std::string& w) { return w.starts_with(head); }))
+      rep.warnings.push_back(fmt::format("{} are kept in fp16, as woq's GGUF files of that type hold them (e.g. {}, "
+                                         "K = {})", head, kquant::mix_tensor_name(tensor), tensor.k));
+    return {QuantSpec{LowBit::kFp16}, nullptr, {}};
+  }
   const ArchitectureSpec& spec = *find_architecture(c.architecture);
   const kquant::MixModel model{c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output,
                                spec.gguf_architecture, spec.fused_projections};
@@ -294,7 +306,7 @@ QuantMatrix mixed_tensor(const TensorView& t, kquant::MixTensor::Kind kind, cons
                          const ModelConfig& c, bool has_output, ThreadPool& pool, LoadReport& rep, bool& ggml) {
   const std::string from = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const kquant::MixTensor tensor{kind, LinearRole::kQ, 0, c.hidden_size};
-  const Conversion conversion = converted_spec(options, c, has_output, tensor);
+  const Conversion conversion = converted_spec(options, c, has_output, tensor, rep);
   QuantMatrix w = conversion.via ? load_via_ggml(t, c.vocab_size, c.hidden_size, from.c_str(), *conversion.via, pool)
                                  : load_matrix(t, c.vocab_size, c.hidden_size, from.c_str(), conversion.spec, pool);
   ggml = conversion.via != nullptr || is_kquant(w.type);
@@ -363,7 +375,7 @@ struct BlockLinearLoader {
     const bool closest = t.dtype == DType::kGgml && (q8 || options.linear_is_default);
     const Conversion conversion =
         closest ? Conversion{keep_format(t), nullptr, {}}
-                : converted_spec(options, c, has_output, {kquant::MixTensor::kBlockLinear, role.role, layer, cols});
+                : converted_spec(options, c, has_output, {kquant::MixTensor::kBlockLinear, role.role, layer, cols}, rep);
     const QuantSpec& spec = conversion.spec;
     if (t.dtype == DType::kGgml)
       note_conversion(t, q8 ? std::string("hold -128, outside sym_int8's [-127, 127]: dequantized and re-quantized to "

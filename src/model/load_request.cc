@@ -14,13 +14,18 @@ namespace {
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// LoadRequest::rounding: woq's when not given.
+Rounding rounding_of(const LoadRequest& request) {
+  return request.rounding.empty() ? Rounding::kWoq : parse_rounding(request.rounding);
+}
+
 // The options of a plan file: its base and per-layer formats, and its lm_head
 // unless --lm-head-low-bit names one.
 LoadOptions plan_load_options(const LoadRequest& request) {
   LoadOptions options = load_options_of(read_plan(request.plan));
   if (!request.lm_head_low_bit.empty()) {
     options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size,
-                                parse_int4_range(request.int4_range), parse_rounding(request.rounding)};
+                                parse_int4_range(request.int4_range), rounding_of(request)};
     validate(*options.lm_head);
   }
   if (!request.activations.empty()) options.activations = parse_activations(request.activations);
@@ -40,7 +45,7 @@ LoadOptions load_options_of(const QuantPlan& plan) {
 
 LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::string>* notes) {
   const Int4Range range = parse_int4_range(request.int4_range);
-  const Rounding rounding = parse_rounding(request.rounding);
+  const Rounding rounding = rounding_of(request);
   if (!request.plan.empty()) {
     if (!request.low_bit.empty())
       fail("--plan {} sets every linear layer's format: leave out --low-bit {}", request.plan, request.low_bit);
@@ -61,6 +66,9 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
       request.group_size != kquant::find(linear)->block)
     fail("--group-size {}: {}'s blocks are fixed ({} weights); leave --group-size out",
          request.group_size, options.mix ? options.mix->name : low_bit_name(linear), kquant::find(linear)->block);
+  if (is_kquant(linear) && rounding != Rounding::kGgml && !request.rounding.empty())
+    fail("--rounding {}: {} is quantized with ggml's rounding only (its reference quantizer); leave --rounding out",
+         request.rounding, options.mix ? options.mix->name : low_bit_name(linear));
   options.linear = {linear, request.group_size, range, rounding};
   validate(options.linear);
   if (!request.lm_head_low_bit.empty()) {

@@ -15,7 +15,8 @@ namespace woq {
 /// sym_int8 | fp16 | bf16 | fp32 | q3_k | q4_k | q5_k (every linear in that
 /// K-quant) | a llama-quantize file type (q2_k, q3_k_s/m/l, q4_k_s/m,
 /// q5_k_s/m, q6_k: LoadOptions::mix); `int4_range` full | clip; `rounding` woq |
-/// ggml; `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
+/// ggml, or empty (not given: woq's; ggml's block formats, which have ggml's
+/// only, refuse an explicit woq); `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
 /// `activations` empty (each format's default), int8, int16, f32 or bf16.
 ///
 /// An empty `low_bit` is the default: sym_int4, with LoadOptions::linear_is_default set.
@@ -23,7 +24,7 @@ struct LoadRequest {
   std::string low_bit;
   std::int64_t group_size = 32;
   std::string int4_range = "full";
-  std::string rounding = "woq";
+  std::string rounding;
   std::string lm_head_low_bit;
   std::string activations;
   /// A plan file (model/quant_plan.h) or a llama-quantize file type name
