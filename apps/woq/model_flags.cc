@@ -90,7 +90,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
                   "products), int16 (quantized to int16 per 128 inputs, two integer dot products: as accurate as f32, "
                   "decodes at int8's speed), f32 (weights dequantized in the dot product: w4a16/w8a16) or bf16 (inputs "
                   "rounded to bf16, fp32 sums: AVX512_BF16/AMX-BF16 dot products); default: int8 for the 4-bit "
-                  "formats, int16 for sym_int8")
+                  "formats and ggml's block formats (q4_1, q5_1, K-quants: Q8_1 / Q8_K, which take int8 or f32 "
+                  "only), int16 for sym_int8")
       ->check([](const std::string& v) {  // empty means "not given" inside: refuse it as a value
         return v.empty() ? std::string("an empty value (give int8, int16, f32 or bf16, or leave the flag out)") : std::string();
       });
