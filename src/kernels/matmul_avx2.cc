@@ -526,8 +526,8 @@ struct FloatPath {
 
 constexpr FloatPath kKQuantFloatPath{dot_widened_row, dequantize_stored_row};
 
-// In LowBit order.
-constexpr std::array<FloatPath, kFormatCount> kFloatPath{{
+// In LowBit order, one row per format (the size is checked below).
+constexpr auto kFloatPath = std::to_array<FloatPath>({
     {dot_fp32_row, widen_fp32},
     {dot_half_row<false>, widen_half<false>},
     {dot_half_row<true>, widen_half<true>},
@@ -536,14 +536,8 @@ constexpr std::array<FloatPath, kFormatCount> kFloatPath{{
     {dot_grouped_row<LowBit::kSymInt8>, widen_grouped<LowBit::kSymInt8>},
     kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath, kKQuantFloatPath,  // q2_K ... q6_K
     kKQuantFloatPath, kKQuantFloatPath,                                                          // q4_1, q5_1
-}};
-
-constexpr bool every_float_path_set() {
-  for (const FloatPath& p : kFloatPath)
-    if (p.dot_row == nullptr || p.widen_row == nullptr) return false;
-  return true;
-}
-static_assert(every_float_path_set(), "kFloatPath needs a row per LowBit");
+});
+static_assert(kFloatPath.size() == kFormatCount, "kFloatPath needs a row per LowBit");
 
 float dot_row(const QuantMatrix& w, std::int64_t row, const float* x, float* scratch) {
   return kFloatPath[static_cast<std::size_t>(w.type)].dot_row(w, row, x, scratch);
