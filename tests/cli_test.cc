@@ -672,10 +672,19 @@ TEST(Cli, SavedCheckpointAgainstItsOriginal) {
   EXPECT_GT(j["mean_kl"].get<double>(), 1e-3);
   EXPECT_EQ(r.err.find("without --ref"), std::string::npos) << r.err;
 
-  r = run("eval compare -m " + q + " -f " + text + " --ctx 128 --chunks 2");
+  // Without --ref the checkpoint is its own reference, dequantized (f32 activations): the int8 activations'
+  // error shows (it was 0: the reference took int8 activations too), the weights' share is exactly 0.
+  r = run("eval compare -m " + q + " -f " + text + " --ctx 128 --chunks 2 --json " + tmp.file("self.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("is a quantized checkpoint (" + gptq), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Give the original with --ref"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;  // f32 is woq's choice, not a flag
+  j = nlohmann::json::parse(test::read_file(tmp.file("self.json")));
+  EXPECT_GT(j["mean_kl"].get<double>(), 1e-7) << j.dump();
+  EXPECT_EQ(j["weights_only_mean_kl"].get<double>(), 0.0) << j.dump();
+  r = run("explain -m " + q + " -p Once -n 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;
 
   r = run("eval perplexity -m " + q + " -f " + text + " --ctx 128 --chunks 2 --json " + tmp.file("p.json"));
   ASSERT_EQ(r.code, 0) << r.err;

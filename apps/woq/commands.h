@@ -108,11 +108,16 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 
 /// load_options for the reference of a comparison (eval compare, explain): --activations is the candidate's,
-/// so the reference's integer layers take their formats' defaults.
-LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit);
+/// so the reference's integer layers take their formats' defaults. With `self_reference` (no --ref: the model
+/// is its own reference) and a float `low_bit`, layers the model stores quantized take f32 activations
+/// instead: the reference is the checkpoint's own integers dequantized, so the comparison shows what the
+/// candidate's activations (and lm_head's format) change.
+LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit, bool self_reference);
 /// Loads `session`'s weights (ModelSession::load; its errors) and prints the one-line summary of what loading
-/// converted, and any warnings, to stderr.
-void load_session(ModelSession& session, const LoadOptions& options);
+/// converted, and any warnings, to stderr. For a `reference` (reference_load_options) no warning says that
+/// --low-bit or --activations has no effect: those options are not the user's flags (note_reference says
+/// what the reference is).
+void load_session(ModelSession& session, const LoadOptions& options, bool reference = false);
 
 /// Opens and loads the model at `path` with `low_bit` and the model flags (load_options, then load_session).
 ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit);

@@ -160,7 +160,7 @@ int run_compare(const EvalArgs& a) {
     ModelSession reference;
     reference.open(ref_dir, pool, ModelSession::Parts::kTokenizer);
     if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, *reference.tokenizer, ref_dir);
-    load_session(reference, reference_load_options(a.model, a.ref_low_bit));
+    load_session(reference, reference_load_options(a.model, a.ref_low_bit, a.ref_dir.empty()), true);
     ref_label = model_label(ref_dir, reference.report);
     note_reference(a.model_dir, a.ref_dir, reference.report);
     ref_rounded = reference.report.rounded_activations;
@@ -279,7 +279,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
     // The baseline without --activations (each format's default), as eval compare loads its reference: the flag is
     // the variants'.
     const ModelSession session = open_scoring_session(
-        col.path, c == 0 ? reference_load_options(a.model, low_bits[c]) : load_options(a.model, low_bits[c]), pool);
+        col.path, c == 0 ? reference_load_options(a.model, low_bits[c], false) : load_options(a.model, low_bits[c]), pool);
     const LoadReport& report = session.report;
     if (c == 0) baseline_vocab = session.config.vocab_size;
     if (session.config.vocab_size != baseline_vocab)

@@ -35,7 +35,7 @@ int run_explain(const ExplainArgs& a) {
   original.open(ref_dir, pool, ModelSession::Parts::kTokenizer);
   const Tokenizer& tok = *quantized.tokenizer;
   if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, *original.tokenizer, ref_dir);
-  load_session(original, reference_load_options(a.model, a.ref_low_bit));
+  load_session(original, reference_load_options(a.model, a.ref_low_bit, a.ref_dir.empty()), true);
   const LoadReport& ref_report = original.report;
   note_reference(a.model_dir, a.ref_dir, ref_report);
   load_session(quantized, load_options(a.model, a.low_bit));

@@ -106,17 +106,24 @@ LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   return options;
 }
 
-LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit) {
+LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit, bool self_reference) {
   ModelFlags reference = flags;
   reference.plan.clear();  // the candidate's
   LoadOptions options = load_options(reference, low_bit);
   options.activations.reset();
+  if (self_reference && options.mix == nullptr && is_float_format(options.linear.type))
+    options.activations = Activations::kF32;
   return options;
 }
 
-void load_session(ModelSession& session, const LoadOptions& options) {
+void load_session(ModelSession& session, const LoadOptions& options, bool reference) {
   session.load(options);
-  for (const std::string& line : load_summary(session.report, options)) fmt::print(stderr, "woq: {}\n", line);
+  LoadOptions shown = options;
+  if (reference) {
+    shown.activations.reset();
+    shown.linear_is_default = true;
+  }
+  for (const std::string& line : load_summary(session.report, shown)) fmt::print(stderr, "woq: {}\n", line);
 }
 
 ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit) {
@@ -140,7 +147,7 @@ void note_reference(const std::string& model_dir, const std::string& ref_dir, co
     if (ref_report.prequantized())
       fmt::print(stderr,
                  "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is its own integers "
-                 "dequantized, so only the activations and lm_head can differ. Give the original with --ref "
+                 "dequantized (f32 activations), so only the activations and lm_head can differ. Give the original with --ref "
                  "DIR_OR_FILE.\n",
                  model_dir, ref_report.imported_format);
     return;
