@@ -682,9 +682,18 @@ TEST(Cli, SavedCheckpointAgainstItsOriginal) {
   j = nlohmann::json::parse(test::read_file(tmp.file("self.json")));
   EXPECT_GT(j["mean_kl"].get<double>(), 1e-7) << j.dump();
   EXPECT_EQ(j["weights_only_mean_kl"].get<double>(), 0.0) << j.dump();
+  EXPECT_EQ(j["ref_model"], j["model"].get<std::string>() + " (f32 activations)") << j.dump();
   r = run("explain -m " + q + " -p Once -n 4");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.find("has no effect"), std::string::npos) << r.err;
+  // A rounded reference (--ref-low-bit sym_int4 leaves the stored layers, on int8 activations): said so, and
+  // explain shows no "weights' part" (f32 inputs would not isolate the weights against a rounding original).
+  r = run("eval compare -m " + q + " --ref-low-bit sym_int4 -f " + text + " --ctx 128 --chunks 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint itself with rounded activations (asym_int4 int8)"), std::string::npos) << r.err;
+  r = run("explain -m " + q + " --ref-low-bit sym_int4 -p Once -n 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("weights' part"), std::string::npos) << r.out;
 
   r = run("eval perplexity -m " + q + " -f " + text + " --ctx 128 --chunks 2 --json " + tmp.file("p.json"));
   ASSERT_EQ(r.code, 0) << r.err;

@@ -107,11 +107,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 /// LoadOptions for linear layers in `low_bit`; throws woq::Error on bad values.
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit);
 
-/// load_options for the reference of a comparison (eval compare, explain): --activations is the candidate's,
-/// so the reference's integer layers take their formats' defaults. With `self_reference` (no --ref: the model
-/// is its own reference) and a float `low_bit`, layers the model stores quantized take f32 activations
-/// instead: the reference is the checkpoint's own integers dequantized, so the comparison shows what the
-/// candidate's activations (and lm_head's format) change.
+/// load_options for the reference of a comparison (eval compare, explain, recovery's baseline): --activations
+/// is the candidate's, so the reference's integer layers take their formats' defaults. With `self_reference`
+/// (no --ref: the model is its own reference) and a float `low_bit`, its integer layers (those stored quantized,
+/// and lm_head under --lm-head-low-bit, which the reference shares) take f32 activations instead: the
+/// reference is those integers dequantized, so the comparison shows what the candidate's activations change.
 LoadOptions reference_load_options(const ModelFlags& flags, const std::string& low_bit, bool self_reference);
 /// Loads `session`'s weights (ModelSession::load; its errors) and prints the one-line summary of what loading
 /// converted, and any warnings, to stderr. For a `reference` (reference_load_options) no warning says that
@@ -132,5 +132,8 @@ ModelSession open_scoring_session(const std::string& path, const LoadOptions& op
 /// own integers), --ref naming the model itself, or --ref a quantized
 /// checkpoint. `ref_report` is the loaded reference's.
 void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report);
+/// model_label of a comparison's reference, with " (f32 activations)" when it is the model itself
+/// (`self_reference`) with integer layers that multiply f32 inputs (reference_load_options).
+std::string reference_label(const std::string& path, const LoadReport& ref_report, bool self_reference);
 
 }  // namespace woq::cli

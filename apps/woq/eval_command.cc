@@ -161,7 +161,7 @@ int run_compare(const EvalArgs& a) {
     reference.open(ref_dir, pool, ModelSession::Parts::kTokenizer);
     if (!a.ref_dir.empty()) require_same_vocabulary(tok, a.model_dir, *reference.tokenizer, ref_dir);
     load_session(reference, reference_load_options(a.model, a.ref_low_bit, a.ref_dir.empty()), true);
-    ref_label = model_label(ref_dir, reference.report);
+    ref_label = reference_label(ref_dir, reference.report, a.ref_dir.empty());
     note_reference(a.model_dir, a.ref_dir, reference.report);
     ref_rounded = reference.report.rounded_activations;
     if (reference.config.vocab_size != vocab)
@@ -278,13 +278,16 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
     RecoveryColumn& col = columns[c];
     // The baseline without --activations (each format's default), as eval compare loads its reference: the flag is
     // the variants'.
-    const ModelSession session = open_scoring_session(
-        col.path, c == 0 ? reference_load_options(a.model, low_bits[c], false) : load_options(a.model, low_bits[c]), pool);
+    ModelSession session;
+    session.open(col.path, pool, ModelSession::Parts::kTokenizer);
+    load_session(session,
+                 c == 0 ? reference_load_options(a.model, low_bits[c], a.ref_dir.empty()) : load_options(a.model, low_bits[c]),
+                 c == 0);
     const LoadReport& report = session.report;
     if (c == 0) baseline_vocab = session.config.vocab_size;
     if (session.config.vocab_size != baseline_vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", columns[0].path, baseline_vocab, session.config.vocab_size);
-    col.label = model_label(col.path, report);
+    col.label = c == 0 ? reference_label(col.path, report, a.ref_dir.empty()) : model_label(col.path, report);
     col.name = c == 0 && !a.ref_dir.empty() ? "baseline" : report.low_bit;
     if (c == 0) note_reference(a.model_dir, a.ref_dir, report);
     // A checkpoint stored quantized ignores --low-bit (only float layers are converted): one variant is all there is.

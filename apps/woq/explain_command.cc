@@ -41,7 +41,7 @@ int run_explain(const ExplainArgs& a) {
   load_session(quantized, load_options(a.model, a.low_bit));
   const LoadReport& report = quantized.report;
   const Explanation e = explain(*original.model, *quantized.model, tok, a.prompt, a.n);
-  const EvalReport r = explain_report(e, tok, a.prompt, {model_label(ref_dir, ref_report), ref_report.low_bit},
+  const EvalReport r = explain_report(e, tok, a.prompt, {reference_label(ref_dir, ref_report, a.ref_dir.empty()), ref_report.low_bit},
                                       {model_label(a.model_dir, report), report.low_bit}, a.top);
   fmt::print("{}", r.text);
   if (!a.json.empty()) write_json_file(a.json, r.json);

@@ -144,12 +144,18 @@ ModelSession open_scoring_session(const std::string& path, const LoadOptions& op
 
 void note_reference(const std::string& model_dir, const std::string& ref_dir, const LoadReport& ref_report) {
   if (ref_dir.empty()) {
-    if (ref_report.prequantized())
+    if (ref_report.prequantized() && !ref_report.rounded_activations)
       fmt::print(stderr,
                  "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is its own integers "
-                 "dequantized (f32 activations), so only the activations and lm_head can differ. Give the original with --ref "
+                 "dequantized (f32 activations), so only the activations can differ. Give the original with --ref "
                  "DIR_OR_FILE.\n",
                  model_dir, ref_report.imported_format);
+    else if (ref_report.prequantized())
+      fmt::print(stderr,
+                 "woq: note: {} is a quantized checkpoint ({}); without --ref the reference is the checkpoint itself "
+                 "with rounded activations ({}), so the figures show neither its weights' error nor its activations'. "
+                 "Give the original with --ref DIR_OR_FILE.\n",
+                 model_dir, ref_report.imported_format, ref_report.activations);
     return;
   }
   std::error_code ec;
@@ -158,6 +164,11 @@ void note_reference(const std::string& model_dir, const std::string& ref_dir, co
   else if (ref_report.prequantized())
     fmt::print(stderr, "woq: note: the reference {} is itself quantized ({}): the figures compare with it, not with a "
                "float original\n", ref_dir, ref_report.imported_format);
+}
+
+std::string reference_label(const std::string& path, const LoadReport& ref_report, bool self_reference) {
+  const bool dequantized = self_reference && !ref_report.activations.empty() && !ref_report.rounded_activations;
+  return model_label(path, ref_report) + (dequantized ? " (f32 activations)" : "");
 }
 
 }  // namespace woq::cli

@@ -105,8 +105,10 @@ Explanation explain(LlamaModel& original, LlamaModel& quantized, const Tokenizer
       std::vector<float> ref(static_cast<std::size_t>(rows * w.rows)), got(ref.size()), weights_only;
       matmul(w, in, rows, ref.data(), pool);
       matmul(wq, in, rows, got.data(), pool);
-      if (const Activations act = wq.activations; uses_q8_path(wq) || uses_bf16_path(wq)) {
-        // Again with the inputs as they are: the weights' share of the error.
+      const bool rounds = uses_q8_path(wq) || uses_bf16_path(wq), ref_rounds = uses_q8_path(w) || uses_bf16_path(w);
+      if (const Activations act = wq.activations; rounds && !ref_rounds) {
+        // Again with the inputs as they are: the weights' share of the error (not when the original's layer
+        // rounds its inputs too: then f32 inputs would not isolate the weights).
         weights_only.resize(got.size());
         wq.activations = Activations::kF32;
         matmul(wq, in, rows, weights_only.data(), pool);
