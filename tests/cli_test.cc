@@ -67,6 +67,61 @@ TEST(Cli, KQuantFilesGiveLlamaPerplexitysValue) {
   EXPECT_NE(r.err.find("warning: --low-bit sym_int8 has no effect"), std::string::npos) << r.err;
 }
 
+// llama-perplexity's --kl-divergence-base file (tests/data/gguf_kquant/tiny-Q3_K_M.kld, written by llama.cpp
+// c392e5094 from tiny-Q3_K_M.gguf) as eval compare's reference: its chunks' tokens, and the statistics
+// llama-perplexity --kl-divergence printed for tiny-Q2_K.gguf against it (README there).
+TEST(Cli, LlamaPerplexityBaseFileIsAReference) {
+  const std::string dir = WOQ_TEST_DATA "/gguf_kquant/";
+  const std::string base = dir + "tiny-Q3_K_M.kld";
+  const auto compare = [&](const std::string& file) {
+    test::TempDir tmp;
+    const RunResult r = run("eval compare -m " + dir + file + " --load-ref " + base + " -t 2 --json " + tmp.file("c.json"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;  // llama.cpp's reference rounds them too
+    return nlohmann::json::parse(test::read_file(tmp.file("c.json")));
+  };
+  const nlohmann::json other = compare("tiny-Q2_K.gguf");
+  EXPECT_EQ(other["tokens"].get<int>(), 4 * 31);
+  EXPECT_NEAR(other["mean_kl"].get<double>(), 1.790412, 1e-6);
+  EXPECT_NEAR(other["same_top"].get<double>() * 124, 19, 1e-9);  // 15.323 %
+  EXPECT_NEAR(other["ref_ppl"].get<double>(), 6907.749079, 1e-5 * 6907.749079);
+  EXPECT_NEAR(other["ppl"].get<double>(), 5287.493337, 1e-3 * 5287.493337);
+  // The very file the base came from: woq computes what llama.cpp computes, to the operations outside the
+  // matrix products (its kernels'; mean KLD 5e-5 when written).
+  const nlohmann::json same = compare("tiny-Q3_K_M.gguf");
+  EXPECT_LT(same["mean_kl"].get<double>(), 1e-3);
+  EXPECT_GE(same["same_top"].get<double>(), 0.95);
+
+  test::TempDir tmp;
+  const std::string bytes = test::read_file(base);
+  const auto bad = [&](const std::string& content, const std::string& extra, const std::string& message) {
+    test::write_file(tmp.file("bad.kld"), content);
+    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("bad.kld") + extra);
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bad.kld"), std::string::npos) << r.err;
+  };
+  bad(bytes.substr(0, bytes.size() - 100), "", "bytes, but its n_ctx = 64, n_vocab = 512 and n_chunk = 4 make");
+  bad(bytes.substr(0, 10), "", "truncated");
+  std::string lying = bytes;
+  lying[16] = 127;  // n_chunk
+  bad(lying, "", "(truncated, or not llama-perplexity's");
+  std::string vocab = bytes;
+  vocab[12] = 1;  // n_vocab 513
+  bad(vocab, "", "n_vocab = 513, this model has a vocabulary of 512");
+  std::string token = bytes;
+  token[20 + 4 * 5 + 3] = '\x40';  // token 5
+  bad(token, "", "token 5 of its chunks is");
+  std::string row = bytes;
+  row[20 + 64 * 4 * 4 + 3] = '\x7f';  // the first row's scale: 2^255-ish
+  bad(row, "", "scored position 0");
+  bad(bytes, " --file " WOQ_TEST_DATA "/tinystories_heldout.txt", "--file cannot apply");
+  bad(bytes, " --ctx 32", "--ctx cannot apply");
+  const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--file is required"), std::string::npos) << r.err;
+}
+
 TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {
   std::ifstream in(WOQ_TEST_DATA "/stories260K_greedy_once_upon_a_time.json");
   const auto ref = nlohmann::json::parse(in);

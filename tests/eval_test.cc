@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -180,6 +181,62 @@ TEST(Compare, ActivationsShareOfTheError) {
   EXPECT_NE(i8_int16, i8_f32);
   EXPECT_EQ(i8_default, i8_int16);
   EXPECT_NEAR(i4_f32, i4_i8, 0.05 * i4_i8);
+}
+
+// A llama-perplexity --kl-divergence-base file written here as its log_softmax writes one (examples/perplexity/
+// perplexity.cpp): a peaked row, so that one log-probability sits below e^-16, which llama-perplexity's KL
+// leaves out (and its 16-bit row stores as min_logit, not the token's own value).
+TEST(Compare, LlamaBaseRowsDecodeAsLlamaPerplexityDoes) {
+  const std::vector<float> logits = {10.0f, 0.0f, -1.0f, 9.0f, -20.0f};
+  const std::vector<float> cand = {9.0f, 1.0f, 0.0f, 9.5f, -3.0f};
+  const float max = 10.0f, min = std::max(-20.0f, max - 16);
+  double sum_exp = 0;
+  for (float l : logits) sum_exp += std::exp(l - max);
+  const auto lse = static_cast<float>(std::log(sum_exp));
+  const float scale = (max - min) / 65535.f, min_log_prob = min - max - lse;
+  std::vector<std::uint16_t> row(2 * 3 + 4, 0);  // nv = 2·⌈5/2⌉ + 4
+  std::memcpy(row.data(), &scale, 4);
+  std::memcpy(row.data() + 2, &min_log_prob, 4);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    row[4 + i] = logits[i] > min ? static_cast<std::uint16_t>(std::lround((logits[i] - min) / scale)) : 0;
+  test::TempDir tmp;
+  {
+    std::ofstream f(tmp.file("base.kld"), std::ios::binary);
+    const std::int32_t head[3] = {4, 5, 1}, tokens[4] = {1, 2, 3, 4};  // n_ctx, n_vocab, n_chunk
+    f.write("_logits_", 8);
+    f.write(reinterpret_cast<const char*>(head), sizeof head);
+    f.write(reinterpret_cast<const char*>(tokens), sizeof tokens);
+    f.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * 2));  // position 2
+  }
+  EXPECT_TRUE(is_llama_logits_file(tmp.file("base.kld")));
+  const ScoringPlan plan = llama_logits_plan(tmp.file("base.kld"), 0, 5);
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  EXPECT_EQ(plan.sequences[0], (std::vector<std::int32_t>{0, 2, 3, 4}));  // the first token made BOS
+  EXPECT_EQ(plan.first_scored, 2);
+  RefLogprobFile ref = RefLogprobFile::open(tmp.file("base.kld"), plan, 5);
+  std::vector<float> decoded(5);
+  ref.read(decoded.data());
+  ref.expect_end();
+  // llama-perplexity's sums: the base's decoded log-probabilities above -16 against the candidate's log-softmax.
+  double c_sum = 0;
+  for (float c : cand) c_sum += std::exp(static_cast<double>(c));
+  double kl = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    const float p_log = scale * static_cast<float>(row[4 + i]) + min_log_prob;
+    EXPECT_FLOAT_EQ(decoded[i], p_log) << i;
+    if (p_log > -16.f) kl += std::exp(static_cast<double>(p_log)) * (p_log - (cand[i] - std::log(c_sum)));
+  }
+  EXPECT_LT(decoded[4], -16.0f);  // the row's one left-out entry
+  CompareAccumulator acc(5, ref.kl_floor());
+  acc.add(decoded.data(), cand.data(), 4);  // the target after position 2
+  const CompareStats s = acc.result();
+  EXPECT_NEAR(s.mean_kl, kl, 5e-8);  // woq rounds the candidate's log-softmax to float; the left-out entry weighs 2.7e-7
+  EXPECT_EQ(s.same_top, 0.0);  // 10 against 9.5
+  EXPECT_NEAR(s.ref.mean_nll, -static_cast<double>(decoded[4]), 1e-9);
+  // A woq file keeps every log-probability: the same row with nothing left out gives a larger KL here.
+  CompareAccumulator all(5);
+  all.add(decoded.data(), cand.data(), 4);
+  EXPECT_GT(std::fabs(all.result().mean_kl - kl), 1e-7);
 }
 
 TEST(Compare, SavedReferenceIsReusedAndChecked) {

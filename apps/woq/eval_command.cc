@@ -39,10 +39,14 @@ struct EvalArgs {
   std::string save_ref, load_ref;
 };
 
-void add_common(CLI::App* cmd, EvalArgs& a) {
+void add_common(CLI::App* cmd, EvalArgs& a, bool file_required) {
   add_model_and_low_bit(cmd, a.model_dir, a.low_bit);
   add_model_flags(cmd, a.model);
-  cmd->add_option("-f,--file", a.file, "Text file to score")->required();
+  CLI::Option* file = cmd->add_option("-f,--file", a.file,
+                                      file_required ? "Text file to score"
+                                                    : "Text file to score (not with a llama-perplexity --load-ref file, "
+                                                      "which holds its chunks' tokens)");
+  if (file_required) file->required();
   cmd->add_option("-c,--ctx-size,--ctx", a.scoring.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", a.scoring.batch, "Tokens per forward call; 0 = the whole chunk")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--chunks", a.scoring.chunks, "Score at most this many chunks or documents; 0 = all")
@@ -140,19 +144,40 @@ int run_perplexity(const EvalArgs& a) {
   return 0;
 }
 
-int run_compare(const EvalArgs& a) {
+// The chunks of llama-perplexity's --kl-divergence-base file: its tokens, n_ctx and n_chunk, so
+// the flags that choose the text and its chunks are refused.
+ScoringPlan llama_reference_plan(const EvalArgs& a, const CLI::App& cmd, const Tokenizer& tok, const ModelConfig& config) {
+  for (const char* flag : {"--file", "--ctx", "--chunks", "--per-document", "--no-bos-per-chunk"})
+    if (cmd.count(flag) > 0)
+      fail("{} is llama-perplexity's --kl-divergence-base file, which holds its chunks' tokens: {} cannot apply",
+           a.load_ref, flag);
+  ScoringPlan plan = llama_logits_plan(a.load_ref, chunk_bos(tok), config.vocab_size);
+  if (static_cast<std::int64_t>(plan.sequences.front().size()) > config.context_limit())
+    fail("{}: chunks of {} tokens, beyond the model's context of {}", a.load_ref, plan.sequences.front().size(),
+         config.context_limit());
+  return plan;
+}
+
+int run_compare(const EvalArgs& a, const CLI::App& cmd) {
   if (!a.load_ref.empty() && (!a.ref_dir.empty() || !a.save_ref.empty()))
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
+  const bool llama_ref = !a.load_ref.empty() && is_llama_logits_file(a.load_ref);
+  if (!llama_ref && a.file.empty())
+    fail("--file is required (or --load-ref with a file llama-perplexity --kl-divergence-base wrote)");
   for (const std::string* out : {&a.json, &a.save_ref})
     if (!out->empty()) require_writable_path(*out);
   const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ModelConfig config = read_model_config(a.model_dir);
-  const ScoringPlan plan = make_plan(a, tok, config.context_limit());
+  const ScoringPlan plan =
+      llama_ref ? llama_reference_plan(a, cmd, tok, config) : make_plan(a, tok, config.context_limit());
   const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
-  std::string ref_label = a.load_ref.empty() ? "" : fmt::format("log-probabilities saved in {}", a.load_ref);
-  bool ref_rounded = false;  // then the f32-activation rerun would not isolate the weights' share
+  std::string ref_label = a.load_ref.empty() ? ""
+                          : llama_ref    ? fmt::format("llama-perplexity's log-probabilities in {}", a.load_ref)
+                                         : fmt::format("log-probabilities saved in {}", a.load_ref);
+  // Then the f32-activation rerun would not isolate the weights' share (llama.cpp rounds them too).
+  bool ref_rounded = llama_ref;
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
   } else {
@@ -362,17 +387,19 @@ Run add_eval(CLI::App& app) {
   auto ppl = std::make_shared<EvalArgs>();
   CLI::App* p = eval->add_subcommand(
       "perplexity", "Perplexity of a text (llama-perplexity's chunks scored on their second half, or per document)");
-  add_common(p, *ppl);
+  add_common(p, *ppl, true);
   auto cmp = std::make_shared<EvalArgs>();
   CLI::App* c = eval->add_subcommand(
       "compare", "KL divergence, same-top-token rate and perplexity ratio of --low-bit against a reference");
-  add_common(c, *cmp);
+  add_common(c, *cmp, false);
   c->add_option("--ref-low-bit", cmp->ref_low_bit, "Format of the reference (the same model)")
       ->check(kNotEmpty)
       ->capture_default_str();
   c->add_option("--ref", cmp->ref_dir, "Reference model: Hugging Face directory or .gguf file (instead of the same model at --ref-low-bit)");
   c->add_option("--save-ref", cmp->save_ref, "Save the reference's log-probabilities to this file");
-  c->add_option("--load-ref", cmp->load_ref, "Use log-probabilities saved by --save-ref instead of running the reference");
+  c->add_option("--load-ref", cmp->load_ref,
+                "Use log-probabilities saved by --save-ref instead of running the reference, or those llama-perplexity "
+                "--kl-divergence-base wrote (its chunks' tokens, with their n_ctx and n_chunk)");
   auto tasks = std::make_shared<TasksArgs>();
   CLI::App* t = eval->add_subcommand("tasks", "lm-eval-style tasks: multiple choice by log-likelihood, GSM8K by generation");
   add_task_flags(t, *tasks);
@@ -399,7 +426,7 @@ Run add_eval(CLI::App& app) {
   return [p, c, t, r, pa, ppl, cmp, tasks, rec, par] {
     if (p->parsed()) return run_perplexity(*ppl);
     if (pa->parsed()) return run_pareto_command(*par);
-    if (c->parsed()) return run_compare(*cmp);
+    if (c->parsed()) return run_compare(*cmp, *c);
     if (t->parsed()) return run_tasks_command(*tasks);
     return run_recovery_command(*rec, r->count("--low-bit") > 0);
   };

@@ -13,6 +13,8 @@ namespace woq {
 namespace {
 
 constexpr char kMagic[8] = {'W', 'O', 'Q', 'R', 'E', 'F', '0', '1'};
+constexpr char kLlamaMagic[8] = {'_', 'l', 'o', 'g', 'i', 't', 's', '_'};
+constexpr float kLlamaKlFloor = -16.0f;  // llama-perplexity's: it keeps no finer log-probabilities
 
 void write_all(std::FILE* f, const void* p, std::size_t n, const std::string& path) {
   if (std::fwrite(p, 1, n, f) != n) fail("{}: write failed: {}", path, std::strerror(errno));
@@ -32,7 +34,78 @@ double quantile(std::vector<double> v, double q) {
   return v[static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), q * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
+std::FILE* open_regular(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not found or not a regular file", path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail("{}: cannot open: {}", path, std::strerror(errno));
+  return f;
+}
+
+/// A llama-perplexity --kl-divergence-base file's header and tokens (llama_logits_plan).
+struct LlamaLogitsHead {
+  std::int64_t ctx = 0, vocab = 0, chunks = 0;
+  std::int64_t nv = 0;  ///< uint16 per scored position
+  std::vector<std::int32_t> tokens;
+};
+
+// Reads and checks the header after the magic, and the tokens; leaves f at the first row.
+LlamaLogitsHead read_llama_head(std::FILE* f, const std::string& path, std::int64_t vocab) {
+  std::int32_t h[3];
+  read_all(f, h, sizeof h, path, "n_ctx, n_vocab and n_chunk");
+  LlamaLogitsHead r{.ctx = h[0], .vocab = h[1], .chunks = h[2], .nv = 0, .tokens = {}};
+  if (r.ctx < 3) fail("{}: n_ctx = {} (llama-perplexity's chunks hold at least 3 tokens)", path, r.ctx);
+  if (r.chunks < 1) fail("{}: n_chunk = {}", path, r.chunks);
+  if (r.vocab != vocab) fail("{}: n_vocab = {}, this model has a vocabulary of {}", path, r.vocab, vocab);
+  r.nv = 2 * ((r.vocab + 1) / 2) + 4;
+  // Exact below 2^64 (x86's 64-bit mantissa); a larger product cannot be a file's size anyway.
+  const long double rows = static_cast<long double>(r.chunks) * static_cast<long double>(r.ctx - 1 - r.ctx / 2);
+  const long double expected = 20.0L + 4.0L * static_cast<long double>(r.chunks) * static_cast<long double>(r.ctx) +
+                               2.0L * rows * static_cast<long double>(r.nv);
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail("{}: cannot read its size: {}", path, ec.message());
+  if (expected != static_cast<long double>(size))
+    fail("{}: {} bytes, but its n_ctx = {}, n_vocab = {} and n_chunk = {} make {:.0f} (truncated, or not "
+         "llama-perplexity's --kl-divergence-base file?)", path, size, r.ctx, r.vocab, r.chunks,
+         static_cast<double>(expected));
+  r.tokens.resize(static_cast<std::size_t>(r.chunks * r.ctx));
+  read_all(f, r.tokens.data(), r.tokens.size() * sizeof(std::int32_t), path, "tokens");
+  for (std::size_t i = 0; i < r.tokens.size(); ++i)
+    if (r.tokens[i] < 0 || r.tokens[i] >= vocab)
+      fail("{}: token {} of its chunks is {}, outside the vocabulary of {}", path, i, r.tokens[i], vocab);
+  return r;
+}
+
 }  // namespace
+
+bool is_llama_logits_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char magic[8];
+  const bool llama = std::fread(magic, 1, sizeof magic, f) == sizeof magic &&
+                     std::memcmp(magic, kLlamaMagic, sizeof magic) == 0;
+  std::fclose(f);
+  return llama;
+}
+
+ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::int64_t vocab) {
+  std::FILE* f = open_regular(path);
+  try {
+    char magic[8];
+    read_all(f, magic, sizeof magic, path, "magic");
+    if (std::memcmp(magic, kLlamaMagic, sizeof magic) != 0)
+      fail("{}: not llama-perplexity's --kl-divergence-base file (its first bytes are not \"_logits_\")", path);
+    const LlamaLogitsHead head = read_llama_head(f, path, vocab);
+    std::fclose(f);
+    return chunk_plan(head.tokens, head.ctx, head.chunks, bos);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+}
 
 RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start)
     : file_(f), path_(std::move(path)), rename_(rename), vocab_(vocab), data_start_(data_start),
@@ -40,7 +113,7 @@ RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, bool rename, std:
 
 RefLogprobFile::RefLogprobFile(RefLogprobFile&& o) noexcept
     : file_(o.file_), path_(std::move(o.path_)), rename_(o.rename_), rows_read_(o.rows_read_), vocab_(o.vocab_),
-      data_start_(o.data_start_), row_(std::move(o.row_)) {
+      data_start_(o.data_start_), row_(std::move(o.row_)), llama_(o.llama_), packed_(std::move(o.packed_)) {
   o.file_ = nullptr;
 }
 
@@ -66,14 +139,29 @@ RefLogprobFile RefLogprobFile::create(const std::string& path, const ScoringPlan
 }
 
 RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& plan, std::int64_t vocab) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: not found or not a regular file", path);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) fail("{}: cannot open: {}", path, std::strerror(errno));
-  RefLogprobFile r(f, path, false, vocab, 0);
+  RefLogprobFile r(open_regular(path), path, false, vocab, 0);
+  std::FILE* f = r.file_;
   char magic[8];
   read_all(f, magic, sizeof magic, path, "magic");
-  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a woq reference file (bad magic)", path);
+  if (std::memcmp(magic, kLlamaMagic, sizeof magic) == 0) {
+    const LlamaLogitsHead head = read_llama_head(f, path, vocab);
+    if (static_cast<std::int64_t>(plan.sequences.size()) != head.chunks || plan.first_scored != head.ctx / 2)
+      fail("{}: holds {} chunks scored from {}, this run has {} scored from {}", path, head.chunks, head.ctx / 2,
+           plan.sequences.size(), plan.first_scored);
+    for (std::size_t c = 0; c < plan.sequences.size(); ++c) {
+      const std::vector<std::int32_t>& seq = plan.sequences[c];
+      // Position 0 may have become BOS (llama_logits_plan); it is never a scored target.
+      const auto* chunk = head.tokens.data() + c * static_cast<std::size_t>(head.ctx);
+      if (static_cast<std::int64_t>(seq.size()) != head.ctx || !std::equal(seq.begin() + 1, seq.end(), chunk + 1))
+        fail("{}: chunk {} holds different tokens than this run's", path, c);
+    }
+    r.llama_ = true;
+    r.packed_.resize(static_cast<std::size_t>(head.nv));
+    r.data_start_ = std::ftell(f);
+    return r;
+  }
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+    fail("{}: neither a woq reference file nor llama-perplexity's --kl-divergence-base file (bad magic)", path);
   std::int64_t head[3];
   read_all(f, head, sizeof head, path, "header");
   if (head[0] != vocab) fail("{}: computed with a vocabulary of {}, this model has {}", path, head[0], vocab);
@@ -114,7 +202,36 @@ void RefLogprobFile::finish() {
   std::fseek(file_, data_start_, SEEK_SET);
 }
 
+float RefLogprobFile::kl_floor() const {
+  return llama_ ? kLlamaKlFloor : -std::numeric_limits<float>::infinity();
+}
+
+void RefLogprobFile::read_llama_row(float* row) {
+  if (std::fread(packed_.data(), sizeof(std::uint16_t), packed_.size(), file_) != packed_.size())
+    fail("{}: ends before the last scored position", name());
+  float scale = 0, min_log_prob = 0;
+  std::memcpy(&scale, packed_.data(), sizeof scale);
+  std::memcpy(&min_log_prob, packed_.data() + 2, sizeof min_log_prob);
+  if (!std::isfinite(scale) || scale < 0 || !std::isfinite(min_log_prob) || min_log_prob > 1e-3f)
+    fail("{}: scored position {} has scale {} and min_log_prob {}: not llama-perplexity's (corrupt file?)", name(),
+         rows_read_, scale, min_log_prob);
+  // llama-perplexity's decoding (its log_softmax against a base); what it leaves out of the KL, the check leaves out.
+  double sum = 0;
+  for (std::int64_t i = 0; i < vocab_; ++i) {
+    row[i] = scale * static_cast<float>(packed_[static_cast<std::size_t>(4 + i)]) + min_log_prob;
+    if (row[i] > 1e-3f)
+      fail("{}: scored position {} holds {} at token {}: not a log-probability (corrupt file?)", name(), rows_read_,
+           row[i], i);
+    if (row[i] > kLlamaKlFloor) sum += std::exp(static_cast<double>(row[i]));
+  }
+  // Its 16-bit steps of at most 16/65535 nats, and the probabilities below e^-16 it drops, move the sum a little.
+  if (std::fabs(sum - 1.0) > 0.05)
+    fail("{}: scored position {}: probabilities sum to {}, not 1 (corrupt file?)", name(), rows_read_, sum);
+  ++rows_read_;
+}
+
 void RefLogprobFile::read(float* row) {
+  if (llama_) return read_llama_row(row);
   if (std::fread(row, sizeof(float), static_cast<std::size_t>(vocab_), file_) != static_cast<std::size_t>(vocab_))
     fail("{}: ends before the last scored position", name());
   // A log-softmax row: finite values <= 0 whose probabilities sum to 1.
@@ -144,6 +261,7 @@ void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t t
   log_softmax(cand, vocab_, lc.data());
   double kl = 0;
   for (std::int64_t i = 0; i < vocab_; ++i) {
+    if (!(ref[i] > kl_floor_)) continue;
     const double p = std::exp(static_cast<double>(ref[i]));
     kl += p * (static_cast<double>(ref[i]) - lc[static_cast<std::size_t>(i)]);
   }

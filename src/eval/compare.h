@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,10 +16,29 @@
 
 namespace woq {
 
+/// Whether `path` starts as llama-perplexity's --kl-divergence-base file does ("_logits_").
+bool is_llama_logits_file(const std::string& path);
+
+/// The scoring plan of a llama-perplexity --kl-divergence-base file
+/// (examples/perplexity/perplexity.cpp, llama.cpp c392e5094): its n_chunk
+/// chunks of n_ctx tokens, scored from n_ctx / 2, each chunk's first token
+/// replaced by `bos` when >= 0 (as llama-perplexity does; chunk_bos). The file:
+/// "_logits_", int32 n_ctx, int32 n_vocab, int32 n_chunk, int32 tokens
+/// [n_chunk · n_ctx] (the text's, before that replacement), then per chunk and
+/// scored position nv = 2·⌈n_vocab / 2⌉ + 4 uint16: float scale, float
+/// min_log_prob, round((logit − min_logit) / scale) per token, where min_logit
+/// = max(lowest logit, highest − 16) and a 0 stands for min_logit or below.
+/// Throws woq::Error naming the file and field when the header is not such
+/// a file's, its size is not what the header says, n_vocab differs from
+/// `vocab` or a token id is outside it.
+ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::int64_t vocab);
+
 /// Reference log-probabilities file: "WOQREF01", int64 vocab, int64
 /// first_scored, int64 sequences, per sequence int64 length and its int32
 /// token ids, then fp32 log-softmax rows [scored positions, vocab] in plan
-/// order (all little-endian).
+/// order (all little-endian). open() also reads llama-perplexity's
+/// --kl-divergence-base files (llama_logits_plan), whose rows it decodes to
+/// scale · q + min_log_prob.
 class RefLogprobFile {
  public:
   /// Creates `path` for writing the reference of `plan` (written to
@@ -43,9 +63,14 @@ class RefLogprobFile {
   void expect_end();
   /// Positions the file at its first row again (to compare a second candidate).
   void rewind();
+  /// Log-probabilities at or below this are left out of the KL divergence: −16
+  /// for llama-perplexity's files (which hold no finer ones, and leave them out
+  /// too), −∞ for woq's.
+  float kl_floor() const;
 
  private:
   RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start);
+  void read_llama_row(float* row);
   std::string name() const { return path_.empty() ? std::string("temporary reference file") : path_; }
   std::FILE* file_;
   std::string path_;  ///< the file (final path when writing); empty for anonymous
@@ -54,6 +79,8 @@ class RefLogprobFile {
   std::int64_t vocab_;
   long data_start_;
   std::vector<float> row_;
+  bool llama_ = false;  ///< a llama-perplexity --kl-divergence-base file
+  std::vector<std::uint16_t> packed_;  ///< its row being read
 };
 
 /// What eval compare prints.
@@ -70,7 +97,10 @@ struct CompareStats {
 /// Accumulates the comparison one scored position at a time.
 class CompareAccumulator {
  public:
-  explicit CompareAccumulator(std::int64_t vocab) : vocab_(vocab) {}
+  /// kl_floor: reference log-probabilities at or below it are left out of the
+  /// KL divergence (RefLogprobFile::kl_floor).
+  explicit CompareAccumulator(std::int64_t vocab, float kl_floor = -std::numeric_limits<float>::infinity())
+      : vocab_(vocab), kl_floor_(kl_floor) {}
   /// ref_logprobs: the reference's log-softmax row; cand_logits: raw logits.
   void add(const float* ref_logprobs, const float* cand_logits, std::int32_t target);
   /// Throws woq::Error when nothing was added.
@@ -78,6 +108,7 @@ class CompareAccumulator {
 
  private:
   std::int64_t vocab_;
+  float kl_floor_;
   std::vector<double> kl_, nll_ref_, nll_cand_, dp_;
   std::int64_t same_ = 0;
 };

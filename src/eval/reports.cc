@@ -109,7 +109,7 @@ CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& pl
                                     RefLogprobFile& ref, const Progress& progress) {
   const std::int64_t vocab = candidate.config().vocab_size;
   std::vector<float> row(static_cast<std::size_t>(vocab));
-  CompareAccumulator acc(vocab);
+  CompareAccumulator acc(vocab, ref.kl_floor());
   ref.rewind();
   run_plan(
       candidate, plan, batch,
