@@ -122,6 +122,44 @@ TEST(Cli, LlamaPerplexityBaseFileIsAReference) {
   EXPECT_NE(r.err.find("--file is required"), std::string::npos) << r.err;
 }
 
+// eval perplexity --kl-divergence-base writes llama-perplexity's base file: its header and tokens as
+// llama.cpp's own file of the same chunks (tiny-Q3_K_M.kld; each chunk's first token is BOS in woq's, which
+// llama-perplexity puts there when reading either), rows that score woq against itself at KLD 0 and another
+// model at llama.cpp's figure. (llama-perplexity --kl-divergence read such a file at KLD 0.000046 when written.)
+TEST(Cli, PerplexityWritesALlamaPerplexityBaseFile) {
+  const std::string dir = WOQ_TEST_DATA "/gguf_kquant/";
+  test::TempDir tmp;
+  const std::string text = " --file " WOQ_TEST_DATA "/tinystories_heldout.txt -t 2";
+  RunResult r = run("eval perplexity -m " + dir + "tiny-Q3_K_M.gguf --ctx 64 --chunks 4 --kl-divergence-base " +
+                    tmp.file("w.kld") + " --json " + tmp.file("p.json") + text);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string ours = test::read_file(tmp.file("w.kld")), llama = test::read_file(dir + "tiny-Q3_K_M.kld");
+  ASSERT_EQ(ours.size(), llama.size());
+  EXPECT_EQ(ours.substr(0, 20), llama.substr(0, 20));
+  for (std::size_t t = 0; t < 4 * 64; ++t)
+    if (t % 64 != 0) {
+      EXPECT_EQ(ours.substr(20 + 4 * t, 4), llama.substr(20 + 4 * t, 4)) << "token " << t;
+    }
+  const auto compare = [&](const std::string& file) {
+    const RunResult c = run("eval compare -m " + dir + file + " --load-ref " + tmp.file("w.kld") + " -t 2 --json " +
+                            tmp.file("c.json"));
+    EXPECT_EQ(c.code, 0) << c.err;
+    return nlohmann::json::parse(test::read_file(tmp.file("c.json")));
+  };
+  const nlohmann::json self = compare("tiny-Q3_K_M.gguf");
+  EXPECT_LT(std::fabs(self["mean_kl"].get<double>()), 2e-6);  // the 16-bit rows' noise, either side of 0
+  EXPECT_EQ(self["same_top"].get<double>(), 1.0);
+  const double ppl = nlohmann::json::parse(test::read_file(tmp.file("p.json")))["ppl"].get<double>();
+  EXPECT_NEAR(self["ref_ppl"].get<double>(), ppl, 1e-5 * ppl);
+  EXPECT_NEAR(compare("tiny-Q2_K.gguf")["mean_kl"].get<double>(), 1.790412, 0.01);
+  r = run("eval perplexity -m " + dir + "tiny-Q3_K_M.gguf --ctx 64 --per-document x --kl-divergence-base " +
+          tmp.file("d.kld") + text);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--per-document scoring does not give"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("d.kld")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("d.kld.tmp")));
+}
+
 TEST(Cli, AcceptanceGreedyFp32PrintsReferenceText) {
   std::ifstream in(WOQ_TEST_DATA "/stories260K_greedy_once_upon_a_time.json");
   const auto ref = nlohmann::json::parse(in);

@@ -37,6 +37,7 @@ struct EvalArgs {
   std::string ref_low_bit = "fp32";
   std::string ref_dir;
   std::string save_ref, load_ref;
+  std::string kl_base;  ///< perplexity: also write llama-perplexity's --kl-divergence-base file
 };
 
 void add_common(CLI::App* cmd, EvalArgs& a, bool file_required) {
@@ -138,8 +139,17 @@ int run_perplexity(const EvalArgs& a) {
                                               std::make_shared<ThreadPool>(a.model.threads));
   const ScoringPlan plan = make_plan(a, *s.tokenizer, s.model->context_limit());
   require_same_inputs(ranks, "text to score (its chunks' tokens)", plan_digest(plan));
-  const EvalReport report = perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan,
-                                              a.scoring, ranks.leader() ? terminal_progress("chunk") : nullptr, ranks);
+  std::optional<LlamaLogitsWriter> base;
+  if (!a.kl_base.empty()) {
+    if (ranks.size() > 1) fail("--kl-divergence-base is written by one process, not {} ranks", ranks.size());
+    require_writable_path(a.kl_base);
+    base.emplace(a.kl_base, plan, s.model->config().vocab_size);
+  }
+  const ScoredLogits also = [&](std::int64_t, std::int64_t, std::int32_t, const float* logits) { base->write(logits); };
+  const EvalReport report =
+      perplexity_report(*s.model, {model_label(a.model_dir, s.report), s.report.low_bit}, plan, a.scoring,
+                        ranks.leader() ? terminal_progress("chunk") : nullptr, ranks, base ? also : nullptr);
+  if (base) base->finish();
   if (ranks.leader()) print_report(report, a.json);
   return 0;
 }
@@ -388,6 +398,9 @@ Run add_eval(CLI::App& app) {
   CLI::App* p = eval->add_subcommand(
       "perplexity", "Perplexity of a text (llama-perplexity's chunks scored on their second half, or per document)");
   add_common(p, *ppl, true);
+  p->add_option("--kl-divergence-base", ppl->kl_base,
+                "Also write the log-probabilities as llama-perplexity --kl-divergence-base does, for "
+                "llama-perplexity --kl-divergence (or woq eval compare --load-ref) to score other models against");
   auto cmp = std::make_shared<EvalArgs>();
   CLI::App* c = eval->add_subcommand(
       "compare", "KL divergence, same-top-token rate and perplexity ratio of --low-bit against a reference");

@@ -107,6 +107,72 @@ ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::in
   }
 }
 
+LlamaLogitsWriter::LlamaLogitsWriter(const std::string& path, const ScoringPlan& plan, std::int64_t vocab)
+    : path_(path), vocab_(vocab), rows_left_(plan.scored_tokens()),
+      packed_(static_cast<std::size_t>(2 * ((vocab + 1) / 2) + 4), 0) {
+  const std::int64_t ctx = plan.sequences.empty() ? 0 : static_cast<std::int64_t>(plan.sequences.front().size());
+  for (const auto& seq : plan.sequences)
+    if (static_cast<std::int64_t>(seq.size()) != ctx || plan.first_scored != ctx / 2)
+      fail("{}: llama-perplexity's files hold chunks of equal length scored from their middle, which "
+           "--per-document scoring does not give", path);
+  const auto fits = [](std::int64_t v) { return v > 0 && v <= std::numeric_limits<std::int32_t>::max(); };
+  if (!fits(ctx) || !fits(vocab) || !fits(static_cast<std::int64_t>(plan.sequences.size())))
+    fail("{}: no chunks to write, or more than its 32-bit fields hold", path);
+  file_ = std::fopen((path + ".tmp").c_str(), "wb");
+  if (file_ == nullptr) fail("{}.tmp: cannot create: {}", path, std::strerror(errno));
+  const std::int32_t head[3] = {static_cast<std::int32_t>(ctx), static_cast<std::int32_t>(vocab),
+                                static_cast<std::int32_t>(plan.sequences.size())};
+  write_all(file_, kLlamaMagic, sizeof kLlamaMagic, path + ".tmp");
+  write_all(file_, head, sizeof head, path + ".tmp");
+  for (const auto& seq : plan.sequences) write_all(file_, seq.data(), seq.size() * sizeof(std::int32_t), path + ".tmp");
+}
+
+LlamaLogitsWriter::~LlamaLogitsWriter() {
+  if (file_ == nullptr) return;
+  std::fclose(file_);  // not finished: the partial file goes
+  std::error_code ec;
+  std::filesystem::remove(path_ + ".tmp", ec);
+}
+
+void LlamaLogitsWriter::write(const float* logits) {
+  if (rows_left_ <= 0) fail("{}: more scored positions than the plan has", path_);
+  // llama-perplexity's log_softmax(n_vocab, logits, log_prob, tok) (examples/perplexity/perplexity.cpp).
+  float max_logit = logits[0], min_logit = logits[0];
+  for (std::int64_t i = 1; i < vocab_; ++i) max_logit = std::max(max_logit, logits[i]), min_logit = std::min(min_logit, logits[i]);
+  min_logit = std::max(min_logit, max_logit - 16);
+  double sum_exp = 0.0;
+  for (std::int64_t i = 0; i < vocab_; ++i) sum_exp += std::exp(logits[i] - max_logit);
+  const auto log_sum_exp = static_cast<float>(std::log(sum_exp));
+  const float min_log_prob = min_logit - max_logit - log_sum_exp;
+  const float scale = (max_logit - min_logit) / 65535.f;
+  std::memcpy(packed_.data(), &scale, sizeof scale);
+  std::memcpy(packed_.data() + 2, &min_log_prob, sizeof min_log_prob);
+  const float inv_scale = scale != 0 ? 1 / scale : 0;
+  for (std::int64_t i = 0; i < vocab_; ++i)
+    packed_[static_cast<std::size_t>(4 + i)] =
+        scale != 0 && logits[i] > min_logit ? static_cast<std::uint16_t>(std::lrint(inv_scale * (logits[i] - min_logit))) : 0;
+  write_all(file_, packed_.data(), packed_.size() * sizeof(std::uint16_t), path_ + ".tmp");
+  --rows_left_;
+}
+
+void LlamaLogitsWriter::finish() {
+  if (rows_left_ != 0) fail("{}: {} scored positions not written", path_, rows_left_);
+  const bool flushed = std::fflush(file_) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::error_code ec;
+  if (!flushed) {
+    std::filesystem::remove(path_ + ".tmp", ec);
+    fail("{}.tmp: write failed: {}", path_, std::strerror(errno));
+  }
+  std::filesystem::rename(path_ + ".tmp", path_, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(path_ + ".tmp", ec);
+    fail("{}: cannot rename into place: {}", path_, why);
+  }
+}
+
 RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, bool rename, std::int64_t vocab, long data_start)
     : file_(f), path_(std::move(path)), rename_(rename), vocab_(vocab), data_start_(data_start),
       row_(static_cast<std::size_t>(vocab)) {}
@@ -265,7 +331,9 @@ void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t t
     const double p = std::exp(static_cast<double>(ref[i]));
     kl += p * (static_cast<double>(ref[i]) - lc[static_cast<std::size_t>(i)]);
   }
-  kl_.push_back(std::max(0.0, kl));
+  // A woq reference's exact log-probabilities leave only rounding below 0; llama-perplexity's 16-bit ones leave
+  // noise either side of it, which it averages unclipped (clipping would bias the mean up by that noise).
+  kl_.push_back(std::isinf(kl_floor_) ? std::max(0.0, kl) : kl);
   if (std::max_element(ref, ref + vocab_) - ref == std::max_element(cand, cand + vocab_) - cand) ++same_;
   nll_ref_.push_back(-static_cast<double>(ref[target]));
   nll_cand_.push_back(-static_cast<double>(lc[static_cast<std::size_t>(target)]));

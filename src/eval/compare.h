@@ -33,6 +33,30 @@ bool is_llama_logits_file(const std::string& path);
 /// `vocab` or a token id is outside it.
 ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::int64_t vocab);
 
+/// Writes a llama-perplexity --kl-divergence-base file (the layout of
+/// llama_logits_plan) for a chunk plan, encoding each row as its log_softmax
+/// does, so that `llama-perplexity --kl-divergence` (and eval compare
+/// --load-ref) score other models against it. Written to PATH.tmp and renamed
+/// by finish(). Throws woq::Error naming the path on I/O failure, and for a
+/// plan that is not llama-perplexity's (per-document, unequal chunks).
+class LlamaLogitsWriter {
+ public:
+  LlamaLogitsWriter(const std::string& path, const ScoringPlan& plan, std::int64_t vocab);
+  ~LlamaLogitsWriter();
+  LlamaLogitsWriter(const LlamaLogitsWriter&) = delete;
+  LlamaLogitsWriter& operator=(const LlamaLogitsWriter&) = delete;
+  /// Appends one scored position's raw logits [vocab], in plan order.
+  void write(const float* logits);
+  /// Checks every scored position was written and renames PATH.tmp to PATH.
+  void finish();
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  std::int64_t vocab_, rows_left_;
+  std::vector<std::uint16_t> packed_;
+};
+
 /// Reference log-probabilities file: "WOQREF01", int64 vocab, int64
 /// first_scored, int64 sequences, per sequence int64 length and its int32
 /// token ids, then fp32 log-softmax rows [scored positions, vocab] in plan

@@ -61,15 +61,18 @@ void require_same_vocabulary(const Tokenizer& candidate, const std::string& cand
 }
 
 EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const ScoringPlan& plan,
-                             const ScoringRequest& r, const Progress& progress, Ranks& ranks) {
+                             const ScoringRequest& r, const Progress& progress, Ranks& ranks,
+                             const ScoredLogits& also) {
+  if (also && ranks.size() > 1) fail("the logits of every scored position are kept by one process only, not {} ranks", ranks.size());
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<double> nll;
   const auto [first, last] = share(static_cast<std::int64_t>(plan.sequences.size()), ranks.rank(), ranks.size());
   if (ranks.size() > 1) ranks.all_gather({});  // start together: the slowest rank's time is then the wall time
   double seconds = run_plan(
       model, plan.slice(first, last), r.batch,
-      [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
+      [&](std::int64_t seq, std::int64_t pos, std::int32_t target, const float* logits) {
         nll.push_back(token_nll(logits, vocab, target));
+        if (also) also(seq, pos, target, logits);
       },
       progress);
   if (ranks.size() > 1) {

@@ -59,10 +59,11 @@ struct ModelIdentity {
 /// tokens_per_second, ranks. Data-parallel over `ranks` (collective): each rank runs its contiguous share of
 /// the sequences (core/ranks.h share()) and the per-token log-likelihoods are gathered in sequence order, so
 /// every rank returns one process's report bit for bit but for the speed (total tokens over the slowest
-/// rank's time); `progress` counts this rank's sequences.
+/// rank's time); `progress` counts this rank's sequences. `also`, when given, receives every scored
+/// position's logits in plan order (one process only: throws woq::Error on more ranks).
 EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const ScoringPlan& plan,
                              const ScoringRequest& request, const Progress& progress = nullptr,
-                             Ranks& ranks = one_process());
+                             Ranks& ranks = one_process(), const ScoredLogits& also = nullptr);
 
 /// eval compare's (also eval recovery's and explain's) check that the
 /// reference reads the text as the candidate does (the plan is the
