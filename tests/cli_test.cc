@@ -117,6 +117,30 @@ TEST(Cli, LlamaPerplexityBaseFileIsAReference) {
   bad(row, "", "scored position 0");
   bad(bytes, " --file " WOQ_TEST_DATA "/tinystories_heldout.txt", "--file cannot apply");
   bad(bytes, " --ctx 32", "--ctx cannot apply");
+  bad(bytes, " --ref-low-bit q8_0", "--ref-low-bit cannot apply");
+  bad(bytes, " --json " + tmp.file("bad.kld"), "is the --load-ref file: writing it would destroy the reference");
+  EXPECT_EQ(test::read_file(tmp.file("bad.kld")), bytes);
+  std::string many = bytes;
+  many[18] = 0x40;  // n_chunk = 0x400004: 2^28 tokens, refused before the size is looked at or anything read
+  bad(many, "", "more than the 134217728 tokens woq reads");
+  std::string wide = bytes;
+  wide[9] = 0x10;  // n_ctx = 4160
+  bad(wide, "", "n_ctx = 4160, beyond the model's context of 2048");
+  {  // a base whose chunks start without BOS (llama-perplexity's tokenizer added none): scored as the file has them
+    std::string no_bos = bytes;
+    no_bos[20] = 5;
+    test::write_file(tmp.file("nobos.kld"), no_bos);
+    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("nobos.kld"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("chunks do not have BOS first, as llama-perplexity left them; this model's tokenizer adds BOS"),
+              std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("124 scored tokens (4 chunks of 64 tokens scored from 32)"), std::string::npos) << r.out;
+  }
+  {
+    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("missing.kld"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("missing.kld: not found or not a regular file"), std::string::npos) << r.err;
+  }
   const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--file is required"), std::string::npos) << r.err;

@@ -209,9 +209,13 @@ TEST(Compare, LlamaBaseRowsDecodeAsLlamaPerplexityDoes) {
     f.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * 2));  // position 2
   }
   EXPECT_TRUE(is_llama_logits_file(tmp.file("base.kld")));
-  const ScoringPlan plan = llama_logits_plan(tmp.file("base.kld"), 0, 5);
+  const LlamaLogitsPlan with_bos = llama_logits_plan(tmp.file("base.kld"), 1, 5, 2048);  // starts with BOS 1
+  EXPECT_TRUE(with_bos.bos);
+  EXPECT_FALSE(llama_logits_plan(tmp.file("base.kld"), 0, 5, 2048).bos);
+  EXPECT_THROW(llama_logits_plan(tmp.file("base.kld"), 1, 5, 3), Error);  // n_ctx 4 beyond a context of 3
+  const ScoringPlan& plan = with_bos.plan;
   ASSERT_EQ(plan.sequences.size(), 1u);
-  EXPECT_EQ(plan.sequences[0], (std::vector<std::int32_t>{0, 2, 3, 4}));  // the first token made BOS
+  EXPECT_EQ(plan.sequences[0], (std::vector<std::int32_t>{1, 2, 3, 4}));
   EXPECT_EQ(plan.first_scored, 2);
   RefLogprobFile ref = RefLogprobFile::open(tmp.file("base.kld"), plan, 5);
   std::vector<float> decoded(5);

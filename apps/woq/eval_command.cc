@@ -156,26 +156,36 @@ int run_perplexity(const EvalArgs& a) {
 
 // The chunks of llama-perplexity's --kl-divergence-base file: its tokens, n_ctx and n_chunk, so
 // the flags that choose the text and its chunks are refused.
+// Each chunk starts with BOS when llama-perplexity's tokenizer added it (the file's first token), whatever
+// this model's tokenizer does: the same inputs, so that the KL compares the models alone.
 ScoringPlan llama_reference_plan(const EvalArgs& a, const CLI::App& cmd, const Tokenizer& tok, const ModelConfig& config) {
-  for (const char* flag : {"--file", "--ctx", "--chunks", "--per-document", "--no-bos-per-chunk"})
+  for (const char* flag : {"--file", "--ctx", "--chunks", "--per-document", "--no-bos-per-chunk", "--ref-low-bit"})
     if (cmd.count(flag) > 0)
-      fail("{} is llama-perplexity's --kl-divergence-base file, which holds its chunks' tokens: {} cannot apply",
-           a.load_ref, flag);
-  ScoringPlan plan = llama_logits_plan(a.load_ref, chunk_bos(tok), config.vocab_size);
-  if (static_cast<std::int64_t>(plan.sequences.front().size()) > config.context_limit())
-    fail("{}: chunks of {} tokens, beyond the model's context of {}", a.load_ref, plan.sequences.front().size(),
-         config.context_limit());
-  return plan;
+      fail("{} is llama-perplexity's --kl-divergence-base file, which holds its chunks' tokens and log-probabilities: "
+           "{} cannot apply", a.load_ref, flag);
+  LlamaLogitsPlan p = llama_logits_plan(a.load_ref, tok.bos_id(), config.vocab_size, config.context_limit());
+  if (p.bos != tok.add_bos())
+    fmt::print(stderr, "woq: note: {}'s chunks {} BOS first, as llama-perplexity {} them; this model's tokenizer {} "
+               "(the chunks are scored as the file has them)\n", a.load_ref, p.bos ? "have" : "do not have",
+               p.bos ? "gave" : "left", tok.add_bos() ? "adds BOS" : "adds none");
+  return std::move(p.plan);
 }
 
 int run_compare(const EvalArgs& a, const CLI::App& cmd) {
   if (!a.load_ref.empty() && (!a.ref_dir.empty() || !a.save_ref.empty()))
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
+  std::error_code ec;
+  if (!a.load_ref.empty() && !std::filesystem::is_regular_file(a.load_ref, ec))
+    fail("--load-ref {}: not found or not a regular file", a.load_ref);
   const bool llama_ref = !a.load_ref.empty() && is_llama_logits_file(a.load_ref);
   if (!llama_ref && a.file.empty())
     fail("--file is required (or --load-ref with a file llama-perplexity --kl-divergence-base wrote)");
   for (const std::string* out : {&a.json, &a.save_ref})
-    if (!out->empty()) require_writable_path(*out);
+    if (!out->empty()) {
+      require_writable_path(*out);
+      if (!a.load_ref.empty() && std::filesystem::equivalent(*out, a.load_ref, ec))
+        fail("{} is the --load-ref file: writing it would destroy the reference", *out);
+    }
   const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ModelConfig config = read_model_config(a.model_dir);

@@ -29,9 +29,14 @@ void log_softmax(const float* x, std::int64_t n, float* out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] - log_z);
 }
 
+// llama-perplexity's percentile: linear between the two nearest ranks (the median of an even count is the
+// mean of the middle two).
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), q * static_cast<double>(v.size() - 1) + 0.5))];
+  const double p = q * static_cast<double>(v.size() - 1);
+  const auto i = static_cast<std::size_t>(p);
+  const double f = p - static_cast<double>(i);
+  return (1 - f) * v[i] + f * v[std::min(i + 1, v.size() - 1)];
 }
 
 std::FILE* open_regular(const std::string& path) {
@@ -49,13 +54,22 @@ struct LlamaLogitsHead {
   std::vector<std::int32_t> tokens;
 };
 
-// Reads and checks the header after the magic, and the tokens; leaves f at the first row.
-LlamaLogitsHead read_llama_head(std::FILE* f, const std::string& path, std::int64_t vocab) {
+constexpr std::int64_t kLlamaMaxTokens = std::int64_t{1} << 27;  // 512 MiB of ids; wiki.test.raw has ~0.3 M
+
+// Reads and checks the header after the magic, and the tokens; leaves f at the first row. context_limit <= 0:
+// not checked here.
+LlamaLogitsHead read_llama_head(std::FILE* f, const std::string& path, std::int64_t vocab,
+                                std::int64_t context_limit) {
   std::int32_t h[3];
   read_all(f, h, sizeof h, path, "n_ctx, n_vocab and n_chunk");
   LlamaLogitsHead r{.ctx = h[0], .vocab = h[1], .chunks = h[2], .nv = 0, .tokens = {}};
-  if (r.ctx < 3) fail("{}: n_ctx = {} (llama-perplexity's chunks hold at least 3 tokens)", path, r.ctx);
+  if (r.ctx < 3) fail("{}: n_ctx = {}: chunks of fewer than 3 tokens leave nothing to score", path, r.ctx);
+  if (context_limit > 0 && r.ctx > context_limit)
+    fail("{}: n_ctx = {}, beyond the model's context of {} tokens", path, r.ctx, context_limit);
   if (r.chunks < 1) fail("{}: n_chunk = {}", path, r.chunks);
+  if (r.chunks * r.ctx > kLlamaMaxTokens)
+    fail("{}: n_chunk = {} chunks of n_ctx = {} tokens: more than the {} tokens woq reads from such a file", path,
+         r.chunks, r.ctx, kLlamaMaxTokens);
   if (r.vocab != vocab) fail("{}: n_vocab = {}, this model has a vocabulary of {}", path, r.vocab, vocab);
   r.nv = 2 * ((r.vocab + 1) / 2) + 4;
   // Exact below 2^64 (x86's 64-bit mantissa); a larger product cannot be a file's size anyway.
@@ -91,16 +105,18 @@ bool is_llama_logits_file(const std::string& path) {
   return llama;
 }
 
-ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::int64_t vocab) {
+LlamaLogitsPlan llama_logits_plan(const std::string& path, std::int32_t bos_id, std::int64_t vocab,
+                                  std::int64_t context_limit) {
   std::FILE* f = open_regular(path);
   try {
     char magic[8];
     read_all(f, magic, sizeof magic, path, "magic");
     if (std::memcmp(magic, kLlamaMagic, sizeof magic) != 0)
       fail("{}: not llama-perplexity's --kl-divergence-base file (its first bytes are not \"_logits_\")", path);
-    const LlamaLogitsHead head = read_llama_head(f, path, vocab);
+    const LlamaLogitsHead head = read_llama_head(f, path, vocab, context_limit);
     std::fclose(f);
-    return chunk_plan(head.tokens, head.ctx, head.chunks, bos);
+    const bool bos = bos_id >= 0 && head.tokens.front() == bos_id;
+    return {chunk_plan(head.tokens, head.ctx, head.chunks, bos ? bos_id : -1), bos};
   } catch (...) {
     std::fclose(f);
     throw;
@@ -210,7 +226,7 @@ RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& 
   char magic[8];
   read_all(f, magic, sizeof magic, path, "magic");
   if (std::memcmp(magic, kLlamaMagic, sizeof magic) == 0) {
-    const LlamaLogitsHead head = read_llama_head(f, path, vocab);
+    const LlamaLogitsHead head = read_llama_head(f, path, vocab, 0);
     if (static_cast<std::int64_t>(plan.sequences.size()) != head.chunks || plan.first_scored != head.ctx / 2)
       fail("{}: holds {} chunks scored from {}, this run has {} scored from {}", path, head.chunks, head.ctx / 2,
            plan.sequences.size(), plan.first_scored);
@@ -358,7 +374,7 @@ CompareStats CompareAccumulator::result() const {
   s.p99_kl = quantile(kl_, 0.99);
   s.max_kl = *std::max_element(kl_.begin(), kl_.end());
   s.same_top = static_cast<double>(same_) / n;
-  s.same_top_stderr = n > 1 ? std::sqrt(s.same_top * (1 - s.same_top) / n) : 0.0;
+  s.same_top_stderr = n > 1 ? std::sqrt(s.same_top * (1 - s.same_top) / (n - 1)) : 0.0;  // llama-perplexity's
   s.ref = perplexity(nll_ref_);
   s.cand = perplexity(nll_cand_);
   s.ppl_ratio = s.cand.ppl / s.ref.ppl;

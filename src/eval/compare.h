@@ -19,19 +19,29 @@ namespace woq {
 /// Whether `path` starts as llama-perplexity's --kl-divergence-base file does ("_logits_").
 bool is_llama_logits_file(const std::string& path);
 
+/// The chunks of a llama-perplexity --kl-divergence-base file, and whether
+/// their first tokens were made BOS.
+struct LlamaLogitsPlan {
+  ScoringPlan plan;
+  bool bos = false;
+};
+
 /// The scoring plan of a llama-perplexity --kl-divergence-base file
 /// (examples/perplexity/perplexity.cpp, llama.cpp c392e5094): its n_chunk
-/// chunks of n_ctx tokens, scored from n_ctx / 2, each chunk's first token
-/// replaced by `bos` when >= 0 (as llama-perplexity does; chunk_bos). The file:
-/// "_logits_", int32 n_ctx, int32 n_vocab, int32 n_chunk, int32 tokens
+/// chunks of n_ctx tokens, scored from n_ctx / 2. When the file's first token
+/// is `bos_id` (the model's BOS; -1: none), llama-perplexity's tokenizer added
+/// BOS and it made every chunk's first token BOS, so this plan does too. The
+/// file: "_logits_", int32 n_ctx, int32 n_vocab, int32 n_chunk, int32 tokens
 /// [n_chunk · n_ctx] (the text's, before that replacement), then per chunk and
 /// scored position nv = 2·⌈n_vocab / 2⌉ + 4 uint16: float scale, float
 /// min_log_prob, round((logit − min_logit) / scale) per token, where min_logit
 /// = max(lowest logit, highest − 16) and a 0 stands for min_logit or below.
-/// Throws woq::Error naming the file and field when the header is not such
-/// a file's, its size is not what the header says, n_vocab differs from
-/// `vocab` or a token id is outside it.
-ScoringPlan llama_logits_plan(const std::string& path, std::int32_t bos, std::int64_t vocab);
+/// Throws woq::Error naming the file and field when the header is not such a
+/// file's, n_ctx exceeds `context_limit` or the tokens exceed 2^27 (checked
+/// before anything is allocated), its size is not what the header says,
+/// n_vocab differs from `vocab` or a token id is outside it.
+LlamaLogitsPlan llama_logits_plan(const std::string& path, std::int32_t bos_id, std::int64_t vocab,
+                                  std::int64_t context_limit);
 
 /// Writes a llama-perplexity --kl-divergence-base file (the layout of
 /// llama_logits_plan) for a chunk plan, encoding each row as its log_softmax
@@ -110,9 +120,10 @@ class RefLogprobFile {
 /// What eval compare prints.
 struct CompareStats {
   std::int64_t positions = 0;
-  double mean_kl = 0, kl_stderr = 0, median_kl = 0, p90_kl = 0, p99_kl = 0, max_kl = 0;  ///< nats
+  /// nats; quantiles linear between the nearest ranks, as llama-perplexity's
+  double mean_kl = 0, kl_stderr = 0, median_kl = 0, p90_kl = 0, p99_kl = 0, max_kl = 0;
   double same_top = 0;  ///< fraction of positions whose argmax tokens agree
-  double same_top_stderr = 0;  ///< its binomial standard error sqrt(p (1 - p) / n); 0 for one position
+  double same_top_stderr = 0;  ///< its binomial standard error sqrt(p (1 - p) / (n - 1)); 0 for one position
   Perplexity ref, cand;
   double ppl_ratio = 0;  ///< cand / ref
   double rms_dp = 0;     ///< RMS of p_cand(target) - p_ref(target), as a fraction

@@ -17,7 +17,9 @@ std::string describe_plan(const ScoringRequest& r, const ScoringPlan& plan) {
   if (!r.per_document.empty())
     return fmt::format("{} documents scored from position 0{}", plan.sequences.size(),
                        plan.truncated > 0 ? fmt::format(", {} cut to --ctx {}", plan.truncated, r.ctx) : "");
-  return fmt::format("{} chunks of {} tokens scored from {}", plan.sequences.size(), r.ctx, plan.first_scored);
+  return fmt::format("{} chunks of {} tokens scored from {}", plan.sequences.size(),
+                     plan.sequences.empty() ? r.ctx : static_cast<std::int64_t>(plan.sequences.front().size()),
+                     plan.first_scored);
 }
 
 // A JSON-quoted string; invalid UTF-8 bytes shown as U+FFFD.
