@@ -54,6 +54,9 @@ struct LlamaLogitsHead {
   std::vector<std::int32_t> tokens;
 };
 
+// uint16 per scored position of such a file: two floats, then the vocabulary padded to an even count.
+std::int64_t llama_row_u16(std::int64_t vocab) { return 2 * ((vocab + 1) / 2) + 4; }
+
 constexpr std::int64_t kLlamaMaxTokens = std::int64_t{1} << 27;  // 512 MiB of ids; wiki.test.raw has ~0.3 M
 
 // Reads and checks the header after the magic, and the tokens; leaves f at the first row. context_limit <= 0:
@@ -71,7 +74,7 @@ LlamaLogitsHead read_llama_head(std::FILE* f, const std::string& path, std::int6
     fail("{}: n_chunk = {} chunks of n_ctx = {} tokens: more than the {} tokens woq reads from such a file", path,
          r.chunks, r.ctx, kLlamaMaxTokens);
   if (r.vocab != vocab) fail("{}: n_vocab = {}, this model has a vocabulary of {}", path, r.vocab, vocab);
-  r.nv = 2 * ((r.vocab + 1) / 2) + 4;
+  r.nv = llama_row_u16(r.vocab);
   // Exact below 2^64 (x86's 64-bit mantissa); a larger product cannot be a file's size anyway.
   const long double rows = static_cast<long double>(r.chunks) * static_cast<long double>(r.ctx - 1 - r.ctx / 2);
   const long double expected = 20.0L + 4.0L * static_cast<long double>(r.chunks) * static_cast<long double>(r.ctx) +
@@ -125,7 +128,7 @@ LlamaLogitsPlan llama_logits_plan(const std::string& path, std::int32_t bos_id, 
 
 LlamaLogitsWriter::LlamaLogitsWriter(const std::string& path, const ScoringPlan& plan, std::int64_t vocab)
     : path_(path), vocab_(vocab), rows_left_(plan.scored_tokens()),
-      packed_(static_cast<std::size_t>(2 * ((vocab + 1) / 2) + 4), 0) {
+      packed_(static_cast<std::size_t>(llama_row_u16(vocab)), 0) {
   const std::int64_t ctx = plan.sequences.empty() ? 0 : static_cast<std::int64_t>(plan.sequences.front().size());
   for (const auto& seq : plan.sequences)
     if (static_cast<std::int64_t>(seq.size()) != ctx || plan.first_scored != ctx / 2)
