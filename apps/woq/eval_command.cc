@@ -45,8 +45,8 @@ void add_common(CLI::App* cmd, EvalArgs& a, bool file_required) {
   add_model_flags(cmd, a.model);
   CLI::Option* file = cmd->add_option("-f,--file", a.file,
                                       file_required ? "Text file to score"
-                                                    : "Text file to score (not with a llama-perplexity --load-ref file, "
-                                                      "which holds its chunks' tokens)");
+                                                    : "Text file to score (required unless --load-ref is llama-perplexity's "
+                                                      "--kl-divergence-base file, which holds its chunks' tokens)");
   if (file_required) file->required();
   cmd->add_option("-c,--ctx-size,--ctx", a.scoring.ctx, "Tokens per chunk (documents are cut to this)")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", a.scoring.batch, "Tokens per forward call; 0 = the whole chunk")->capture_default_str()->check(kNonNegative);
