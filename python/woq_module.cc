@@ -437,6 +437,7 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("rounding", &LoadRequest::rounding)
       .def_readwrite("lm_head_low_bit", &LoadRequest::lm_head_low_bit)
       .def_readwrite("activations", &LoadRequest::activations)
+      .def_readwrite("numerics", &LoadRequest::numerics)
       .def_readwrite("plan", &LoadRequest::plan);
 
   py::class_<Penalties>(mod, "Penalties")

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,134 +18,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu.h"
 #include "test_files.h"
+#include "woq_cli.h"
 
 namespace woq {
 namespace {
 
-struct RunResult {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-RunResult run(const std::string& args, const std::string& env = "") {
-  test::TempDir tmp;
-  const std::string cmd = env + " " WOQ_BIN " " + args + " > " + tmp.file("out") + " 2> " + tmp.file("err");
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, test::read_file(tmp.file("out")),
-          test::read_file(tmp.file("err"))};
-}
+using test::run;
+using test::RunResult;
 
 const std::string kModel = WOQ_MODEL_DIR;
-
-// Files llama.cpp's llama-quantize wrote (tests/data/gguf_kquant, every K-quant q2_K ... q6_K in its own
-// mixes and q/k row order) give llama-perplexity's value (recorded there) on the same chunks, to the
-// few 1e-4 the operations outside the matrix products leave (a wrong K-quant layout or kernel moves it
-// by far more), and the same value bit for bit on the scalar reference kernels.
-TEST(Cli, KQuantFilesGiveLlamaPerplexitysValue) {
-  for (const auto& [file, llama] : {std::pair<std::string, double>{"tiny-Q3_K_M.gguf", 7922.4635},
-                                    {"tiny-Q2_K.gguf", 6593.7966}}) {
-    std::string json[2];
-    for (int i = 0; i < 2; ++i) {
-      test::TempDir tmp;
-      const RunResult r = run("eval perplexity -m " WOQ_TEST_DATA "/gguf_kquant/" + file +
-                                  " --file " WOQ_TEST_DATA "/tinystories_heldout.txt --ctx 64 --chunks 16 -t 2 --json " +
-                                  tmp.file("p.json"),
-                              i == 0 ? "" : "WOQ_ISA=scalar");
-      ASSERT_EQ(r.code, 0) << r.err;
-      EXPECT_NE(r.err.find("used as stored in the GGUF q"), std::string::npos) << r.err;
-      json[i] = test::read_file(tmp.file("p.json"));
-    }
-    const auto got = nlohmann::json::parse(json[0]);
-    EXPECT_NEAR(got["ppl"].get<double>(), llama, 1e-3 * llama) << file;
-    EXPECT_EQ(got["ppl"].get<double>(), nlohmann::json::parse(json[1])["ppl"].get<double>()) << file;
-    EXPECT_EQ(got["tokens"].get<int>(), 496);
-  }
-  // --low-bit converts only float layers: on a file whose every linear is used as stored it says so.
-  const RunResult r = run("generate -m " WOQ_TEST_DATA "/gguf_kquant/tiny-Q2_K.gguf -p Once -n 2 --low-bit sym_int8");
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("warning: --low-bit sym_int8 has no effect"), std::string::npos) << r.err;
-}
-
-// llama-perplexity's --kl-divergence-base file (tests/data/gguf_kquant/tiny-Q3_K_M.kld, written by llama.cpp
-// c392e5094 from tiny-Q3_K_M.gguf) as eval compare's reference: its chunks' tokens, and the statistics
-// llama-perplexity --kl-divergence printed for tiny-Q2_K.gguf against it (README there).
-TEST(Cli, LlamaPerplexityBaseFileIsAReference) {
-  const std::string dir = WOQ_TEST_DATA "/gguf_kquant/";
-  const std::string base = dir + "tiny-Q3_K_M.kld";
-  const auto compare = [&](const std::string& file) {
-    test::TempDir tmp;
-    const RunResult r = run("eval compare -m " + dir + file + " --load-ref " + base + " -t 2 --json " + tmp.file("c.json"));
-    EXPECT_EQ(r.code, 0) << r.err;
-    EXPECT_EQ(r.out.find("With f32 activations"), std::string::npos) << r.out;  // llama.cpp's reference rounds them too
-    return nlohmann::json::parse(test::read_file(tmp.file("c.json")));
-  };
-  const nlohmann::json other = compare("tiny-Q2_K.gguf");
-  EXPECT_EQ(other["tokens"].get<int>(), 4 * 31);
-  EXPECT_NEAR(other["mean_kl"].get<double>(), 1.790412, 1e-6);
-  EXPECT_NEAR(other["same_top"].get<double>() * 124, 19, 1e-9);  // 15.323 %
-  EXPECT_NEAR(other["ref_ppl"].get<double>(), 6907.749079, 1e-5 * 6907.749079);
-  EXPECT_NEAR(other["ppl"].get<double>(), 5287.493337, 1e-3 * 5287.493337);
-  // The very file the base came from: woq computes what llama.cpp computes, to the operations outside the
-  // matrix products (its kernels'; mean KLD 5e-5 when written).
-  const nlohmann::json same = compare("tiny-Q3_K_M.gguf");
-  EXPECT_LT(same["mean_kl"].get<double>(), 1e-3);
-  EXPECT_GE(same["same_top"].get<double>(), 0.95);
-
-  test::TempDir tmp;
-  const std::string bytes = test::read_file(base);
-  const auto bad = [&](const std::string& content, const std::string& extra, const std::string& message) {
-    test::write_file(tmp.file("bad.kld"), content);
-    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("bad.kld") + extra);
-    EXPECT_NE(r.code, 0);
-    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("bad.kld"), std::string::npos) << r.err;
-  };
-  bad(bytes.substr(0, bytes.size() - 100), "", "bytes, but its n_ctx = 64, n_vocab = 512 and n_chunk = 4 make");
-  bad(bytes.substr(0, 10), "", "truncated");
-  std::string lying = bytes;
-  lying[16] = 127;  // n_chunk
-  bad(lying, "", "(truncated, or not llama-perplexity's");
-  std::string vocab = bytes;
-  vocab[12] = 1;  // n_vocab 513
-  bad(vocab, "", "n_vocab = 513, this model has a vocabulary of 512");
-  std::string token = bytes;
-  token[20 + 4 * 5 + 3] = '\x40';  // token 5
-  bad(token, "", "token 5 of its chunks is");
-  std::string row = bytes;
-  row[20 + 64 * 4 * 4 + 3] = '\x7f';  // the first row's scale: 2^255-ish
-  bad(row, "", "scored position 0");
-  bad(bytes, " --file " WOQ_TEST_DATA "/tinystories_heldout.txt", "--file cannot apply");
-  bad(bytes, " --ctx 32", "--ctx cannot apply");
-  bad(bytes, " --ref-low-bit q8_0", "--ref-low-bit cannot apply");
-  bad(bytes, " --json " + tmp.file("bad.kld"), "is the --load-ref file: writing it would destroy the reference");
-  EXPECT_EQ(test::read_file(tmp.file("bad.kld")), bytes);
-  std::string many = bytes;
-  many[18] = 0x40;  // n_chunk = 0x400004: 2^28 tokens, refused before the size is looked at or anything read
-  bad(many, "", "more than the 134217728 tokens woq reads");
-  std::string wide = bytes;
-  wide[9] = 0x10;  // n_ctx = 4160
-  bad(wide, "", "n_ctx = 4160, beyond the model's context of 2048");
-  {  // a base whose chunks start without BOS (llama-perplexity's tokenizer added none): scored as the file has them
-    std::string no_bos = bytes;
-    no_bos[20] = 5;
-    test::write_file(tmp.file("nobos.kld"), no_bos);
-    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("nobos.kld"));
-    EXPECT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.err.find("chunks do not have BOS first, as llama-perplexity left them; this model's tokenizer adds BOS"),
-              std::string::npos) << r.err;
-    EXPECT_NE(r.out.find("124 scored tokens (4 chunks of 64 tokens scored from 32)"), std::string::npos) << r.out;
-  }
-  {
-    const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf --load-ref " + tmp.file("missing.kld"));
-    EXPECT_NE(r.code, 0);
-    EXPECT_NE(r.err.find("missing.kld: not found or not a regular file"), std::string::npos) << r.err;
-  }
-  const RunResult r = run("eval compare -m " + dir + "tiny-Q3_K_M.gguf");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("--file is required"), std::string::npos) << r.err;
-}
 
 // eval perplexity --kl-divergence-base writes llama-perplexity's base file: its header and tokens as
 // llama.cpp's own file of the same chunks (tiny-Q3_K_M.kld; each chunk's first token is BOS in woq's, which

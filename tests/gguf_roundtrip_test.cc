@@ -69,7 +69,9 @@ std::string export_to(const std::string& in, const std::string& out, LowBit type
 std::vector<float> logits_of(const std::string& model, const QuantSpec& linear,
                              std::optional<Activations> activations = std::nullopt) {
   ThreadPool pool(2);
-  auto m = LlamaModel::load(model, LoadOptions{linear, std::nullopt, activations, {}}, pool);
+  LoadOptions options{linear, std::nullopt, activations, {}};
+  options.numerics = Numerics::kWoq;  // GGUF files and directories alike: the weights are what is compared
+  auto m = LlamaModel::load(model, options, pool);
   std::mt19937 rng(11);
   std::vector<std::int32_t> ids(10);
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 500);

@@ -154,7 +154,9 @@ TEST(KQuantExport, FallbackTypesLoadAsStored) {
   EXPECT_EQ(file.find_tensor("output.weight"), nullptr);  // tied: token_embd takes output's type
   EXPECT_EQ(file.find_tensor("token_embd.weight")->type->type, GgmlType::kQ8_0);
   LoadReport rep;
-  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request({}), pool, &rep);
+  LoadRequest woq_rounding;  // compared with the in-memory model: the same rounding outside the matrix products
+  woq_rounding.numerics = "woq";
+  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request(woq_rounding), pool, &rep);
   const QuantMatrix& w = model->block_linear(2, LinearRole::kUp);
   EXPECT_EQ(w.type, LowBit::kSymInt8);
   EXPECT_EQ(w.activations, Activations::kInt8);
@@ -202,7 +204,9 @@ TEST(KQuantExport, Q5_1FallbacksLoadAsStored) {
   const GgufTensorInfo& up = *file.find_tensor("blk.2.ffn_up.weight");
   ASSERT_EQ(up.type->type, GgmlType::kQ5_1);
   LoadReport rep;
-  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request({}), pool, &rep);
+  LoadRequest woq_rounding;  // compared with the in-memory model: the same rounding outside the matrix products
+  woq_rounding.numerics = "woq";
+  const auto model = LlamaModel::load(tmp.file("st.gguf"), parse_load_request(woq_rounding), pool, &rep);
   const QuantMatrix& w = model->block_linear(2, LinearRole::kUp);
   EXPECT_EQ(w.type, LowBit::kQ5_1);
   EXPECT_EQ(w.activations, Activations::kInt8);

@@ -529,7 +529,9 @@ TEST(PlanSearch, AGgufPlanWrittenAsGgufIsThePlanInMemory) {
   in_memory.activations = plan->activations;
   in_memory.plan = plan;
   auto a = LlamaModel::load(WOQ_MODEL_DIR, in_memory, pool);
-  auto b = LlamaModel::load(file, parse_load_request({}), pool);  // as woq loads it by default
+  LoadRequest as_woq;  // as woq loads it by default, in the in-memory model's rounding outside the matrix products
+  as_woq.numerics = "woq";
+  auto b = LlamaModel::load(file, parse_load_request(as_woq), pool);
   const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 80, 65, 11, 300};
   std::vector<float> la, lb;
   KVCache ca = a->make_cache(16), cb = b->make_cache(16);

@@ -23,6 +23,7 @@ namespace {
 struct Result {
   std::string text;
   std::vector<std::int32_t> ids;
+  std::vector<double> logprobs;  ///< with EngineRequest::logprobs
   FinishEvent finish;
 };
 
@@ -39,6 +40,7 @@ std::pair<std::shared_ptr<EngineRequest>, std::future<Result>> make_request(cons
   r->on_token = [result](const TokenEvent& ev) {
     result->text += ev.text;
     result->ids.push_back(ev.token.id);
+    result->logprobs.push_back(ev.token.logprob);
   };
   r->on_finish = [result, promise](const FinishEvent& f) {
     result->text += f.text;
@@ -100,6 +102,58 @@ TEST_F(ServerTest, GreedyTokensDoNotDependOnTheBatch) {
   const Result a = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
   const Result b = submit(engine, tok_, "Once upon a time", 25, 0.8f, 7).get();
   EXPECT_EQ(a.ids, b.ids);
+}
+
+// A GGUF file's ggml numerics: forward() takes llama.cpp's one-token order for a lone row (token-by-token
+// logits differ from the prompt batch's in their last bits), the engine the batched order for every pass, so
+// that its greedy requests still do not depend on the batch.
+TEST(ServerGguf, GreedyTokensDoNotDependOnTheBatch) {
+  const std::string file = WOQ_TEST_DATA "/gguf_kquant/tiny-Q3_K_M.gguf";
+  ThreadPool pool(2);
+  auto model = LlamaModel::load(file, {}, pool);
+  ASSERT_EQ(model->config().numerics, Numerics::kGgml);
+  const std::vector<std::int32_t> ids = {1, 403, 407, 261, 378, 80, 65, 11, 300, 42, 17, 99};
+  const auto logits = [&](bool one_by_one) {
+    KVCache cache = model->make_cache(16);
+    std::vector<float> all, step;
+    if (!one_by_one) {
+      model->forward(ids, cache, true, all);
+      return all;
+    }
+    for (const std::int32_t id : ids) {
+      model->forward(std::span(&id, 1), cache, false, step);
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  };
+  EXPECT_NE(logits(true), logits(false));  // the one-token order differs (it is checked against ggml elsewhere)
+  model->set_batch_invariant(true);
+  EXPECT_EQ(logits(true), logits(false));
+  model->set_batch_invariant(false);
+
+  const Tokenizer tok = Tokenizer::load(file);
+  Metrics metrics;
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily and Tom went", "One day"};
+  // Greedy, with each token's log-probability (its bits show the order a lone decode step took).
+  const auto request = [&](Engine& engine, const std::string& prompt) {
+    auto [r, result] = make_request(tok, prompt, 24, 0.0f, 0);
+    r->logprobs = true;
+    engine.submit(r);
+    return std::move(result);
+  };
+  std::vector<Result> alone;
+  {
+    Engine engine(*model, tok, metrics, {1, 0});
+    for (const std::string& p : prompts) alone.push_back(request(engine, p).get());
+  }
+  Engine engine(*model, tok, metrics, {4, 0});
+  std::vector<std::future<Result>> batched;
+  for (const std::string& p : prompts) batched.push_back(request(engine, p));
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const Result r = batched[i].get();
+    EXPECT_EQ(r.ids, alone[i].ids) << prompts[i];
+    EXPECT_EQ(r.logprobs, alone[i].logprobs) << prompts[i];
+  }
 }
 
 // A story from the held-out text, cut to about `chars` characters.

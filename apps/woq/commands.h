@@ -74,6 +74,7 @@ struct ModelFlags {
   std::string rounding;  ///< woq or ggml (Q4_0 / Q8_0 reference rounding); empty: not given (woq)
   std::string lm_head_low_bit;  ///< empty: keep lm_head as stored
   std::string activations;      ///< int8, int16, f32 or bf16; empty: each format's default
+  std::string numerics;         ///< woq or ggml; empty: the checkpoint's
   std::string plan;             ///< a plan file or a llama-quantize file type; empty: none
   int threads = 0;
 };

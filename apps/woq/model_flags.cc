@@ -95,13 +95,20 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
       ->check([](const std::string& v) {  // empty means "not given" inside: refuse it as a value
         return v.empty() ? std::string("an empty value (give int8, int16, f32 or bf16, or leave the flag out)") : std::string();
       });
+  cmd->add_option("--numerics", flags.numerics,
+                  "How norms, RoPE, SiLU and attention round: ggml (llama.cpp's CPU backend's order, its logits for "
+                  "a GGUF file bit for bit; the default for GGUF files) or woq (the same bits on every ISA; the "
+                  "default otherwise)")
+      ->check(CLI::IsMember({"woq", "ggml"}));
   add_threads_flag(cmd, flags.threads);
 }
 
 LoadOptions load_options(const ModelFlags& flags, const std::string& low_bit) {
   std::vector<std::string> notes;
   const LoadOptions options = parse_load_request(
-      {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations, flags.plan}, &notes);
+      {low_bit, flags.group_size, flags.int4_range, flags.rounding, flags.lm_head_low_bit, flags.activations, flags.plan,
+       flags.numerics},
+      &notes);
   for (const std::string& line : notes) fmt::print(stderr, "woq: {}\n", line);
   return options;
 }

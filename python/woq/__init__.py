@@ -391,7 +391,7 @@ _checked_tokenizer_methods()
 
 
 def optimize_model(path, low_bit=None, group_size=32, int4_range="full", rounding=None, lm_head_low_bit=None,
-                   activations=None, plan=None, threads=0, progress=True):
+                   activations=None, plan=None, threads=0, progress=True, numerics=None):
     """Loads a model and stores its transformer blocks' linear layers in `low_bit`, as the CLI's -m/--low-bit do.
 
     path: a Hugging Face directory (float, GPTQ, AWQ or compressed-tensors checkpoint) or a .gguf file.
@@ -404,6 +404,8 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
         keep it as stored). activations: None (each format's default), "int8", "int16", "f32" or "bf16".
     plan: each linear layer's format from a plan file (woq.quantize(target_kl=...) writes one) or a llama-quantize
         file type ("q4_k_m": its rule), instead of low_bit (the CLI's --plan).
+    numerics: None (the checkpoint's: "ggml" for a GGUF file, "woq" otherwise), "woq" (the same bits on every ISA)
+        or "ggml" (norms, RoPE, SiLU and attention rounded as llama.cpp's CPU backend rounds them).
     threads: worker threads (0: all cores). progress: print what loading did to stderr, as the CLI does.
     Raises woq.Error for files that cannot be loaded, ValueError for bad arguments.
     """
@@ -425,6 +427,9 @@ def optimize_model(path, low_bit=None, group_size=32, int4_range="full", roundin
     request.activations = _str(activations, "activations", optional=True) or ""
     if activations == "":
         raise ValueError('activations must be None (each format\'s default), "int8", "int16", "f32" or "bf16", got ""')
+    request.numerics = _str(numerics, "numerics", optional=True) or ""
+    if numerics == "":
+        raise ValueError('numerics must be None (the checkpoint\'s), "woq" or "ggml", got ""')
     with _keyword_errors():
         engine = _woq.load(path, request, _int(threads, "threads", _INT32), _progress(progress, "layer"))
     _say([_keywords(line) for line in engine.summary], progress)

@@ -175,6 +175,7 @@ ModelConfig gguf_model_config(const std::vector<GgufFile>& parts) {
     k.error("expert_count", fmt::format("is {}: mixture-of-experts models are not supported", *experts));
 
   ModelConfig c;
+  c.numerics = Numerics::kGgml;  // llama.cpp's rounding, for its logits on the same file
   c.architecture = std::string(spec->architecture);
   c.hidden_size = k.positive("embedding_length", kMaxDim);
   c.intermediate_size = k.positive("feed_forward_length", kMaxDim);

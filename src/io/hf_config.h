@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "arch/architecture.h"
+#include "core/numerics.h"
 
 namespace woq {
 
@@ -49,6 +50,8 @@ struct ModelConfig {
   bool qk_norm = false;              ///< RMSNorm of each q/k head before RoPE (Qwen3)
   std::int64_t bos_token_id = -1;    ///< -1 = none
   std::vector<std::int64_t> eos_token_ids;  ///< generation stops on any of these
+  /// How the operations outside the matrix products round: kGgml for a GGUF file (llama.cpp's logits).
+  Numerics numerics = Numerics::kWoq;
   /// What reading the config tolerated (a GGUF's special token id outside the vocabulary).
   std::vector<std::string> warnings;
 

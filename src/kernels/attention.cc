@@ -32,8 +32,7 @@ void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, c
   causal_attention(q, t_count, pos0, shape, kv, out, pool, ws, isa);
 }
 
-void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
-                      const KvTiles& kv, float* out, ThreadPool& pool, Workspace& ws, Isa isa) {
+void check_attention_call(std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape, const KvTiles& kv) {
   if (shape.kv_heads < 1 || shape.heads < 1 || shape.heads % shape.kv_heads != 0 || shape.head_dim < 1)
     fail("attention: {} query heads, {} kv heads and head_dim {} (heads must be a positive multiple of kv_heads)",
          shape.heads, shape.kv_heads, shape.head_dim);
@@ -43,6 +42,12 @@ void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, c
       static_cast<std::int64_t>(kv.values.size()) < tiles_needed)
     fail("attention: positions [0, {}) need {} key/value tiles, got {} and {}", pos0 + t_count, tiles_needed,
          kv.keys.size(), kv.values.size());
+}
+
+void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
+                      const KvTiles& kv, float* out, ThreadPool& pool, Workspace& ws, Isa isa) {
+  check_attention_call(t_count, pos0, shape, kv);
+  if (t_count < 1) return;
   void (*run_job)(const detail::AttentionJob&) = isa >= Isa::kAvx512 ? detail::attention_job_avx512
                                                  : isa == Isa::kAvx2  ? detail::attention_job_avx2
                                                                       : detail::attention_job_scalar;

@@ -60,4 +60,8 @@ void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, c
 void causal_attention(const float* q, std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape,
                       const KvTiles& kv, float* out, ThreadPool& pool, Isa isa = active_isa());
 
+/// The errors of causal_attention (and ggml_causal_attention): throws woq::Error when heads is not a positive
+/// multiple of kv_heads or kv covers too few tiles for positions [0, pos0 + t_count).
+void check_attention_call(std::int64_t t_count, std::int64_t pos0, const AttentionShape& shape, const KvTiles& kv);
+
 }  // namespace woq

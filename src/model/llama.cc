@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/ggml_numerics.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
@@ -28,6 +29,21 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return inv;
 }
 
+// ggml_rope_ext's parameters for c (llama.cpp's llama_context: freq_base and 1 / the linear factor in float, the
+// GGUF's rope_freqs or llama3's factors as divisors).
+GgmlRope ggml_rope_of(const ModelConfig& c) {
+  GgmlRope r;
+  r.theta_scale = std::pow(static_cast<float>(c.rope_theta), -2.0f / static_cast<float>(c.head_dim));
+  if (c.rope_scaling.type == RopeScaling::Type::kLinear) {
+    r.freq_scale = 1.0f / static_cast<float>(c.rope_scaling.factor);
+  } else if (c.rope_scaling.type != RopeScaling::Type::kNone) {
+    r.freq_factors = rope_freq_factors(c);
+  }
+  const ArchitectureSpec* spec = find_architecture(c.architecture);
+  r.interleave = spec != nullptr && spec->gguf_permute_qk;
+  return r;
+}
+
 void add_bias(float* x, const std::vector<float>& bias, std::int64_t rows) {
   if (bias.empty()) return;
   const auto n = static_cast<std::int64_t>(bias.size());
@@ -41,6 +57,7 @@ LlamaModel::LlamaModel(ModelConfig config, ThreadPool& pool)
     : config_(std::move(config)),
       pool_(&pool),
       inv_freq_(rope_inv_freq(config_)),
+      ggml_rope_(ggml_rope_of(config_)),
       scratch_(std::make_unique<Scratch>()),
       workspace_(std::make_unique<Workspace>()),
       last_block_(config_.num_hidden_layers) {}
@@ -91,7 +108,7 @@ KVCache LlamaModel::make_cache(std::int64_t capacity) const {
 // (kernels/attention.h) gives each query the same bits in any batch, so
 // prefill equals token-by-token decode.
 void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t layer,
-                           std::int64_t window, KVCache& cache, float* out) {
+                           std::int64_t window, KVCache& cache, float* out, std::int64_t pass_rows) {
   static_assert(KVCache::kPageTokens % kAttentionKeyTile == 0, "a key tile lies in one page of the cache");
   const std::int64_t tiles = (pos0 + t_count + kAttentionKeyTile - 1) / kAttentionKeyTile;
   std::vector<const float*> keys(static_cast<std::size_t>(tiles)), values(keys.size());
@@ -103,7 +120,31 @@ void LlamaModel::attention(const float* q, std::int64_t t_count, std::int64_t po
                              .kv_heads = config_.num_key_value_heads,
                              .head_dim = config_.head_dim,
                              .window = window};
-  causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_, *workspace_);
+  if (config_.numerics == Numerics::kGgml) {
+    ggml_causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_, active_isa(),
+                          pass_rows == 1 && !batch_invariant_);
+  } else {
+    causal_attention(q, t_count, pos0, shape, KvTiles{keys, values, cache.kv_dim}, out, *pool_, *workspace_);
+  }
+}
+
+void LlamaModel::norm(const float* x, const float* weight, std::int64_t n, float* out) const {
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  if (config_.numerics == Numerics::kGgml) {
+    ggml_rms_norm(x, weight, n, eps, out);
+  } else {
+    rms_norm(x, weight, n, eps, out);
+  }
+}
+
+void LlamaModel::rotate(float* x, std::int64_t heads, std::int64_t pos, std::vector<float>& cos_sin) const {
+  if (config_.numerics == Numerics::kGgml) {
+    cos_sin.resize(static_cast<std::size_t>(config_.head_dim));
+    ggml_rope_angles(ggml_rope_, config_.head_dim, pos, cos_sin.data());
+    ggml_rope(x, heads, config_.head_dim, cos_sin.data(), ggml_rope_.interleave);
+  } else {
+    rope(x, heads, config_.head_dim, pos, inv_freq_.data());
+  }
 }
 
 // Activations of a forward pass, [T, dim] row-major each, kept for the next
@@ -130,6 +171,7 @@ struct LlamaModel::Scratch {
   }
   std::int64_t rows = 0;
   std::vector<float> residual, xn, q, k, v, att, gate, up, proj;
+  std::vector<float> cos_sin;  ///< (head_dim) one position's RoPE angles (Numerics::kGgml)
   std::vector<std::int64_t> kept;  ///< block's rows that go on past attention
 };
 
@@ -168,8 +210,8 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   auto norm_rows = [&](const std::vector<float>& weight, bool kept_only) {
     const std::int64_t n = kept_only ? u_count : t_count;
     for (std::int64_t t = 0; t < n; ++t)
-      rms_norm(x + (kept_only ? s.kept[static_cast<std::size_t>(t)] : t) * hidden, weight.data(), hidden,
-               static_cast<float>(c.rms_norm_eps), s.xn.data() + t * hidden);
+      norm(x + (kept_only ? s.kept[static_cast<std::size_t>(t)] : t) * hidden, weight.data(), hidden,
+           s.xn.data() + t * hidden);
   };
   // Linears that read the same input [rows, K] run as one pass (one activation quantization, one pool wake-up).
   auto linears = [&](std::initializer_list<std::pair<LinearRole, float*>> roles, const float* in, std::int64_t rows) {
@@ -206,27 +248,25 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   add_bias(s.k.data(), w.bk, t_count);
   add_bias(s.v.data(), w.bv, t_count);
   if (c.qk_norm) {
-    const auto eps = static_cast<float>(c.rms_norm_eps);
     for (std::int64_t h = 0; h < u_count * c.num_attention_heads; ++h)
-      rms_norm(s.q.data() + h * c.head_dim, w.q_norm.data(), c.head_dim, eps, s.q.data() + h * c.head_dim);
+      norm(s.q.data() + h * c.head_dim, w.q_norm.data(), c.head_dim, s.q.data() + h * c.head_dim);
     for (std::int64_t h = 0; h < t_count * c.num_key_value_heads; ++h)
-      rms_norm(s.k.data() + h * c.head_dim, w.k_norm.data(), c.head_dim, eps, s.k.data() + h * c.head_dim);
+      norm(s.k.data() + h * c.head_dim, w.k_norm.data(), c.head_dim, s.k.data() + h * c.head_dim);
   }
   std::int64_t row0 = 0, u0 = 0;
   for (const Segment& seg : segments) {
     for (std::int64_t i = 0; i < seg.rows; ++i) {
       const std::int64_t t = row0 + i;
-      rope(s.k.data() + t * kv_dim, c.num_key_value_heads, c.head_dim, seg.pos0 + i, inv_freq_.data());
+      rotate(s.k.data() + t * kv_dim, c.num_key_value_heads, seg.pos0 + i, s.cos_sin);
       std::copy_n(s.k.data() + t * kv_dim, kv_dim, seg.cache->key(cache_layer, seg.pos0 + i));
       std::copy_n(s.v.data() + t * kv_dim, kv_dim, seg.cache->value(cache_layer, seg.pos0 + i));
     }
     const std::int64_t queries = seg.rows - seg.skip;
     for (std::int64_t i = 0; i < queries; ++i)
-      rope(s.q.data() + (u0 + i) * q_dim, c.num_attention_heads, c.head_dim, seg.pos0 + seg.skip + i,
-           inv_freq_.data());
+      rotate(s.q.data() + (u0 + i) * q_dim, c.num_attention_heads, seg.pos0 + seg.skip + i, s.cos_sin);
     if (queries > 0)
       attention(s.q.data() + u0 * q_dim, queries, seg.pos0 + seg.skip, cache_layer, c.window(l), *seg.cache,
-                s.att.data() + u0 * q_dim);
+                s.att.data() + u0 * q_dim, t_count);
     row0 += seg.rows;
     u0 += queries;
   }
@@ -237,7 +277,11 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
 
   norm_rows(w.mlp_norm, !all_kept);
   linears({{LinearRole::kGate, s.gate.data()}, {LinearRole::kUp, s.up.data()}}, s.xn.data(), u_count);
-  swiglu(s.gate.data(), s.up.data(), u_count * c.intermediate_size);
+  if (c.numerics == Numerics::kGgml) {
+    ggml_silu_mul(s.gate.data(), s.up.data(), u_count, c.intermediate_size);
+  } else {
+    swiglu(s.gate.data(), s.up.data(), u_count * c.intermediate_size);
+  }
   linears({{LinearRole::kDown, s.proj.data()}}, s.gate.data(), u_count);
   add_to_kept();
 }
@@ -365,8 +409,7 @@ void LlamaModel::final_logits(const float* x, std::span<const std::int64_t> logi
   scratch_->fit(c, rows);
   float* xn = scratch_->xn.data();
   for (std::int64_t i = 0; i < rows; ++i)
-    rms_norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden,
-             static_cast<float>(c.rms_norm_eps), xn + i * hidden);
+    norm(x + logit_rows[static_cast<std::size_t>(i)] * hidden, final_norm_.data(), hidden, xn + i * hidden);
   logits.resize(static_cast<std::size_t>(rows * c.vocab_size));
   matmul(output_matrix(), xn, rows, logits.data(), *pool_, *workspace_);
 }

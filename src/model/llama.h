@@ -24,6 +24,7 @@
 #include "formats/kquant_mix.h"
 #include "formats/low_bit.h"
 #include "io/hf_config.h"
+#include "kernels/ggml_numerics.h"
 #include "model/kv_cache.h"
 #include "model/quant_plan.h"
 
@@ -98,10 +99,13 @@ struct LoadOptions {
   /// or out-of-range share.
   std::int64_t first_block = 0;
   std::int64_t last_block = -1;
+  /// The rounding outside the matrix products (core/numerics.h); unset: the checkpoint's (ggml for a GGUF file).
+  std::optional<Numerics> numerics = std::nullopt;
 };
 
 /// What loading did, for the one line the CLI prints.
 struct LoadReport {
+  Numerics numerics = Numerics::kWoq;     ///< the model's rounding outside the matrix products
   std::int64_t linear_matrices = 0;       ///< matrices stored in `linear`'s format
   std::uint64_t linear_source_bytes = 0;  ///< their size in the checkpoint's dtype
   std::uint64_t linear_bytes = 0;         ///< their size after conversion
@@ -171,6 +175,12 @@ class LlamaModel {
                                           ThreadPool& pool, LoadReport* report = nullptr);
 
   const ModelConfig& config() const { return config_; }
+
+  /// With ggml numerics a pass of a single row takes llama.cpp's one-token order (ggml_causal_attention's
+  /// single_row_pass), so that token-by-token generation gives llama-cli's logits; `on` makes every pass take
+  /// the batched order instead, so that a sequence's results do not depend on the rows beside it (the server).
+  /// No effect with woq's numerics, which are batch-invariant anyway.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
 
   /// Runs later forward passes on `pool` (e.g. to benchmark several thread
   /// counts without reloading). The pool must outlive its use.
@@ -275,8 +285,13 @@ class LlamaModel {
   /// The final RMSNorm and lm_head of rows `logit_rows` of x [T, hidden], into logits [logit_rows.size(), vocab].
   void final_logits(const float* x, std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);
+  /// pass_rows: the rows of the whole forward pass (ggml numerics follow llama.cpp's one-token batches).
   void attention(const float* q, std::int64_t t_count, std::int64_t pos0, std::int64_t cache_layer,
-                 std::int64_t window, KVCache& cache, float* out);
+                 std::int64_t window, KVCache& cache, float* out, std::int64_t pass_rows);
+  /// RMSNorm of one vector of n with config_.numerics' rounding.
+  void norm(const float* x, const float* weight, std::int64_t n, float* out) const;
+  /// RoPE of `heads` vectors at position pos with config_.numerics' rounding (cos_sin: its buffer).
+  void rotate(float* x, std::int64_t heads, std::int64_t pos, std::vector<float>& cos_sin) const;
 
   ModelConfig config_;
   ThreadPool* pool_;
@@ -285,11 +300,13 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  ///< (hidden)
   std::vector<float> inv_freq_;    ///< (head_dim / 2) RoPE frequencies after rope_scaling
+  GgmlRope ggml_rope_;             ///< the same for Numerics::kGgml
   std::unique_ptr<BlockPass> block_pass_;
   std::unique_ptr<Scratch> scratch_;      ///< the activations of the last passes, reused
   std::unique_ptr<Workspace> workspace_;  ///< the kernels' reusable buffers (matmul, attention)
   std::int64_t first_block_ = 0, last_block_ = 0;  ///< the blocks this process runs (all, outside a pipeline)
   Ranks* pipeline_ = nullptr;                       ///< set_pipeline's ranks; null: one process
+  bool batch_invariant_ = false;                    ///< set_batch_invariant
 };
 
 }  // namespace woq

@@ -441,9 +441,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   }
   validate_checkpoint(store, config, quantized.has_value());
   if (options.plan) options.plan->check_layers(config.num_hidden_layers);
+  if (options.numerics) config.numerics = *options.numerics;
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(config), pool));
   const ModelConfig& c = m->config_;
   LoadReport rep;
+  rep.numerics = c.numerics;
   rep.warnings = c.warnings;
 
   std::vector<std::string> activations_used;  // "sym_int4 int8", ...

@@ -29,6 +29,7 @@ LoadOptions plan_load_options(const LoadRequest& request) {
     validate(*options.lm_head);
   }
   if (!request.activations.empty()) options.activations = parse_activations(request.activations);
+  if (!request.numerics.empty()) options.numerics = parse_numerics(request.numerics);
   return options;
 }
 
@@ -76,6 +77,7 @@ LoadOptions parse_load_request(const LoadRequest& request, std::vector<std::stri
     validate(*options.lm_head);
   }
   if (!request.activations.empty()) options.activations = parse_activations(request.activations);
+  if (!request.numerics.empty()) options.numerics = parse_numerics(request.numerics);
   const bool any_int4 = options.linear.type == LowBit::kSymInt4 ||
                         (options.lm_head && options.lm_head->type == LowBit::kSymInt4);
   if (range == Int4Range::kClip && !any_int4 && notes != nullptr)
@@ -117,8 +119,10 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
       r.mixed_other.empty() || options.mix == nullptr
           ? fmt::format("embeddings, norms{} {}", options.lm_head ? "" : " and lm_head", kept)
           : fmt::format("{} by {}'s rule, norms {}", fmt::join(r.mixed_other, ", "), options.mix->llama_name, kept);
-  lines.push_back(fmt::format("{}{} ({:.2f} MiB){}; {}loaded in {:.2f} s", converted, others, mib(r.other_bytes), head,
-                              r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations), r.seconds));
+  lines.push_back(fmt::format("{}{} ({:.2f} MiB){}; {}{}loaded in {:.2f} s", converted, others, mib(r.other_bytes),
+                              head, r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations),
+                              r.numerics == Numerics::kGgml ? "numerics: ggml (llama.cpp's rounding); " : "",
+                              r.seconds));
   return lines;
 }
 

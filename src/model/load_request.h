@@ -17,7 +17,7 @@ namespace woq {
 /// q5_k_s/m, q6_k: LoadOptions::mix); `int4_range` full | clip; `rounding` woq |
 /// ggml, or empty (not given: woq's; ggml's block formats, which have ggml's
 /// only, refuse an explicit woq); `lm_head_low_bit` empty (keep lm_head as stored) or a low_bit name;
-/// `activations` empty (each format's default), int8, int16, f32 or bf16.
+/// `activations` empty (each format's default), int8, int16, f32 or bf16; `numerics` empty, woq or ggml.
 ///
 /// An empty `low_bit` is the default: sym_int4, with LoadOptions::linear_is_default set.
 struct LoadRequest {
@@ -30,6 +30,8 @@ struct LoadRequest {
   /// A plan file (model/quant_plan.h) or a llama-quantize file type name
   /// ("q4_k_m": its rule); empty = none. Excludes low_bit.
   std::string plan;
+  /// "woq" or "ggml" (core/numerics.h); empty: the checkpoint's.
+  std::string numerics;
 };
 
 /// The LoadOptions `request` names. Appends to `notes` (when given) what is
