@@ -96,7 +96,7 @@ TEST(GgmlNumerics, SiluIsGgmlsOfEachBuild) {
 }
 
 TEST(GgmlNumerics, RmsNormAndRopeAreGgmls) {
-  for (const char* file : {"avx512.txt", "avx2.txt"}) {
+  for (const auto& [file, lanes] : {std::pair{"avx512.txt", 16}, std::pair{"avx2.txt", 8}}) {
     const Fixture f = read_fixture(file);
     std::vector<float> x(1000), w(1000), y(1000);
     for (int i = 0; i < 1000; ++i) {
@@ -105,26 +105,30 @@ TEST(GgmlNumerics, RmsNormAndRopeAreGgmls) {
     }
     ggml_rms_norm(x.data(), w.data(), 1000, 1e-5f, y.data());
     EXPECT_TRUE(same_bits(y, f.at("rms_norm1000"))) << file;
-    // ggml's input rows [64] x 2 heads x 2 positions; normal mode rotates pairs (2i, 2i+1) (the layout of a
-    // GGUF's permuted q/k rows), neox pairs (i, i + 32): both given here in HF's layout.
-    const std::int64_t d = 64, heads = 2;
+    // ggml's input rows [d] x 2 heads x 2 positions; normal mode rotates pairs (2i, 2i+1) (the layout of a
+    // GGUF's permuted q/k rows), neox pairs (i, i + d/2): both given here in HF's layout. d = 36 and 50 leave
+    // pairs past GCC's vector loop (18 and 25 pairs), which ggml rotates without fused multiply-adds.
+    const std::int64_t heads = 2;
     const std::int64_t pos[2] = {3, 1000};
-    GgmlRope rope;
-    rope.theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(d));
-    for (const bool interleave : {true, false}) {
-      std::vector<float> got(static_cast<std::size_t>(d * heads * 2)), cos_sin(static_cast<std::size_t>(d));
-      for (std::int64_t v = 0; v < heads * 2; ++v)
-        for (std::int64_t i = 0; i < d / 2; ++i) {
-          const int a = static_cast<int>(v * d + (interleave ? 2 * i : i));
-          const int b = static_cast<int>(v * d + (interleave ? 2 * i + 1 : i + d / 2));
-          got[static_cast<std::size_t>(v * d + i)] = input(a, 6);
-          got[static_cast<std::size_t>(v * d + i + d / 2)] = input(b, 6);
+    for (const std::int64_t d : {64, 36, 50}) {
+      GgmlRope rope;
+      rope.theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(d));
+      for (const bool interleave : {true, false}) {
+        std::vector<float> got(static_cast<std::size_t>(d * heads * 2)), cos_sin(static_cast<std::size_t>(d));
+        for (std::int64_t v = 0; v < heads * 2; ++v)
+          for (std::int64_t i = 0; i < d / 2; ++i) {
+            const int a = static_cast<int>(v * d + (interleave ? 2 * i : i));
+            const int b = static_cast<int>(v * d + (interleave ? 2 * i + 1 : i + d / 2));
+            got[static_cast<std::size_t>(v * d + i)] = input(a, 6);
+            got[static_cast<std::size_t>(v * d + i + d / 2)] = input(b, 6);
+          }
+        for (int t = 0; t < 2; ++t) {
+          ggml_rope_angles(rope, d, pos[t], cos_sin.data());
+          ggml_rope(got.data() + t * heads * d, heads, d, cos_sin.data(), interleave, lanes);
         }
-      for (int t = 0; t < 2; ++t) {
-        ggml_rope_angles(rope, d, pos[t], cos_sin.data());
-        ggml_rope(got.data() + t * heads * d, heads, d, cos_sin.data(), interleave);
+        const std::string name = std::string(interleave ? "rope_normal" : "rope_neox") + (d == 64 ? "" : std::to_string(d));
+        EXPECT_TRUE(same_bits(got, f.at(name))) << file << " " << name;
       }
-      EXPECT_TRUE(same_bits(got, f.at(interleave ? "rope_normal" : "rope_neox"))) << file << " " << interleave;
     }
   }
 }
@@ -132,33 +136,36 @@ TEST(GgmlNumerics, RmsNormAndRopeAreGgmls) {
 // The generator's attention: d 64, 4 heads, 2 kv heads; q, keys and values 2 input(i, 7 / 8 / 9) in ggml's
 // layouts (q [T][heads][d], cells [position][kv heads][d], V transposed).
 TEST(GgmlNumerics, AttentionIsGgmlsForBatchesAndSingleTokens) {
-  const std::int64_t d = 64, heads = 4, kv_heads = 2, cells = 96;
-  std::vector<float> k(static_cast<std::size_t>(cells * kv_heads * d)), v(k.size());
-  std::vector<const float*> kt, vt;
-  for (std::size_t i = 0; i < k.size(); ++i) {
-    k[i] = 2 * input(static_cast<int>(i), 8);
-    v[i] = 2 * input(static_cast<int>(i), 9);
-  }
-  for (std::int64_t b = 0; b < cells / kAttentionKeyTile; ++b) {
-    kt.push_back(k.data() + b * kAttentionKeyTile * kv_heads * d);
-    vt.push_back(v.data() + b * kAttentionKeyTile * kv_heads * d);
-  }
-  const KvTiles kv{kt, vt, kv_heads * d};
-  const AttentionShape shape{heads, kv_heads, d, 0};
+  const std::int64_t heads = 4, kv_heads = 2, cells = 96;
   ThreadPool pool(2);
-  for (const auto& [file, lanes] : {std::pair{"avx512.txt", 16}, std::pair{"avx2.txt", 8}}) {
-    const Fixture f = read_fixture(file);
-    for (const auto& [name, pos0, tokens] : {std::tuple{"attn_decode77", 77, 1}, std::tuple{"attn_decode40", 40, 1},
-                                             std::tuple{"attn_batch6", 0, 6}}) {
-      std::vector<float> q(static_cast<std::size_t>(tokens * heads * d)), out(q.size());
-      for (std::size_t i = 0; i < q.size(); ++i) q[i] = 2 * input(static_cast<int>(i), 7);
-      const bool single = tokens == 1;
-      ggml_causal_attention_reference(q.data(), tokens, pos0, shape, kv, out.data(), pool, lanes, single);
-      EXPECT_TRUE(same_bits(out, f.at(name))) << file << " " << name;
-      for (const Isa isa : isas_here()) {
-        if (ggml_lanes(isa) != lanes) continue;
-        ggml_causal_attention(q.data(), tokens, pos0, shape, kv, out.data(), pool, isa, single);
-        EXPECT_TRUE(same_bits(out, f.at(name))) << file << " " << name << " " << isa_name(isa);
+  for (const std::int64_t d : {64, 36}) {  // 36: ggml_vec_dot_f32's leftovers (rounded products, then fused)
+    std::vector<float> k(static_cast<std::size_t>(cells * kv_heads * d)), v(k.size());
+    std::vector<const float*> kt, vt;
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      k[i] = 2 * input(static_cast<int>(i), 8);
+      v[i] = 2 * input(static_cast<int>(i), 9);
+    }
+    for (std::int64_t b = 0; b < cells / kAttentionKeyTile; ++b) {
+      kt.push_back(k.data() + b * kAttentionKeyTile * kv_heads * d);
+      vt.push_back(v.data() + b * kAttentionKeyTile * kv_heads * d);
+    }
+    const KvTiles kv{kt, vt, kv_heads * d};
+    const AttentionShape shape{heads, kv_heads, d, 0};
+    for (const auto& [file, lanes] : {std::pair{"avx512.txt", 16}, std::pair{"avx2.txt", 8}}) {
+      const Fixture f = read_fixture(file);
+      for (const auto& [section, pos0, tokens] : {std::tuple{"attn_decode77", 77, 1}, std::tuple{"attn_decode40", 40, 1},
+                                                  std::tuple{"attn_batch6", 0, 6}}) {
+        const std::string name = std::string(section) + (d == 64 ? "" : "_d36");
+        std::vector<float> q(static_cast<std::size_t>(tokens * heads * d)), out(q.size());
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = 2 * input(static_cast<int>(i), 7);
+        const bool single = tokens == 1;
+        ggml_causal_attention_reference(q.data(), tokens, pos0, shape, kv, out.data(), pool, lanes, single);
+        EXPECT_TRUE(same_bits(out, f.at(name))) << file << " " << name;
+        for (const Isa isa : isas_here()) {
+          if (ggml_lanes(isa) != lanes) continue;
+          ggml_causal_attention(q.data(), tokens, pos0, shape, kv, out.data(), pool, isa, single);
+          EXPECT_TRUE(same_bits(out, f.at(name))) << file << " " << name << " " << isa_name(isa);
+        }
       }
     }
   }

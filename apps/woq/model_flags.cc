@@ -96,9 +96,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags) {
         return v.empty() ? std::string("an empty value (give int8, int16, f32 or bf16, or leave the flag out)") : std::string();
       });
   cmd->add_option("--numerics", flags.numerics,
-                  "How norms, RoPE, SiLU and attention round: ggml (llama.cpp's CPU backend's order, its logits for "
-                  "a GGUF file bit for bit; the default for GGUF files) or woq (the same bits on every ISA; the "
-                  "default otherwise)")
+                  "How norms, RoPE, SiLU and attention round: ggml (llama.cpp's CPU backend's order: a GGUF file "
+                  "of K-quant, q4_1 or q5_1 layers then gives llama.cpp's logits bit for bit; the default for GGUF "
+                  "files) or woq (the same bits on every ISA; the default otherwise)")
       ->check(CLI::IsMember({"woq", "ggml"}));
   add_threads_flag(cmd, flags.threads);
 }

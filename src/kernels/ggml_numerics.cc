@@ -79,8 +79,13 @@ void ggml_rope_angles(const GgmlRope& rope, std::int64_t head_dim, std::int64_t 
   }
 }
 
-void ggml_rope(float* x, std::int64_t heads, std::int64_t head_dim, const float* cos_sin, bool interleave) {
-  const std::int64_t half = head_dim / 2;
+void ggml_rope(float* x, std::int64_t heads, std::int64_t head_dim, const float* cos_sin, bool interleave,
+               int lanes) {
+  check_lanes(lanes);
+  // The normal mode's vector loop rotates pairs in steps of 4 (16 lanes) or 2 (8 lanes) with fmaddsub; the
+  // pairs left over take its SSE tail: two products, then a subtract and an add. NEOX fuses every pair.
+  const std::int64_t half = head_dim / 2, step = lanes == 16 ? 4 : 2;
+  const std::int64_t fused = interleave ? half / step * step : half;
   // Pair i's outputs go to (i, i + half), or to (2i, 2i + 1) when interleaved: written after the whole
   // head is read (at most 2^20 floats of head, config_limits).
   thread_local std::vector<float> rotated;
@@ -90,8 +95,10 @@ void ggml_rope(float* x, std::int64_t heads, std::int64_t head_dim, const float*
     for (std::int64_t i = 0; i < half; ++i) {
       const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
       const float x0 = v[i], x1 = v[i + half];
-      rotated[static_cast<std::size_t>(interleave ? 2 * i : i)] = std::fma(x0, c, -(x1 * s));
-      rotated[static_cast<std::size_t>(interleave ? 2 * i + 1 : i + half)] = std::fma(x0, s, x1 * c);
+      const bool vector = i < fused;
+      rotated[static_cast<std::size_t>(interleave ? 2 * i : i)] = vector ? std::fma(x0, c, -(x1 * s)) : x0 * c - x1 * s;
+      rotated[static_cast<std::size_t>(interleave ? 2 * i + 1 : i + half)] =
+          vector ? std::fma(x0, s, x1 * c) : x0 * s + x1 * c;
     }
     std::copy(rotated.begin(), rotated.end(), v);
   }

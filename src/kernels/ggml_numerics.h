@@ -47,13 +47,17 @@ void ggml_rope_angles(const GgmlRope& rope, std::int64_t head_dim, std::int64_t 
 
 /// Rotates `heads` vectors of head_dim, each in HF's rotate_half layout (pair i
 /// is (i, i + head_dim/2)), by the angles of ggml_rope_angles, as GCC 12
-/// compiles ggml's rotation (each output one fma; measured against
-/// libggml-cpu for head sizes 16 to 128, both modes):
-/// x0' = fma(x0, cos, -(x1·sin)), x1' = fma(x0, sin, x1·cos).
+/// compiles ggml's rotation in its `lanes`-wide build (measured against
+/// libggml-cpu for head sizes 16 to 128): one fma each output,
+/// x0' = fma(x0, cos, -(x1·sin)), x1' = fma(x0, sin, x1·cos), for every pair
+/// of the NEOX mode and for the normal mode's pairs in its vector loop
+/// (head_dim/2 rounded down to 4 with 16 lanes, to 2 with 8); its other pairs
+/// x0·cos - x1·sin and x0·sin + x1·cos with every product rounded.
 /// `interleave` writes pair i to (2i, 2i + 1): the layout of ggml's normal
 /// (not NEOX) RoPE on a GGUF whose q/k rows llama.cpp's converter permuted, so
 /// that attention's dot products then sum in ggml's order.
-void ggml_rope(float* x, std::int64_t heads, std::int64_t head_dim, const float* cos_sin, bool interleave);
+void ggml_rope(float* x, std::int64_t heads, std::int64_t head_dim, const float* cos_sin, bool interleave,
+               int lanes);
 
 /// gate[r, i] = silu(gate[r, i]) · up[r, i] for `rows` rows of n, silu(v) =
 /// v / (1 + exp(-v)) as ggml_vec_silu_f32 computes each row: ggml_expf of

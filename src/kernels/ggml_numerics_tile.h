@@ -115,10 +115,19 @@ void ggml_hsum_rows(float* acc, std::int64_t n, float* out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = (r(0)[i] + r(2)[i]) + (r(1)[i] + r(3)[i]);
 }
 
+/// The end of ggml_vec_dot_f32's leftovers [np, n) that GCC's code adds as rounded products: whole vectors of
+/// L, then one of L/2 when that many are left (libggml-cpu's disassembly, both builds); the rest are fused.
+template <int L>
+std::int64_t ggml_leftovers_unfused(std::int64_t np, std::int64_t n) {
+  std::int64_t i = np + (n - np) / L * L;
+  if (n - i >= L / 2) i += L / 2;
+  return i;
+}
+
 /// ggml_vec_dot_f32 of the L-lane build: four accumulators over steps of
 /// 4·L, folded (0 + 2, 1 + 3, then 0 + 1) and reduced (L = 16:
 /// _mm512_reduce_add_ps; L = 8: halves, then two hadds), then the leftovers
-/// added one product at a time.
+/// (ggml_leftovers_unfused).
 template <int L>
 float ggml_vec_dot(const float* x, const float* y, std::int64_t n) {
   const std::int64_t np = n & ~static_cast<std::int64_t>(4 * L - 1);
@@ -139,7 +148,11 @@ float ggml_vec_dot(const float* x, const float* y, std::int64_t n) {
     for (int i = 0; i < 4; ++i) t[i] = acc[0][i] + acc[0][i + 4];
     sum = (t[0] + t[1]) + (t[2] + t[3]);
   }
-  for (std::int64_t i = np; i < n; ++i) sum = sum + x[i] * y[i];
+  // The leftovers as GCC vectorized ggml's `sumf += x[i]*y[i]`: products rounded then added one by one for
+  // whole vectors of L and one of L/2, then each of the last few fused.
+  const std::int64_t unfused = ggml_leftovers_unfused<L>(np, n);
+  for (std::int64_t i = np; i < unfused; ++i) sum = sum + x[i] * y[i];
+  for (std::int64_t i = unfused; i < n; ++i) sum = std::fma(x[i], y[i], sum);
   return sum;
 }
 
@@ -280,7 +293,9 @@ void ggml_chunk_dots(const float* q, const float* kt, std::int64_t d, float* sco
     for (int i = 0; i < 4; ++i) t4[i] = P::add(x[i], x[i + 4]);
     sum = P::add(P::add(t4[0], t4[1]), P::add(t4[2], t4[3]));
   }
-  for (std::int64_t i = np; i < d; ++i) sum = P::add(sum, P::mul(P::set1(q[i]), P::load(kt + i * kTileKeys)));
+  const std::int64_t unfused = ggml_leftovers_unfused<L>(np, d);  // as ggml_vec_dot
+  for (std::int64_t i = np; i < unfused; ++i) sum = P::add(sum, P::mul(P::set1(q[i]), P::load(kt + i * kTileKeys)));
+  for (std::int64_t i = unfused; i < d; ++i) sum = P::fma(P::set1(q[i]), P::load(kt + i * kTileKeys), sum);
   P::store(scores, sum);
 }
 

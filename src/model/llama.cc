@@ -141,7 +141,7 @@ void LlamaModel::rotate(float* x, std::int64_t heads, std::int64_t pos, std::vec
   if (config_.numerics == Numerics::kGgml) {
     cos_sin.resize(static_cast<std::size_t>(config_.head_dim));
     ggml_rope_angles(ggml_rope_, config_.head_dim, pos, cos_sin.data());
-    ggml_rope(x, heads, config_.head_dim, cos_sin.data(), ggml_rope_.interleave);
+    ggml_rope(x, heads, config_.head_dim, cos_sin.data(), ggml_rope_.interleave, ggml_lanes(active_isa()));
   } else {
     rope(x, heads, config_.head_dim, pos, inv_freq_.data());
   }
