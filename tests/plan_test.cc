@@ -632,7 +632,92 @@ TEST(PlanGptq, AMixedGptqCheckpointIsThePlanInMemory) {
   };
   EXPECT_NE(refused({LowBit::kQ4_K, 256}, plan_module(1, LinearRole::kQ))
                 .find("model.layers.1.self_attn.q_proj is q4_k: a GPTQ checkpoint holds"), std::string::npos);
-  EXPECT_NE(refused({LowBit::kSymInt8, -1}, "lm_head").find("lm_head: a GPTQ checkpoint woq writes keeps lm_head"),
+  EXPECT_NE(refused({LowBit::kSymInt8, -1}, "lm_head").find("lm_head: this model ties lm_head to its embeddings"),
+            std::string::npos);
+}
+
+// A plan's lm_head in a GPTQ checkpoint: `lm_head: true` and, when its format is not the base's, a rule for the
+// module "lm_head" (GPTQModel's QuantizeConfig.lm_head and `dynamic`, as vLLM reads them); woq reads lm_head's
+// integers back as stored, the plan in memory bit for bit.
+TEST(PlanGptq, APlannedLmHeadIsWrittenAsGptqIntegers) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  RandomCheckpointOptions r;
+  r.preset = "tiny";  // untied lm_head
+  r.seed = 9;
+  r.weight_std = 0.08;
+  const std::string dir = tmp.file("tiny");
+  write_random_checkpoint(dir, r, pool);
+  const auto write = [&](const QuantSpec& head, const std::string& name) {
+    auto plan = std::make_shared<QuantPlan>();
+    plan->base = {LowBit::kSymInt4, 32};
+    plan->source = "head plan";
+    plan->tensors[plan_module(1, LinearRole::kDown)] = {LowBit::kSymInt8, -1};
+    plan->tensors["lm_head"] = head;
+    QuantizeOptions q;
+    q.spec = plan->base;
+    q.plan = plan;
+    quantize_checkpoint(dir, tmp.file(name), q, pool);
+    return plan;
+  };
+  struct Case { QuantSpec head; const char* rule; LowBit stored; };
+  const std::vector<Case> cases = {{{LowBit::kSymInt8, -1}, R"({"bits": 8, "group_size": -1})", LowBit::kSymInt8},
+                                   {{LowBit::kAsymInt4, 64}, R"({"group_size": 64, "sym": false})", LowBit::kAsymInt4},
+                                   {{LowBit::kSymInt4, 32, Int4Range::kClip}, nullptr, LowBit::kSymInt4},
+                                   {{LowBit::kFp16}, nullptr, LowBit::kFp16}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(spec_name(cases[i].head));
+    const std::string out = tmp.file("gptq" + std::to_string(i));
+    const auto plan = write(cases[i].head, "gptq" + std::to_string(i));
+    const nlohmann::json config = read_json_file(out + "/config.json").at("quantization_config");
+    const bool integers = is_quantized(cases[i].head.type);
+    EXPECT_EQ(config.value("lm_head", false), integers) << config.dump(1);
+    const nlohmann::json dynamic = config.value("dynamic", nlohmann::json::object());
+    if (cases[i].rule)
+      EXPECT_EQ(dynamic.at("+:lm_head$"), nlohmann::json::parse(cases[i].rule)) << config.dump(1);
+    else
+      EXPECT_FALSE(dynamic.contains("+:lm_head$")) << config.dump(1);
+    const TensorStore store = TensorStore::open(out);
+    EXPECT_EQ(store.find("lm_head.qweight") != nullptr, integers);
+    EXPECT_EQ(store.find("lm_head.weight") != nullptr, !integers);
+
+    LoadOptions in_memory;
+    in_memory.linear = plan->base;
+    in_memory.plan = plan;
+    in_memory.lm_head = plan->lm_head();
+    auto m = LlamaModel::load(dir, in_memory, pool);
+    LoadOptions as_stored;
+    as_stored.linear_is_default = true;
+    LoadReport rep;
+    auto g = LlamaModel::load(out, as_stored, pool, &rep);
+    ASSERT_NE(g->untied_lm_head(), nullptr);
+    EXPECT_EQ(g->untied_lm_head()->type, cases[i].stored);
+    EXPECT_EQ(rep.imported_format.find("lm_head quantized") != std::string::npos, integers) << rep.imported_format;
+    expect_same_logits(*m, *g);
+  }
+
+  // What the config does not announce, or a conversion of the stored integers, is refused.
+  const std::string out = tmp.file("gptq0");
+  nlohmann::json config = read_json_file(out + "/config.json");
+  config["quantization_config"]["lm_head"] = false;
+  write_text_file(out + "/config.json", config.dump());
+  LoadOptions as_stored;
+  as_stored.linear_is_default = true;
+  EXPECT_NE(error_of([&] { LlamaModel::load(out, as_stored, pool); })
+                .find("'lm_head.qweight' exists, but config.json's quantization_config.lm_head is not true"),
+            std::string::npos);
+  config["quantization_config"]["lm_head"] = true;
+  write_text_file(out + "/config.json", config.dump());
+  LoadOptions convert = as_stored;
+  convert.lm_head = QuantSpec{LowBit::kSymInt4, 32};
+  EXPECT_NE(error_of([&] { LlamaModel::load(out, convert, pool); }).find("does not round them again"),
+            std::string::npos);
+  const std::string floats = tmp.file("gptq3");  // lm_head float, lm_head: true: its integers are missing
+  config = read_json_file(floats + "/config.json");
+  config["quantization_config"]["lm_head"] = true;
+  write_text_file(floats + "/config.json", config.dump());
+  EXPECT_NE(error_of([&] { LlamaModel::load(floats, as_stored, pool); })
+                .find("quantization_config.lm_head is true, but there is no tensor 'lm_head.qweight'"),
             std::string::npos);
 }
 

@@ -89,6 +89,8 @@ struct NamedTensor {
 inline constexpr NamedTensor kEmbedTokens{"model.embed_tokens.weight", "token_embd.weight", Dim::kVocab, Dim::kHidden};
 inline constexpr NamedTensor kFinalNorm{"model.norm.weight", "output_norm.weight", Dim::kHidden, Dim::kHidden};
 inline constexpr NamedTensor kLmHead{"lm_head.weight", "output.weight", Dim::kVocab, Dim::kHidden};
+/// lm_head's packed integers in a GPTQ checkpoint that quantizes it (GPTQModel's `lm_head: true`).
+inline constexpr std::string_view kLmHeadQweight = "lm_head.qweight";
 inline constexpr NamedTensor kAttnNorm{"input_layernorm.weight", "attn_norm.weight", Dim::kHidden, Dim::kHidden};
 inline constexpr NamedTensor kMlpNorm{"post_attention_layernorm.weight", "ffn_norm.weight", Dim::kHidden, Dim::kHidden};
 /// RMSNorm of each q / k head (ArchitectureSpec::qk_norm).

@@ -112,6 +112,7 @@ QuantizationConfig gptq_config(const JsonFields& q, const nlohmann::ordered_json
   c.group_size = q.has("group_size") ? read_group_size(q, "group_size") : -1;
   c.sym = q.boolean("sym", true);
   c.desc_act = q.boolean("desc_act", false);
+  c.lm_head = q.boolean("lm_head", false);
   const std::string format = q.string("checkpoint_format", "gptq");
   if (format == "gptq") {
     c.zeros = GptqZeros::kV1;
@@ -325,9 +326,9 @@ std::string QuantizationConfig::describe() const {
                                   : method == Method::kAwq
                                       ? (awq_version == AwqVersion::kGemm ? "AWQ GEMM" : "AWQ GEMV")
                                       : "compressed-tensors pack-quantized";
-  return fmt::format("{} {}-bit {} {}{}{}{}{}", method_name, bits, sym ? "sym" : "asym",
+  return fmt::format("{} {}-bit {} {}{}{}{}{}{}", method_name, bits, sym ? "sym" : "asym",
                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                     desc_act ? " act-order" : "",
+                     desc_act ? " act-order" : "", lm_head ? " lm_head quantized" : "",
                      dynamic.empty() ? std::string() : fmt::format(" with {} per-module rules", dynamic.size()),
                      not_converted.empty()       ? std::string()
                      : not_converted.size() <= 2 ? fmt::format(" except {}", printable_text(fmt::format(
@@ -392,6 +393,7 @@ nlohmann::ordered_json gptq_config_json(const QuantizationConfig& c, double damp
           {"static_groups", static_groups},
           {"true_sequential", true_sequential},
           {"checkpoint_format", c.zeros == GptqZeros::kV1 ? "gptq" : "gptq_v2"}};
+  if (c.lm_head) j["lm_head"] = true;
   if (c.dynamic.empty()) return j;
   nlohmann::ordered_json& rules = j["dynamic"] = nlohmann::ordered_json::object();
   for (const DynamicRule& rule : c.dynamic) {

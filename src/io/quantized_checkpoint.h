@@ -44,6 +44,10 @@ struct QuantizationConfig {
   bool sym = true;
   bool desc_act = false;
   GptqZeros zeros = GptqZeros::kV1;  ///< GPTQ only: checkpoint_format gptq / gptq_v2
+  /// GPTQ only: "lm_head": lm_head is stored quantized too (lm_head.qweight, ...), in this config's format
+  /// unless a `dynamic` rule matching "lm_head" says otherwise (GPTQModel's QuantizeConfig.lm_head; vLLM
+  /// and transformers read it).
+  bool lm_head = false;
   /// How it was made, as far as the config says: quantization_config.meta's
   /// quantizer (AutoGPTQ / GPTQModel / woq write it) and woq_method (gptq or
   /// rtn), and damp_percent for GPTQ; e.g. "woq 0.1.0, gptq, damp_percent 0.01";

@@ -33,6 +33,9 @@ void check_tensor_names(const TensorStore& store, const ModelConfig& c) {
   for (const auto& name : store.names()) {
     if (name == kEmbedTokens.hf || name == kFinalNorm.hf || name == kLmHead.hf) continue;
     auto refuse = [&](const std::string& why) { fail("{}: tensor '{}' {}", store.source(), name, why); };
+    // A quantized lm_head (GPTQModel's lm_head: true): its parts as a block linear's; the loader checks the config.
+    if (name.starts_with("lm_head.") && kLinearParts.contains(name.substr(std::string_view("lm_head.").size())))
+      continue;
     if (!name.starts_with("model.layers."))
       refuse(fmt::format("is not part of a {} checkpoint as woq reads it", c.architecture));
     const std::string rest = name.substr(std::string_view("model.layers.").size());
@@ -95,7 +98,8 @@ void validate_checkpoint(const TensorStore& store, const ModelConfig& c, bool qu
       require(store, name, {c.size(t.rows), c.size(t.cols)}, dims_name(t.rows, t.cols).c_str());
   };
   require_spec(std::string(kEmbedTokens.hf), kEmbedTokens);
-  if (store.find(std::string(kLmHead.hf)) != nullptr || !c.tie_word_embeddings) {
+  const bool packed_head = quantized && store.find(std::string(kLmHeadQweight)) != nullptr;
+  if (!packed_head && (store.find(std::string(kLmHead.hf)) != nullptr || !c.tie_word_embeddings)) {
     if (store.find(std::string(kLmHead.hf)) == nullptr)
       fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
     require_spec(std::string(kLmHead.hf), kLmHead);

@@ -11,7 +11,8 @@ namespace woq {
 /// Checks `store` against `config` without reading tensor data: every tensor
 /// name belongs to the architecture and to a layer below num_hidden_layers
 /// (no fused projections, no biases or q/k norms the architecture lacks);
-/// the embeddings [vocab_size, hidden_size], lm_head (unless tied), the final
+/// the embeddings [vocab_size, hidden_size], lm_head (unless tied, or stored
+/// as GPTQ integers in a `quantized` checkpoint), the final
 /// norm [hidden_size], each layer's norms, biases and q/k norms, and — unless
 /// `quantized` (GPTQ / compressed-tensors linears, checked where they are
 /// read) — each layer's seven float linears are present with their shapes.

@@ -396,6 +396,37 @@ struct BlockLinearLoader {
   }
 };
 
+// lm_head as a GPTQ checkpoint whose config says `lm_head: true` stores it (GPTQModel's quantized lm_head,
+// which vLLM reads): its integers as stored, in the format `dynamic` gives the module "lm_head"; nullopt when
+// lm_head is float. Throws woq::Error for lm_head integers the config does not announce, an announced lm_head
+// without them, a tied lm_head, or LoadOptions::lm_head (woq does not re-quantize stored integers).
+std::optional<QuantMatrix> packed_lm_head(const TensorStore& store, const std::optional<QuantizationConfig>& quantized,
+                                          const ModelConfig& c, const LoadOptions& options, ThreadPool& pool,
+                                          LoadReport& rep) {
+  const bool packed = store.find(std::string(kLmHeadQweight)) != nullptr;
+  const bool gptq = quantized && quantized->method == QuantizationConfig::Method::kGptq;
+  if (!packed && !(gptq && quantized->lm_head)) return std::nullopt;
+  const std::string where = store.source();
+  if (!gptq)
+    fail("{}: tensor '{}' is a GPTQ lm_head, but config.json's quantization_config {}", where, kLmHeadQweight,
+         quantized ? "is " + quantized->describe() : std::string("is missing"));
+  if (!quantized->lm_head)
+    fail("{}: tensor '{}' exists, but config.json's quantization_config.lm_head is not true (GPTQModel and vLLM "
+         "read lm_head as float then)", where, kLmHeadQweight);
+  if (c.tie_word_embeddings)
+    fail("{}: quantization_config.lm_head is true, but config.json's tie_word_embeddings ties lm_head to the "
+         "embeddings; a quantized lm_head needs its own tensors", where);
+  const bool quantized_head = quantized->for_module(std::string(kLmHeadModule)).has_value();
+  if (!packed && quantized_head)
+    fail("{}: quantization_config.lm_head is true, but there is no tensor '{}'", where, kLmHeadQweight);
+  if (!quantized_head) return std::nullopt;  // a "-:lm_head" rule (load_quantized_linear refuses its integers)
+  if (options.lm_head)
+    fail("{}: lm_head is stored as GPTQ integers ({}); woq runs them as stored and does not round them again: "
+         "drop --lm-head-low-bit (or the plan's lm_head)", where, quantized->for_module("lm_head")->describe());
+  return load_quantized_linear(store, *quantized, std::string(kLmHeadModule), c.vocab_size, c.hidden_size,
+                               rep.warnings, &pool);
+}
+
 }  // namespace
 
 std::string ready_for_kernels(QuantMatrix& w, std::optional<Activations> requested, bool ggml_blocks,
@@ -455,7 +486,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
   const TensorView* head = store.find(std::string(kLmHead.hf));
-  if (!c.tie_word_embeddings && head == nullptr)
+  if (!c.tie_word_embeddings && head == nullptr && !(quantized && store.find(std::string(kLmHeadQweight))))
     fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
   const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
   // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
@@ -480,6 +511,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const TensorView& head_src = head != nullptr ? *head : embed;
   if (!has_head) {
     // no lm_head, no final norm: a later stage has them
+  } else if (std::optional<QuantMatrix> w = packed_lm_head(store, quantized, c, options, pool, rep)) {
+    m->lm_head_ = std::make_unique<QuantMatrix>(std::move(*w));
+    set_activations(*m->lm_head_, options, activations_used, rep, pool);
+    rep.other_bytes += m->lm_head_->bytes();
   } else if (head != nullptr || options.lm_head) {
     bool head_ggml = false;
     m->lm_head_ = std::make_unique<QuantMatrix>(

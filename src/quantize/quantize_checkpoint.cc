@@ -50,6 +50,7 @@ struct Source {
   std::int64_t layer = -1;
   int linear = 0;
   int part = 0;
+  bool lm_head = false;  ///< part `part` of the planned lm_head (layer num_hidden_layers), rounded from `copy`
 };
 
 // The integer tensors of linear `prefix` [n, k] in `module`'s layout (GPTQ: qweight, qzeros, scales, g_idx;
@@ -458,6 +459,21 @@ TensorPlan plan_tensors(const TensorStore& store, const ModelConfig& config, con
       }
     }
   }
+  // A planned lm_head, after the blocks: GPTQ integers (qc.lm_head) or its float type.
+  if (const std::optional<QuantSpec> head = options.plan ? options.plan->lm_head() : std::nullopt) {
+    const std::string name(kLmHead.hf);
+    const TensorView& t = store.get(name);
+    for (std::size_t i = 0; i < names.size(); ++i) used[i] = used[i] || names[i] == name;
+    report.bytes_before += t.bytes.size();
+    const std::vector<TensorSpec> parts =
+        qc.lm_head ? packed_specs(*qc.for_module(std::string(kLmHeadModule)), std::string(kLmHeadModule),
+                                  config.vocab_size, config.hidden_size)
+                   : std::vector<TensorSpec>{{name, float_dtype(head->type), {config.vocab_size, config.hidden_size}}};
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      plan.specs.push_back(parts[p]);
+      plan.sources.push_back({&t, false, config.num_hidden_layers, 0, static_cast<int>(p), true});
+    }
+  }
   take("", -1);
   for (const auto& s : plan.specs) report.bytes_after += s.bytes();
   if (!converted_types.empty())
@@ -491,27 +507,20 @@ void write_float(const std::vector<float>& values, const TensorSpec& spec, std::
 class BlockFiller {
  public:
   BlockFiller(const TensorPlan& plan, const ModelConfig& config, const QuantizationConfig& qc,
-              const QuantizeOptions& options, const BlockQuantizer& quantize_block, QuantizeReport& report)
-      : plan_(plan), config_(config), qc_(qc), options_(options), quantize_block_(quantize_block), report_(report) {}
+              const QuantizeOptions& options, const BlockQuantizer& quantize_block, QuantizeReport& report,
+              ThreadPool& pool)
+      : plan_(plan), config_(config), qc_(qc), options_(options), quantize_block_(quantize_block), report_(report),
+        pool_(pool) {}
 
   void operator()(std::size_t i, std::span<std::uint8_t> dst) {
     const Source& s = plan_.sources[i];
-    if (s.layer >= 0 && s.layer != current_) quantize(s.layer);  // a block's first tensor: quantize it
-    if (s.copy != nullptr && s.layer >= 0) {
-      // By the output's (Hugging Face) name: a GGUF input's tensors have llama.cpp's names.
-      if (const auto it = replaced_.find(plan_.specs[i].name); it != replaced_.end()) {
-        write_float(it->second, plan_.specs[i], dst);
-        return;
-      }
+    if (s.lm_head) {
+      if (s.layer != current_) quantize_lm_head(*s.copy, s.layer);
+    } else if (s.layer >= 0 && s.layer != current_) {
+      quantize(s.layer);  // a block's first tensor: quantize it
     }
-    if (s.copy != nullptr && s.to_f32) {
-      tensor_to_f32(*s.copy, reinterpret_cast<float*>(dst.data()), 0, -1);
-      release_pages(s.copy->bytes);
-      return;
-    }
-    if (s.copy != nullptr) {
-      std::memcpy(dst.data(), s.copy->bytes.data(), dst.size());
-      release_pages(s.copy->bytes);
+    if (s.copy != nullptr && !s.lm_head) {
+      copy(s, plan_.specs[i], dst);
       return;
     }
     const std::vector<std::uint8_t>& part = packed_[static_cast<std::size_t>(s.linear)][static_cast<std::size_t>(s.part)];
@@ -521,6 +530,45 @@ class BlockFiller {
   }
 
  private:
+  // A tensor the output copies: as a block's quantizer replaced it, converted to F32, or byte for byte.
+  void copy(const Source& s, const TensorSpec& spec, std::span<std::uint8_t> dst) {
+    // By the output's (Hugging Face) name: a GGUF input's tensors have llama.cpp's names.
+    if (const auto it = replaced_.find(spec.name); s.layer >= 0 && it != replaced_.end()) {
+      write_float(it->second, spec, dst);
+      return;
+    }
+    if (s.to_f32) {
+      tensor_to_f32(*s.copy, reinterpret_cast<float*>(dst.data()), 0, -1);
+    } else {
+      std::memcpy(dst.data(), s.copy->bytes.data(), dst.size());
+    }
+    release_pages(s.copy->bytes);
+  }
+
+  // The planned lm_head (read from `head`) rounded to nearest in its format, as loading with the plan does:
+  // its GPTQ parts (or its float bytes) in packed_[0]; `layer` marks it done.
+  void quantize_lm_head(const TensorView& head, std::int64_t layer) {
+    const QuantSpec spec = *options_.plan->lm_head();
+    const std::int64_t n = config_.vocab_size, k = config_.hidden_size;
+    require_shape(head, {n, k}, fmt::format("from {}", shape_source(head)));
+    require_float_dtype(head);
+    QuantMatrix q;
+    try {
+      q = quantize_matrix([&head, k](std::int64_t r, float* row) { tensor_to_f32(head, row, r * k, k); }, n, k, spec,
+                          &pool_);
+    } catch (const Error& e) {
+      fail("{}: tensor '{}': {}", head.file, head.name, e.what());
+    }
+    release_pages(head.bytes);
+    packed_.clear();
+    if (qc_.lm_head)
+      packed_.push_back(packed_parts(*qc_.for_module(std::string(kLmHeadModule)), q, options_.zeros));
+    else
+      packed_.push_back({std::move(q.data)});
+    report_.matrices++;
+    current_ = layer;
+  }
+
   void quantize(std::int64_t layer) {
     packed_.clear();
     const auto quantize_start = std::chrono::steady_clock::now();
@@ -578,6 +626,7 @@ class BlockFiller {
   const QuantizeOptions& options_;
   const BlockQuantizer& quantize_block_;
   QuantizeReport& report_;
+  ThreadPool& pool_;
   std::int64_t current_ = -1;
   std::vector<std::vector<std::vector<std::uint8_t>>> packed_;  ///< per linear of the block: its tensors' bytes
   std::map<std::string, std::vector<float>> replaced_;           ///< the block's float tensors the quantizer changed
@@ -613,9 +662,9 @@ nlohmann::ordered_json output_quantization_json(const QuantizationConfig& qc, co
 
 QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c, GptqZeros zeros, bool desc_act) {
   const std::string where = plan.source.empty() ? std::string("plan") : plan.source;
-  if (plan.lm_head())
-    fail("{}: lm_head: a GPTQ checkpoint woq writes keeps lm_head as the input stores it; remove it from the plan, or "
-         "write the plan as GGUF (-o FILE.gguf)", where);
+  if (plan.lm_head() && c.tie_word_embeddings)
+    fail("{}: lm_head: this model ties lm_head to its embeddings (tie_word_embeddings); a GPTQ checkpoint "
+         "quantizes an lm_head of its own only: remove lm_head from the plan", where);
   const std::int64_t max_k = std::max({c.hidden_size, c.intermediate_size, c.q_dim()});
   // bits, group_size (-1 for a group as long as K), sym of an integer format; nullopt for a float one.
   const auto gptq_of = [&](const QuantSpec& spec, const std::string& module, std::int64_t k) {
@@ -674,6 +723,24 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
       for (auto& [pattern, rule] : rules) {
         if (pattern.empty()) continue;
         rule.key = (rule.skip ? "-:" : "+:") + pattern;
+        rule.regex = std::make_shared<const Regex>(pattern, where);
+        qc.dynamic.push_back(std::move(rule));
+      }
+    }
+  // A planned integer lm_head: `lm_head: true` (GPTQModel's QuantizeConfig.lm_head, which vLLM reads), with a
+  // rule when its format is not the base's; a float one is written in its float type and lm_head stays false.
+  if (const std::optional<QuantSpec> head = plan.lm_head())
+    if (const auto g = gptq_of(*head, std::string(kLmHeadModule), c.hidden_size)) {
+      qc.lm_head = true;
+      const std::int64_t base_group = base->group_size == -1 || base->group_size >= c.hidden_size ? -1
+                                                                                                 : base->group_size;
+      DynamicRule rule;
+      if (g->bits != base->bits) rule.bits = g->bits;
+      if (g->group_size != base_group) rule.group_size = g->group_size;
+      if (g->sym != base->sym) rule.sym = g->sym;
+      if (rule.bits || rule.group_size || rule.sym) {
+        const std::string pattern = literal_pattern(std::string(kLmHeadModule)) + "$";
+        rule.key = "+:" + pattern;
         rule.regex = std::make_shared<const Regex>(pattern, where);
         qc.dynamic.push_back(std::move(rule));
       }
@@ -775,7 +842,11 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
                                          activations_name(*options.plan->activations)));
   }
   const TensorPlan plan = plan_tensors(store, config, qc, options, report);
-  BlockFiller filler(plan, config, qc, options, quantize_block, report);
+  if (qc.lm_head && options.method != "rtn")
+    report.notes.push_back(fmt::format("lm_head is rounded to nearest in the plan's {} ({} fits the decoder blocks' "
+                                       "linears; the plan's lm_head was measured rounded to nearest)",
+                                       spec_name(*options.plan->lm_head()), options.method));
+  BlockFiller filler(plan, config, qc, options, quantize_block, report, pool);
   const TensorFiller fill = [&](std::size_t i, std::span<std::uint8_t> dst) { filler(i, dst); };
 
   const WorkDir work(out);
