@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "eval/compare.h"
 #include "eval/reports.h"
+#include "io/gguf.h"
 #include "io/json_file.h"
 #include "model/llama.h"
 #include "model/load_request.h"
@@ -375,11 +376,12 @@ TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnTheSampledRows) {
   }
 }
 
-// An untied lm_head is planned as one more layer: first as held (KL 0, left out
-// of a plan), then each candidate, whose measured KL is the KL of the model
-// loaded with a plan giving lm_head that format, bit for bit, in both measures;
-// its weights leave the unplanned ones; a plan names it only when quantized.
-TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
+// An untied model's lm_head and input embeddings are planned as two more layers (in that order, last): first as
+// held (KL 0, left out of a plan), then each candidate, whose measured KL is the KL of the model loaded with a plan
+// giving it that format, bit for bit (lm_head in both measures; the embeddings' estimate is the anchor's KL scaled
+// by their rows' error on the sampled tokens); their weights leave the unplanned ones; a plan names them only
+// when quantized.
+TEST(PlanSearch, AnUntiedModelsLmHeadAndEmbeddingsArePlannedAndMeasuredAsLoaded) {
   ThreadPool pool(2);
   test::TempDir tmp;
   RandomCheckpointOptions r;
@@ -393,57 +395,106 @@ TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
   auto model = LlamaModel::load(dir, as_stored, pool);
   const ModelConfig& c = model->config();
   ASSERT_FALSE(c.tie_word_embeddings);
-  const std::uint64_t head_bytes = model->untied_lm_head()->bytes();
+  const std::uint64_t head_bytes = model->untied_lm_head()->bytes(), embed_bytes = model->embeddings().bytes();
   const std::int64_t head_params = c.vocab_size * c.hidden_size;
   const Tokenizer tok = Tokenizer::load(dir);
   const ScoringPlan calib =
       chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64, 3, 1);
-  const std::vector<QuantSpec> specs{{LowBit::kSymInt4, 32}, {LowBit::kSymInt8, -1}, {LowBit::kFp16}};
+  const std::vector<QuantSpec> specs{{LowBit::kSymInt4, 32}, {LowBit::kSymInt8, -1}, {LowBit::kFp16},
+                                     {LowBit::kAsymInt4, -1}};
   const auto candidates = [&](std::int64_t) { return specs; };
-  const std::uint64_t other_bytes = head_bytes + 1000;
-  const std::int64_t other_params = head_params + 77;
+  const std::uint64_t other_bytes = head_bytes + embed_bytes + 1000;
+  const std::int64_t other_params = 2 * head_params + 77;
+  const std::int64_t error_rows = 50;
   const Sensitivity s = measure_sensitivity(*model, calib, pool, other_bytes, other_params, candidates, std::nullopt);
   const Sensitivity est =
-      estimate_sensitivity(*model, calib, pool, other_bytes, other_params, candidates, std::nullopt, 50);
-  ASSERT_TRUE(s.plans_lm_head());
-  ASSERT_EQ(s.layers.size(), static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size() + 1);
+      estimate_sensitivity(*model, calib, pool, other_bytes, other_params, candidates, std::nullopt, error_rows);
+  const std::size_t linears = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
+  ASSERT_EQ(s.layers.size(), linears + 2);
+  ASSERT_EQ(est.layers.size(), linears + 2);
   EXPECT_EQ(s.other_bytes, 1000u);
   EXPECT_EQ(s.other_params, 77);
+  EXPECT_EQ(est.other_bytes, 1000u);
   EXPECT_EQ(s.total_params(), est.total_params());
-  const LayerCost& head = s.layers.back();
-  EXPECT_EQ(head.module(), "lm_head");
-  EXPECT_EQ(head.params, head_params);
-  ASSERT_EQ(head.candidates.size(), 3u);  // as held (fp16), sym_int4 g32, sym_int8 (fp16 is the held one)
-  EXPECT_TRUE(head.candidates[0].held);
-  EXPECT_EQ(head.candidates[0].kl, 0);
-  EXPECT_EQ(head.candidates[0].bytes, head_bytes);
+  ASSERT_EQ(s.planned_lm_head(), &s.layers[linears]);
+  ASSERT_EQ(s.planned_embeddings(), &s.layers[linears + 1]);
+  EXPECT_EQ(s.layers[linears].module(), "lm_head");
+  EXPECT_EQ(s.layers[linears + 1].module(), "model.embed_tokens");
   RefLogprobFile ref = RefLogprobFile::create("", calib, c.vocab_size);
   write_reference(*model, calib, 0, ref);
-  for (std::size_t j = 1; j < head.candidates.size(); ++j) {
-    const CandidateCost& cc = head.candidates[j];
-    EXPECT_FALSE(cc.held);
-    QuantPlan plan;
-    plan.base = {LowBit::kFp16};
-    plan.tensors["lm_head"] = cc.spec;
-    auto m = LlamaModel::load(dir, load_options_of(plan), pool);
-    const CompareStats whole = compare_with_reference(*m, calib, 0, ref);
-    EXPECT_GT(whole.mean_kl, 0);
-    EXPECT_EQ(cc.kl, whole.mean_kl) << spec_name(cc.spec);
-    EXPECT_EQ(cc.bytes, m->untied_lm_head()->bytes());
-    EXPECT_EQ(est.layers.back().candidates[j].kl, cc.kl);  // exact in the estimate too
+  // The embeddings' rows of the tokens the estimate took (all sequences' tokens one after another).
+  std::vector<std::int32_t> all, taken_tokens;
+  for (const auto& seq : calib.sequences) all.insert(all.end(), seq.begin(), seq.end());
+  const std::vector<char> taken = error_row_sample(static_cast<std::int64_t>(all.size()), error_rows);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (taken[i]) taken_tokens.push_back(all[i]);
+  const auto row_error = [&](LlamaModel& m) {
+    std::vector<float> a(static_cast<std::size_t>(c.hidden_size)), b(a.size());
+    double e = 0;
+    for (const std::int32_t t : taken_tokens) {
+      model->embed(std::span(&t, 1), a.data());
+      m.embed(std::span(&t, 1), b.data());
+      for (std::size_t k = 0; k < a.size(); ++k) e += (static_cast<double>(b[k]) - a[k]) * (b[k] - a[k]);
+    }
+    return e;
+  };
+  for (const std::size_t i : {linears, linears + 1}) {
+    const LayerCost& end = s.layers[i];
+    const bool embeddings = end.is_embeddings();
+    SCOPED_TRACE(end.module());
+    EXPECT_EQ(end.params, head_params);
+    ASSERT_EQ(end.candidates.size(), specs.size());  // as held (fp16), then the others (fp16 is the held one)
+    EXPECT_TRUE(end.candidates[0].held);
+    EXPECT_EQ(end.candidates[0].kl, 0);
+    EXPECT_EQ(end.candidates[0].bytes, embeddings ? embed_bytes : head_bytes);
+    double anchor_kl = 0, anchor_error = 0;
+    for (std::size_t j = 1; j < end.candidates.size(); ++j) {
+      const CandidateCost& cc = end.candidates[j];
+      EXPECT_FALSE(cc.held);
+      QuantPlan plan;
+      plan.base = {LowBit::kFp16};
+      plan.tensors[end.module()] = cc.spec;
+      auto m = LlamaModel::load(dir, load_options_of(plan), pool);
+      const CompareStats whole = compare_with_reference(*m, calib, 0, ref);
+      EXPECT_GT(whole.mean_kl, 0);
+      EXPECT_EQ(cc.kl, whole.mean_kl) << spec_name(cc.spec);
+      EXPECT_EQ(cc.bytes, embeddings ? m->embeddings().bytes() : m->untied_lm_head()->bytes());
+      const CandidateCost& e = est.layers[i].candidates[j];
+      EXPECT_EQ(e.bytes, cc.bytes);
+      if (!embeddings) {
+        EXPECT_EQ(e.kl, cc.kl);  // exact in the estimate too
+      } else if (spec_name(cc.spec) == "sym_int4 g32") {
+        anchor_kl = e.kl;
+        anchor_error = row_error(*m);
+        EXPECT_EQ(e.kl, cc.kl);  // the anchor: measured
+      }
+    }
+    if (!embeddings) continue;
+    ASSERT_GT(anchor_error, 0);
+    for (std::size_t j = 1; j < end.candidates.size(); ++j) {  // the others: scaled by their rows' error
+      QuantPlan plan;
+      plan.base = {LowBit::kFp16};
+      plan.tensors[end.module()] = end.candidates[j].spec;
+      auto m = LlamaModel::load(dir, load_options_of(plan), pool);
+      EXPECT_NEAR(est.layers[i].candidates[j].kl, anchor_kl * row_error(*m) / anchor_error, 1e-12 * anchor_kl)
+          << spec_name(end.candidates[j].spec);
+    }
   }
-  // The most accurate plan keeps lm_head as held (unnamed); the smallest quantizes it (named).
+  // The most accurate plan keeps both as held (unnamed); the smallest quantizes them (named).
   const SolvedPlan best = solve_for_bpw(s, 1e30), least = solve_for_bpw(s, smallest_bpw(s));
   EXPECT_FALSE(best.plan.lm_head().has_value());
+  EXPECT_FALSE(best.plan.embeddings().has_value());
   ASSERT_TRUE(least.plan.lm_head().has_value());
-  EXPECT_EQ(spec_name(*least.plan.lm_head()), "sym_int4 g32");
+  ASSERT_TRUE(least.plan.embeddings().has_value());
+  EXPECT_EQ(spec_name(least.plan.base), "asym_int4 per channel");  // the block linears' smallest
   EXPECT_EQ(predict(s, least.plan).predicted_kl, least.predicted_kl);
   EXPECT_EQ(predict(s, best.plan).bytes, best.bytes);
   const Sensitivity back = parse_sensitivity(sensitivity_json(s), "s");
   EXPECT_TRUE(back.plans_lm_head());
+  ASSERT_NE(back.planned_embeddings(), nullptr);
   EXPECT_TRUE(back.layers.back().candidates[0].held);
   EXPECT_EQ(sensitivity_json(back), sensitivity_json(s));
-  // A file whose held candidates lie is refused, naming the field.
+  // A file whose held candidates or order lie is refused, naming the field.
   const auto refused = [&](const std::function<void(nlohmann::ordered_json&)>& edit, const std::string& says) {
     nlohmann::ordered_json j = sensitivity_json(s);
     edit(j);
@@ -454,8 +505,10 @@ TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   };
-  const auto head_json = [](nlohmann::ordered_json& j) -> nlohmann::ordered_json& { return j["layers"].back(); };
+  const auto head_json = [&](nlohmann::ordered_json& j) -> nlohmann::ordered_json& { return j["layers"][linears]; };
   refused([&](auto& j) { head_json(j)["candidates"][0].erase("held"); }, "lm_head's first candidate, and no other");
+  refused([&](auto& j) { j["layers"].back()["candidates"][0].erase("held"); },
+          "model.embed_tokens's first candidate, and no other");
   const auto hold = [](nlohmann::ordered_json& cand) {
     cand["held"] = true;
     cand["kl"] = cand["kl_stderr"] = 0.0;
@@ -465,7 +518,64 @@ TEST(PlanSearch, AnUntiedLmHeadIsPlannedAndMeasuredAsLoaded) {
   refused([&](auto& j) { hold(j["layers"][0]["candidates"][0]), hold(j["layers"][0]["candidates"][1]); },
           "at most one candidate is the held one");
   refused([&](auto& j) { j["error_rows"] = 5; }, "only in an estimated measurement");
-  refused([&](auto& j) { std::swap(j["layers"][0], head_json(j)); }, "lm_head must be the last layer");
+  const std::string order = "lm_head and then model.embed_tokens come after the block linears, each once";
+  refused([&](auto& j) { std::swap(j["layers"][0], head_json(j)); }, order);
+  refused([&](auto& j) { std::swap(j["layers"][linears], j["layers"][linears + 1]); }, order);
+  refused([&](auto& j) { j["layers"].push_back(j["layers"].back()); }, order);
+}
+
+void expect_same_logits(LlamaModel& a, LlamaModel& b);
+
+// A plan's embeddings load in memory and write as GGUF (token_embd in the planned type), the same logits; a tied
+// model's embeddings (also lm_head) and a GPTQ checkpoint's are refused.
+TEST(PlanGguf, PlannedEmbeddingsWriteAsTokenEmbd) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  RandomCheckpointOptions r;
+  r.preset = "tiny";
+  r.seed = 6;
+  r.weight_std = 0.08;
+  const std::string dir = tmp.file("tiny");
+  write_random_checkpoint(dir, r, pool);
+  auto plan = std::make_shared<QuantPlan>();
+  plan->base = {LowBit::kFp16};
+  plan->source = "embeddings plan";
+  plan->tensors[plan_module(0, LinearRole::kQ)] = {LowBit::kSymInt8, 32};
+  plan->tensors["model.embed_tokens"] = {LowBit::kSymInt4, 32};
+  GgufExportOptions o;
+  o.plan = plan;
+  const std::string file = tmp.file("e.gguf");
+  export_gguf(dir, file, o, pool);
+  const GgufFile gguf(file);
+  ASSERT_NE(gguf.find_tensor("token_embd.weight"), nullptr);
+  EXPECT_EQ(gguf.find_tensor("token_embd.weight")->type, &ggml_type_traits(GgmlType::kQ4_0));
+  LoadOptions in_memory = load_options_of(*plan);
+  in_memory.activations = Activations::kInt8;
+  in_memory.numerics = Numerics::kWoq;
+  LoadReport rep;
+  auto m = LlamaModel::load(dir, in_memory, pool, &rep);
+  EXPECT_EQ(m->embeddings().type, LowBit::kSymInt4);
+  EXPECT_EQ(rep.embeddings_bytes, m->embeddings().bytes());
+  const std::vector<std::string> summary = load_summary(rep, in_memory);
+  EXPECT_NE(summary.back().find("; embeddings -> sym_int4"), std::string::npos) << summary.back();
+  LoadOptions stored;
+  stored.linear_is_default = true;
+  stored.activations = Activations::kInt8;
+  stored.numerics = Numerics::kWoq;
+  auto g = LlamaModel::load(file, stored, pool);
+  EXPECT_EQ(g->embeddings().type, LowBit::kSymInt4);
+  expect_same_logits(*m, *g);
+
+  EXPECT_NE(error_of([&] { gptq_plan_config(*plan, read_model_config(dir), GptqZeros::kV1, false); })
+                .find("model.embed_tokens: a GPTQ checkpoint keeps the embeddings in float"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { LlamaModel::load(WOQ_MODEL_DIR, load_options_of(*plan), pool); })
+                .find("model.embed_tokens: " WOQ_MODEL_DIR " ties lm_head to the embeddings"),
+            std::string::npos);
+  o.force = true;
+  EXPECT_NE(error_of([&] { export_gguf(WOQ_MODEL_DIR, tmp.file("t.gguf"), o, pool); })
+                .find("model.embed_tokens: LlamaForCausalLM ties its output projection to the embeddings"),
+            std::string::npos);
 }
 
 // The cheaper estimate (one candidate's KL per layer, the others scaled by

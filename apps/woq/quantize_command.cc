@@ -194,7 +194,7 @@ Run add_quantize(CLI::App& app) {
                 "last finished decoder block, kept in .OUTPUT.partial beside it");
   cmd->add_flag("--measure", args->measure,
                 "Plan search: measure each linear layer's KL contribution per candidate format on --calib-file text "
-                "and write the measurement (JSON) to --output");
+                "(an untied model's lm_head and input embeddings too) and write the measurement (JSON) to --output");
   cmd->add_option("--target-kl", args->target_kl,
                   "Plan search: write to --output (JSON) the plan of fewest bytes whose mean KL (nats per token) on "
                   "--verify-file text is at most this; measured first unless --measurement is given")

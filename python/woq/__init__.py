@@ -468,7 +468,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     resume=True continues from the last finished block with the same input, options and calibration. progress: the CLI's lines on stderr and a progress bar over the decoder blocks on
     a terminal (tqdm when installed); False: silent.
     Plan search (woq quantize --measure / --target-kl / --target-bpw): measure=True writes to `output` (JSON) each
-        linear layer's KL contribution per candidate format on calib_file text; target_kl (mean KL, nats per token)
+        linear layer's KL contribution per candidate format on calib_file text (an untied model's lm_head and
+        input embeddings too); target_kl (mean KL, nats per token)
         or target_bpw (bits per weight, embeddings counted) writes to `output` the plan that meets it, verified on
         verify_file (held-out text) against the float model, from a saved `measurement` or measured first;
         nsamples / seqlen: at most that many chunks of that many tokens (16 x 128); refine: re-solves when the

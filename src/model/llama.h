@@ -118,6 +118,7 @@ struct LoadReport {
   /// A GGUF embedding or lm_head of a ggml type woq lacks was converted to the closest woq format (a warning says which).
   bool other_converted = false;
   std::uint64_t lm_head_bytes = 0;        ///< lm_head when converted by LoadOptions::lm_head, else 0
+  std::uint64_t embeddings_bytes = 0;     ///< the embeddings when converted by the plan's model.embed_tokens, else 0
   /// Embeddings / lm_head converted by LoadOptions::mix's rule, e.g. {"token_embd q3_K", "output q6_K"}.
   std::vector<std::string> mixed_other;
   std::string source_dtype;               ///< dtype of the linear weights in the checkpoint
@@ -263,6 +264,8 @@ class LlamaModel {
   /// LoadOptions::lm_head), to inspect or replace; nullptr when the embeddings serve as lm_head (or another
   /// pipeline rank holds it).
   QuantMatrix* untied_lm_head() { return lm_head_.get(); }
+  /// The embeddings (vocab, hidden; rows looked up by embed()), to inspect or replace; also lm_head when tied.
+  QuantMatrix& embeddings() { return embed_; }
 
   ~LlamaModel();
 

@@ -505,8 +505,19 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const bool has_head = last == c.num_hidden_layers;
   bool embed_ggml = false;
   if (first == 0 || (has_head && head == nullptr && !options.lm_head)) {
-    m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
-    rep.other_bytes += m->embed_.bytes();
+    if (const std::optional<QuantSpec> planned = options.plan ? options.plan->embeddings() : std::nullopt) {
+      if (c.tie_word_embeddings)
+        fail("{}: model.embed_tokens: {} ties lm_head to the embeddings, so they are one matrix; plan lm_head's format "
+             "with --lm-head-low-bit or leave model.embed_tokens out of the plan", options.plan->source, dir);
+      if (quantized || embed.dtype == DType::kGgml)
+        fail("{}: model.embed_tokens: {} stores the embeddings as {}; a plan converts float embeddings only",
+             options.plan->source, dir, quantized ? quantized->describe() : std::string(embed.type_name()));
+      m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *planned, pool);
+      rep.embeddings_bytes += m->embed_.bytes();
+    } else {
+      m->embed_ = keep(embed, kquant::MixTensor::kTokenEmbd, embed_ggml);
+      rep.other_bytes += m->embed_.bytes();
+    }
   }
   const TensorView& head_src = head != nullptr ? *head : embed;
   if (!has_head) {

@@ -101,9 +101,12 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
     lines.push_back(fmt::format("{} linear layers used as stored in the {} checkpoint (read in {:.2f} s; not "
                                 "re-quantized): {:.2f} MiB",
                                 r.linear_imported, r.imported_format, r.repack_seconds, mib(r.linear_imported_bytes)));
-  const std::string head = options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head),
-                                                         mib(r.lm_head_bytes))
-                                           : "";
+  const std::optional<QuantSpec> embeddings = options.plan ? options.plan->embeddings() : std::nullopt;
+  const std::string head =
+      (options.lm_head ? fmt::format("; lm_head -> {} ({:.2f} MiB)", describe(*options.lm_head), mib(r.lm_head_bytes))
+                       : std::string()) +
+      (embeddings ? fmt::format("; embeddings -> {} ({:.2f} MiB)", describe(*embeddings), mib(r.embeddings_bytes))
+                  : std::string());
   const std::string converted =
       r.linear_matrices > 0 ? fmt::format("{} linear layers ({}) {} -> {}: {:.2f} MiB -> {:.2f} MiB; ",
                                           r.linear_matrices, fmt::join(r.converted_roles, "/"), r.source_dtype,
@@ -117,7 +120,7 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   const std::string kept = r.other_converted ? "kept as stored or converted as the warning says" : "kept as stored";
   const std::string others =
       r.mixed_other.empty() || options.mix == nullptr
-          ? fmt::format("embeddings, norms{} {}", options.lm_head ? "" : " and lm_head", kept)
+          ? fmt::format("{}norms{} {}", embeddings ? "" : "embeddings, ", options.lm_head ? "" : " and lm_head", kept)
           : fmt::format("{} by {}'s rule, norms {}", fmt::join(r.mixed_other, ", "), options.mix->llama_name, kept);
   lines.push_back(fmt::format("{}{} ({:.2f} MiB){}; {}{}loaded in {:.2f} s", converted, others, mib(r.other_bytes),
                               head, r.activations.empty() ? "" : fmt::format("activations: {}; ", r.activations),

@@ -95,17 +95,29 @@ const QuantSpec& QuantPlan::linear(std::int64_t layer, LinearRole role) const {
   return it == tensors.end() ? base : it->second;
 }
 
-std::optional<QuantSpec> QuantPlan::lm_head() const {
-  const auto it = tensors.find(std::string(kLmHeadModule));
+namespace {
+
+std::optional<QuantSpec> named(const std::map<std::string, QuantSpec>& tensors, std::string_view module) {
+  const auto it = tensors.find(std::string(module));
   return it == tensors.end() ? std::nullopt : std::optional<QuantSpec>(it->second);
 }
 
+// lm_head or the embeddings: named by the plan apart from the block linears.
+bool is_model_end(std::string_view name) { return name == kLmHeadModule || name == kEmbeddingsModule; }
+
+}  // namespace
+
+std::optional<QuantSpec> QuantPlan::lm_head() const { return named(tensors, kLmHeadModule); }
+
+std::optional<QuantSpec> QuantPlan::embeddings() const { return named(tensors, kEmbeddingsModule); }
+
 void QuantPlan::check_layers(std::int64_t layers) const {
   for (const auto& [name, spec] : tensors) {
-    if (name == kLmHeadModule) continue;
+    if (is_model_end(name)) continue;
     const auto parsed = parse_module(name);
-    if (!parsed) fail("{}: tensors: '{}' is not a block linear (model.layers.N.self_attn.q_proj, ...) or lm_head",
-                      source, name);
+    if (!parsed)
+      fail("{}: tensors: '{}' is not a block linear (model.layers.N.self_attn.q_proj, ...), lm_head or "
+           "model.embed_tokens", source, name);
     if (parsed->first >= layers)
       fail("{}: tensors: '{}' names layer {}, but the model has {} layers (a plan for another model?)", source, name,
            parsed->first, layers);
@@ -138,8 +150,9 @@ QuantPlan parse_plan(const nlohmann::json& json, const std::string& source) {
       if (!value.is_object()) fail("{}: tensors: must be an object of module name -> spec", source);
       for (const auto& [name, spec] : value.items()) {
         const std::string what = fmt::format("{}: tensors.{}", source, name);
-        if (name != kLmHeadModule && !parse_module(name))
-          fail("{}: not a block linear (model.layers.N.self_attn.q_proj, ..., mlp.down_proj) or lm_head", what);
+        if (!is_model_end(name) && !parse_module(name))
+          fail("{}: not a block linear (model.layers.N.self_attn.q_proj, ..., mlp.down_proj), lm_head or "
+               "model.embed_tokens", what);
         plan.tensors[name] = parse_spec(spec, what);
       }
     } else if (key == "activations") {

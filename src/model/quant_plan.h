@@ -1,5 +1,5 @@
 // A quantization plan: the format and group size of every block linear (and
-// of lm_head), as data. llama.cpp's llama_tensor_get_type decides this by a
+// of lm_head and the input embeddings), as data. llama.cpp's llama_tensor_get_type decides this by a
 // fixed rule per file type and GPTQModel's `dynamic` takes per-module
 // overrides written by hand; a plan is the same decision written down, so a
 // plan found by measurement (quantize/plan_search.h) or written by a user
@@ -10,7 +10,8 @@
 //    "base": {"low_bit": "sym_int4", "group_size": 32},
 //    "activations": "int8",                  // optional: what integer layers multiply their inputs as
 //    "tensors": {"model.layers.3.mlp.down_proj": {"low_bit": "sym_int8", "group_size": -1},
-//                "lm_head": {"low_bit": "sym_int8", "group_size": -1}, ...},
+//                "lm_head": {"low_bit": "sym_int8", "group_size": -1},
+//                "model.embed_tokens": {"low_bit": "q4_k"}, ...},
 //    "solve": {...}, "verify": {...}}      // optional: what found it and what it measured (kept, not read)
 // A spec may also give "int4_range" ("full" / "clip") and "rounding" ("woq" / "ggml").
 // Module names are Hugging Face's ("model.layers.N." + the linear's module).
@@ -32,11 +33,14 @@ namespace woq {
 
 /// The plan's key of lm_head (a plan that does not name it leaves lm_head as the checkpoint stores it).
 inline constexpr std::string_view kLmHeadModule = "lm_head";
+/// The plan's key of the input embeddings (a plan that does not name them leaves them as stored; only an
+/// untied model's: tied ones are also lm_head).
+inline constexpr std::string_view kEmbeddingsModule = "model.embed_tokens";
 
 /// Formats per tensor; the block linears it does not name take `base`.
 struct QuantPlan {
   QuantSpec base;
-  /// Hugging Face module name ("model.layers.3.mlp.down_proj", or "lm_head") -> its format.
+  /// Hugging Face module name ("model.layers.3.mlp.down_proj", "lm_head", "model.embed_tokens") -> its format.
   std::map<std::string, QuantSpec> tensors;
   /// What the integer layers multiply their inputs as ("activations": "int8"
   /// in the file); unset: each format's default (a plan for a GGUF file says
@@ -51,8 +55,10 @@ struct QuantPlan {
   const QuantSpec& linear(std::int64_t layer, LinearRole role) const;
   /// lm_head's format when the plan names it.
   std::optional<QuantSpec> lm_head() const;
+  /// The input embeddings' format when the plan names them.
+  std::optional<QuantSpec> embeddings() const;
   /// Throws woq::Error (naming source and the module) when a module names a
-  /// layer at or beyond `layers` or is not a block linear / lm_head.
+  /// layer at or beyond `layers` or is not a block linear / lm_head / the embeddings.
   void check_layers(std::int64_t layers) const;
 };
 

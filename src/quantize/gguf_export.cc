@@ -296,6 +296,9 @@ class TypePlan {
         fail("{}: lm_head: {} ties its output projection to the embeddings, so the GGUF file has no output tensor "
              "to write in {}; leave lm_head out of the plan", plan_->source, c.architecture,
              spec_name(*plan_->lm_head()));
+      if (plan_->embeddings() && !has_output)
+        fail("{}: model.embed_tokens: {} ties its output projection to the embeddings, so token_embd is also the "
+             "output; leave model.embed_tokens out of the plan", plan_->source, c.architecture);
     }
     model_ = {c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, has_output, spec.gguf_architecture,
               spec.fused_projections};
@@ -310,6 +313,8 @@ class TypePlan {
   }
   GgmlType big(const TensorView& t, bool output) {
     if (plan_ && output && plan_->lm_head()) return planned(*plan_->lm_head(), "lm_head", t.shape.back());
+    if (plan_ && !output && plan_->embeddings())
+      return planned(*plan_->embeddings(), std::string(kEmbeddingsModule), t.shape.back());
     if (mix_ != nullptr)
       return ruled({output ? kquant::MixTensor::kOutput : kquant::MixTensor::kTokenEmbd, LinearRole::kQ, 0,
                     t.shape.back()});

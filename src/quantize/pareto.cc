@@ -38,7 +38,7 @@ std::vector<QuantSpec> uniform_specs(const Sensitivity& s) {
   for (const CandidateCost& c : s.layers.front().candidates) {
     const nlohmann::ordered_json want = spec_json(c.spec);
     const bool everywhere = std::all_of(s.layers.begin(), s.layers.end(), [&](const LayerCost& l) {
-      return l.is_lm_head() ||  // a uniform plan leaves lm_head as stored
+      return l.kept_unless_named() ||  // a uniform plan leaves lm_head and the embeddings as stored
              std::any_of(l.candidates.begin(), l.candidates.end(),
                          [&](const CandidateCost& d) { return spec_json(d.spec) == want; });
     });

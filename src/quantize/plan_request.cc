@@ -86,10 +86,7 @@ std::int64_t other_params(const ModelConfig& c) {
 std::int64_t changed_layers(const Sensitivity& s, const QuantPlan& a, const QuantPlan& b) {
   std::int64_t n = 0;
   for (const LayerCost& l : s.layers) {
-    const auto of = [&](const QuantPlan& p) {
-      return l.is_lm_head() ? p.lm_head() : std::optional<QuantSpec>(p.linear(l.layer, l.role));
-    };
-    const std::optional<QuantSpec> x = of(a), y = of(b);
+    const std::optional<QuantSpec> x = l.format_in(a), y = l.format_in(b);
     if (x.has_value() != y.has_value() || (x && spec_json(*x) != spec_json(*y))) ++n;
   }
   return n;
@@ -103,13 +100,79 @@ struct Verified {
 std::string describe_plan(const SolvedPlan& p) {
   std::string s = fmt::format("base {}", spec_name(p.plan.base));
   std::map<std::string, int> others;
-  std::string head;
+  std::string ends;  // lm_head's and the embeddings' formats
   for (const auto& [name, spec] : p.plan.tensors) {
-    if (name == kLmHeadModule) head = fmt::format(", lm_head {}", spec_name(spec));
+    if (name == kLmHeadModule) ends += fmt::format(", lm_head {}", spec_name(spec));
+    else if (name == kEmbeddingsModule) ends += fmt::format(", embeddings {}", spec_name(spec));
     else ++others[spec_name(spec)];
   }
   for (const auto& [name, n] : others) s += fmt::format(", {} x{}", name, n);
-  return s + head;
+  return s + ends;
+}
+
+// " (lm_head among them)" and the like: the measured layers beside the block linears.
+std::string planned_ends(const Sensitivity& s) {
+  const bool head = s.plans_lm_head(), embeddings = s.planned_embeddings() != nullptr;
+  return head && embeddings ? " (lm_head and the embeddings among them)"
+         : head             ? " (lm_head among them)"
+         : embeddings       ? " (the embeddings among them)"
+                            : "";
+}
+
+// Throws woq::Error when the measurement `s` (read from `measurement`) is not of `model` (loaded from `input`
+// with its linears as stored, `report`): its layers and their weights, lm_head and the embeddings as held (each
+// the model's own float matrix as stored), the other weights' count and bytes.
+void check_measured_model(const Sensitivity& s, const std::string& measurement, const std::string& input,
+                          LlamaModel& model, const LoadReport& report) {
+  const ModelConfig& c = model.config();
+  struct End {
+    const LayerCost* cost;
+    const QuantMatrix* held;  // the model's own matrix, or nullptr when tied to the other end
+    std::string_view name;
+  };
+  const QuantMatrix* embeddings = c.tie_word_embeddings ? nullptr : &model.embeddings();
+  std::int64_t end_params = 0;
+  std::uint64_t end_bytes = 0;
+  std::size_t ends = 0;
+  for (const End& e : {End{s.planned_lm_head(), model.untied_lm_head(), kLmHeadModule},
+                       End{s.planned_embeddings(), embeddings, kEmbeddingsModule}}) {
+    if (e.cost == nullptr) continue;
+    if (e.held == nullptr)
+      fail("{}: plans {}, which {} ties to {}: a measurement of another model?", measurement, e.name, input,
+           e.name == kLmHeadModule ? "its embeddings" : "lm_head");
+    const std::int64_t params = c.vocab_size * c.hidden_size;
+    if (e.cost->params != params)
+      fail("{}: {} has {} weights; {}'s has {}: a measurement of another model?", measurement, e.name, e.cost->params,
+           input, params);
+    // As held is what loading leaves it: the float matrix as stored.
+    const CandidateCost& held = e.cost->candidates.front();
+    if (!is_float_format(e.held->type) || held.spec.type != e.held->type || held.bytes != e.held->bytes())
+      fail("{}: {} was measured as {} ({} bytes); {} stores it as {} ({} bytes): a measurement of another model?",
+           measurement, e.name, spec_name(held.spec), held.bytes, input, low_bit_name(e.held->type), e.held->bytes());
+    end_params += params;
+    end_bytes += e.held->bytes();
+    ++ends;
+  }
+  const std::size_t expected = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
+  if (s.layers.size() != expected + ends)
+    fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement, s.layers.size() - ends,
+         input, expected);
+  for (std::size_t i = 0; i < expected; ++i) {
+    const LayerCost& l = s.layers[i];
+    const std::int64_t layer = static_cast<std::int64_t>(i / kBlockLinears.size());
+    const LinearSpec& spec = kBlockLinears[i % kBlockLinears.size()];
+    if (l.layer != layer || l.role != spec.role || l.params != c.size(spec.rows) * c.size(spec.cols))
+      fail("{}: layers[{}] is {} with {} weights; {} has {} with {} here: a measurement of another model?",
+           measurement, i, l.module(), l.params, input, plan_module(layer, spec.role),
+           c.size(spec.rows) * c.size(spec.cols));
+  }
+  if (s.other_params != other_params(c) - end_params)
+    fail("{}: other_params {} is not {}'s {}: a measurement of another model?", measurement, s.other_params, input,
+         other_params(c) - end_params);
+  const std::uint64_t other = report.other_bytes + report.lm_head_bytes - end_bytes;
+  if (s.other_bytes != other)
+    fail("{}: other_bytes {} is not {}'s {} (its embeddings, norms and lm_head as loaded, less the planned ones): a "
+         "measurement of another model, or of this one in another dtype?", measurement, s.other_bytes, input, other);
 }
 
 // The float format every block linear of `input` is stored in: fp16 or bf16 when all are, else fp32 (which holds
@@ -156,45 +219,9 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   };
   if (!measurement.empty()) {
     sensitivity_ = parse_sensitivity(read_json_file(measurement), measurement);
-    const ModelConfig& c = session_.config;
-    const QuantMatrix* head = session_.model->untied_lm_head();
-    const bool planned_head = sensitivity_.plans_lm_head();
-    if (planned_head && head == nullptr)
-      fail("{}: plans lm_head, which {} ties to its embeddings: a measurement of another model?", measurement, input);
-    const std::size_t expected = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
-    if (sensitivity_.layers.size() != expected + (planned_head ? 1 : 0))
-      fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement,
-           sensitivity_.layers.size() - (planned_head ? 1 : 0), input, expected);
-    const std::int64_t head_params = planned_head ? c.vocab_size * c.hidden_size : 0;
-    if (planned_head && sensitivity_.layers.back().params != head_params)
-      fail("{}: lm_head has {} weights; {}'s has {}: a measurement of another model?", measurement,
-           sensitivity_.layers.back().params, input, head_params);
-    if (planned_head) {  // lm_head as held is what loading leaves it: the float matrix as stored
-      const CandidateCost& held = sensitivity_.layers.back().candidates.front();
-      if (!is_float_format(head->type) || held.spec.type != head->type ||
-          held.bytes != head->bytes())
-        fail("{}: lm_head was measured as {} ({} bytes); {} stores it as {} ({} bytes): a measurement of another "
-             "model?", measurement, spec_name(held.spec), held.bytes, input, low_bit_name(head->type), head->bytes());
-    }
-    for (std::size_t i = 0; i < expected; ++i) {
-      const LayerCost& l = sensitivity_.layers[i];
-      const std::int64_t layer = static_cast<std::int64_t>(i / kBlockLinears.size());
-      const LinearSpec& spec = kBlockLinears[i % kBlockLinears.size()];
-      if (l.layer != layer || l.role != spec.role || l.params != c.size(spec.rows) * c.size(spec.cols))
-        fail("{}: layers[{}] is {} with {} weights; {} has {} with {} here: a measurement of another model?",
-             measurement, i, plan_module(l.layer, l.role), l.params, input, plan_module(layer, spec.role),
-             c.size(spec.rows) * c.size(spec.cols));
-    }
-    if (sensitivity_.other_params != other_params(c) - head_params)
-      fail("{}: other_params {} is not {}'s {}: a measurement of another model?", measurement,
-           sensitivity_.other_params, input, other_params(c) - head_params);
-    const std::uint64_t other =
-        session_.report.other_bytes + session_.report.lm_head_bytes - (planned_head ? head->bytes() : 0);
-    if (sensitivity_.other_bytes != other)
-      fail("{}: other_bytes {} is not {}'s {} (its embeddings, norms and lm_head as loaded): a measurement of "
-           "another model, or of this one in another dtype?", measurement, sensitivity_.other_bytes, input, other);
+    check_measured_model(sensitivity_, measurement, input, *session_.model, session_.report);
     say(fmt::format("measurement {}: {} layers{}, {} calibration positions", measurement, sensitivity_.layers.size(),
-                    planned_head ? " (lm_head among them)" : "", sensitivity_.positions));
+                    planned_ends(sensitivity_), sensitivity_.positions));
   } else {
     const ScoringPlan calib = text_plan(calib_file);
     const std::uint64_t other_bytes = session_.report.other_bytes + session_.report.lm_head_bytes;
@@ -212,9 +239,12 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     say(fmt::format("measured {} layers{}, {} candidate formats in all{} on {} positions of {} in {:.1f} s "
                     "(linears held as {})",
                     sensitivity_.layers.size(),
-                    sensitivity_.plans_lm_head() ? " (lm_head among them)"
-                    : session_.model->untied_lm_head() == nullptr ? " (lm_head is tied to the embeddings: not planned)"
-                                                                  : " (lm_head is not float: not planned)",
+                    sensitivity_.layers.size() > static_cast<std::size_t>(session_.config.num_hidden_layers) *
+                                                     kBlockLinears.size()
+                        ? planned_ends(sensitivity_)
+                    : session_.model->untied_lm_head() == nullptr
+                        ? " (lm_head is tied to the embeddings: neither is planned)"
+                        : " (lm_head and the embeddings are not float: not planned)",
                     tried,
                     estimate ? fmt::format(" (estimated: one candidate's KL per layer, the others' scaled by output "
                                            "error on {} row{})", sensitivity_.error_rows,

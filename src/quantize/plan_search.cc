@@ -138,7 +138,7 @@ SolvedPlan make_plan(const Sensitivity& s, const Choice& choice) {
   std::map<std::string, std::pair<int, QuantSpec>> counts;
   std::vector<std::string> order;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
-    if (s.layers[i].is_lm_head()) continue;  // the base is the block linears'
+    if (s.layers[i].kept_unless_named()) continue;  // the base is the block linears'
     const QuantSpec& spec = s.layers[i].candidates[choice[i]].spec;
     const std::string key = spec_json(spec).dump();
     if (!counts.contains(key)) order.push_back(key);
@@ -155,8 +155,9 @@ SolvedPlan make_plan(const Sensitivity& s, const Choice& choice) {
   double var = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const CandidateCost& c = s.layers[i].candidates[choice[i]];
-    // lm_head unnamed stays as the checkpoint stores it (as measured: held); a block linear unnamed takes the base.
-    if (s.layers[i].is_lm_head() ? !c.held : spec_json(c.spec).dump() != base_key)
+    // lm_head or the embeddings unnamed stay as the checkpoint stores them (as measured: held); a block linear
+    // unnamed takes the base.
+    if (s.layers[i].kept_unless_named() ? !c.held : spec_json(c.spec).dump() != base_key)
       out.plan.tensors[s.layers[i].module()] = c.spec;
     var += c.kl_stderr * c.kl_stderr;
   }
@@ -178,7 +179,18 @@ void require_measured(const Sensitivity& s) {
 }  // namespace
 
 std::string LayerCost::module() const {
-  return is_lm_head() ? std::string(kLmHeadModule) : plan_module(layer, role);
+  return is_lm_head() ? std::string(kLmHeadModule) : is_embeddings() ? std::string(kEmbeddingsModule)
+                                                                      : plan_module(layer, role);
+}
+
+std::optional<QuantSpec> LayerCost::format_in(const QuantPlan& plan) const {
+  return is_lm_head() ? plan.lm_head() : is_embeddings() ? plan.embeddings()
+                                                         : std::optional<QuantSpec>(plan.linear(layer, role));
+}
+
+const LayerCost* Sensitivity::planned(std::int64_t layer) const {
+  const auto it = std::find_if(layers.begin(), layers.end(), [&](const LayerCost& l) { return l.layer == layer; });
+  return it == layers.end() ? nullptr : &*it;
 }
 
 std::int64_t Sensitivity::total_params() const {
@@ -260,6 +272,16 @@ std::optional<std::size_t> preferred_anchor(const std::vector<QuantSpec>& specs)
   return std::nullopt;
 }
 
+// estimate_sensitivity's KLs of `cost`'s candidates: the anchor's (candidate a) measured one, `st`; the others'
+// scaled from it by their output error `err` over the anchor's.
+void scale_from_anchor(LayerCost& cost, const std::vector<double>& err, std::size_t a, const CompareStats& st) {
+  for (std::size_t j = 0; j < cost.candidates.size(); ++j) {
+    const double scale = err[a] > 0 ? err[j] / err[a] : 0.0;
+    cost.candidates[j].kl = j == a ? st.mean_kl : st.mean_kl * scale;
+    cost.candidates[j].kl_stderr = j == a ? st.kl_stderr : st.kl_stderr * scale;
+  }
+}
+
 // What both measures share: the float model's distributions on the calibration
 // text, the Sensitivity's fixed fields, the calibration sequences' hidden
 // states at the input of the block being measured (the float model's, carried
@@ -280,7 +302,6 @@ struct Measuring {
     s.other_bytes = other_bytes;
     s.other_params = other_params;
     s.activations = activations;
-    std::vector<std::int32_t> tokens;
     for (const auto& seq : calib.sequences) {
       const auto n = static_cast<std::int64_t>(tokens.size()), t = static_cast<std::int64_t>(seq.size());
       if (groups.empty() || n + t - offsets[groups.back()] > kGroupTokens) groups.push_back(lengths.size());
@@ -320,10 +341,14 @@ struct Measuring {
     slot = std::move(original);
     return st;
   }
-  // The layers measured: the block linears, and lm_head when it is planned.
+  // The layers measured: the block linears, and lm_head and the embeddings when they are planned.
   std::int64_t linears() const {
     return model.config().num_hidden_layers * static_cast<std::int64_t>(kBlockLinears.size()) +
-           (plans_lm_head() ? 1 : 0);
+           (plans_lm_head() ? 1 : 0) + (plans_embeddings() ? 1 : 0);
+  }
+  // The embeddings are planned when they are their own float matrix (tied, they are also lm_head).
+  bool plans_embeddings() const {
+    return !model.config().tie_word_embeddings && is_float_format(model.embeddings().type);
   }
   // lm_head is planned when it is its own float matrix (tied to the embeddings it is not a linear of its own).
   bool plans_lm_head() const {
@@ -352,10 +377,75 @@ struct Measuring {
     if (progress) progress(static_cast<std::int64_t>(s.layers.size()), linears());
   }
 
+  // The embeddings' candidates, at block 0 (before any advance): first the embeddings as held (KL 0; a plan
+  // that leaves them out keeps them so), then each other candidate with its rows looked up. Its KL: a whole-model
+  // pass (`taken` null), or, estimated, the anchor's KL scaled by the candidate's error ||E_c[t] - E[t]||^2 over
+  // the tokens t of the taken rows. Their weights move from other_bytes / other_params to their LayerCost, which
+  // finish() puts last.
+  void measure_embeddings(const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates, ThreadPool& pool,
+                          const std::vector<char>* taken) {
+    if (!plans_embeddings()) return;
+    if (block != 0) fail("internal: the embeddings are measured before block 0 runs");
+    const QuantMatrix& e = model.embeddings();
+    const std::int64_t h = e.cols;
+    LayerCost cost{kEmbeddingsLayer, LinearRole::kQ, e.rows * e.cols, {}};
+    cost.candidates.push_back({QuantSpec{e.type}, e.bytes(), 0, 0, true});
+    std::vector<std::int32_t> looked;  // the taken rows' tokens
+    for (std::size_t r = 0; taken != nullptr && r < tokens.size(); ++r)
+      if ((*taken)[r]) looked.push_back(tokens[r]);
+    std::vector<float> ref_rows(looked.size() * static_cast<std::size_t>(h)), row(static_cast<std::size_t>(h));
+    model.embed(looked, ref_rows.data());
+    const std::vector<QuantSpec> specs = candidates(h);
+    const std::optional<std::size_t> preferred = preferred_anchor(specs);
+    std::vector<double> err{0.0};
+    std::optional<QuantMatrix> anchor;
+    std::size_t a = 0;
+    for (std::size_t j = 0; j < specs.size(); ++j) {
+      if (is_held_format(e, specs[j])) continue;
+      // Not laid out for the kernels: looked up by rows, as loading with a plan holds them.
+      QuantMatrix w = quantize_matrix([&e](std::int64_t r, float* out) { widen_row(e, r, out); }, e.rows, e.cols,
+                                      specs[j], &pool);
+      const std::uint64_t bytes = w.bytes();
+      if (taken == nullptr) {
+        const CompareStats st = kl_with_embeddings(std::move(w));
+        cost.candidates.push_back({specs[j], bytes, st.mean_kl, st.kl_stderr});
+        continue;
+      }
+      double x = 0;
+      for (std::size_t i = 0; i < looked.size(); ++i) {
+        dequantize_row(w, looked[i], row.data());
+        for (std::int64_t c = 0; c < h; ++c) {
+          const double d = static_cast<double>(row[static_cast<std::size_t>(c)]) - ref_rows[i * h + c];
+          x += d * d;
+        }
+      }
+      err.push_back(x);
+      cost.candidates.push_back({specs[j], bytes, 0, 0});
+      if (preferred ? j == *preferred : !anchor || x > err[a]) {
+        a = cost.candidates.size() - 1;
+        anchor = std::move(w);
+      }
+    }
+    if (taken != nullptr) scale_from_anchor(cost, err, a, anchor ? kl_with_embeddings(std::move(*anchor)) : CompareStats{});
+    s.other_bytes -= e.bytes();
+    s.other_params -= cost.params;
+    embeddings_cost = std::move(cost);
+  }
+  // The measurement's end: the embeddings' LayerCost last, and the wall time.
+  void finish(const Progress& progress) {
+    if (embeddings_cost) {
+      s.layers.push_back(std::move(*embeddings_cost));
+      if (progress) progress(static_cast<std::int64_t>(s.layers.size()), linears());
+    }
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   LlamaModel& model;
   const ScoringPlan& calib;
   RefLogprobFile ref;
   Sensitivity s;
+  std::vector<std::int32_t> tokens;            // all sequences' tokens, one after another
+  std::optional<LayerCost> embeddings_cost;    // measure_embeddings', until finish()
   std::vector<std::int64_t> lengths, offsets;  // per sequence: tokens, first row in `hidden`
   std::vector<std::size_t> groups;             // the first sequence of each group, then the number of sequences
   std::vector<float> hidden;                   // [all sequences' tokens, hidden]: block `block`'s input
@@ -379,6 +469,30 @@ struct Measuring {
                             skip ? std::span<const std::int64_t>(unscored) : std::span<const std::int64_t>());
       }
     }
+  }
+  // The model's KL with the embeddings replaced by `w` (at block 0); the embeddings are restored after.
+  CompareStats kl_with_embeddings(QuantMatrix w) {
+    QuantMatrix& slot = model.embeddings();
+    QuantMatrix original = std::move(slot);
+    slot = std::move(w);
+    std::vector<float> x(hidden.size());
+    try {
+      model.embed(tokens, x.data());
+    } catch (...) {
+      slot = std::move(original);
+      throw;
+    }
+    slot = std::move(original);
+    std::swap(hidden, x);
+    CompareStats st;
+    try {
+      st = kl_from_block();
+    } catch (...) {
+      std::swap(hidden, x);
+      throw;
+    }
+    std::swap(hidden, x);
+    return st;
   }
   // run_plan's scoring (positions first_scored .. T - 2 of every sequence, in order) from block `block` on.
   CompareStats kl_from_block() {
@@ -409,6 +523,7 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
                                 const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                 std::optional<Activations> activations, const Progress& progress) {
   Measuring m(model, calib, other_bytes, other_params, activations);
+  m.measure_embeddings(candidates, pool, nullptr);
   for (std::int64_t l = 0; l < model.config().num_hidden_layers; ++l) {
     for (const LinearSpec& role : kBlockLinears) {
       QuantMatrix& slot = model.block_linear(l, role.role);
@@ -430,7 +545,7 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
     if (l + 1 < model.config().num_hidden_layers || m.plans_lm_head()) m.advance(m.run_block());
   }
   m.measure_lm_head(candidates, pool, progress);
-  m.s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+  m.finish(progress);
   return m.s;
 }
 
@@ -446,6 +561,7 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
   const std::int64_t total = static_cast<std::int64_t>(m.hidden.size()) / c.hidden_size;
   const std::vector<char> taken = error_row_sample(total, error_rows);
   s.error_rows = std::count(taken.begin(), taken.end(), 1);
+  m.measure_embeddings(candidates, pool, &taken);
   std::vector<float> y, yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     // The input of each linear of block l on the taken rows.
@@ -493,19 +609,14 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
       x = {};
       // The anchor's KL, one at a time; the others scaled from it (none to measure when every candidate is the
       // layer as held).
-      const CompareStats st = anchor ? m.kl_with(slot, std::move(*anchor)) : CompareStats{};
-      for (std::size_t j = 0; j < cost.candidates.size(); ++j) {
-        const double scale = err[a] > 0 ? err[j] / err[a] : 0.0;
-        cost.candidates[j].kl = j == a ? st.mean_kl : st.mean_kl * scale;
-        cost.candidates[j].kl_stderr = j == a ? st.kl_stderr : st.kl_stderr * scale;
-      }
+      scale_from_anchor(cost, err, a, anchor ? m.kl_with(slot, std::move(*anchor)) : CompareStats{});
       s.layers.push_back(std::move(cost));
       if (progress) progress(static_cast<std::int64_t>(s.layers.size()), m.linears());
     }
     m.advance(std::move(next));
   }
   m.measure_lm_head(candidates, pool, progress);
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+  m.finish(progress);
   return s;
 }
 
@@ -562,15 +673,21 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
   s.calib_digest = f.string("calib_digest", "");
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].size() > 65536)
     fail("{}: 'layers' must be an array of at most 65536", source);
+  int last_rank = 0;  // 0: block linears, 1: lm_head, 2: the embeddings (in this order, the last two once each)
   for (std::size_t i = 0; i < j["layers"].size(); ++i) {
     const std::string what = fmt::format("{}: layers[{}]", source, i);
     const JsonFields lf(j["layers"][i], what);
     const std::string module = lf.string("module", "");
     const auto parsed = parse_module(module);
-    const bool head = module == kLmHeadModule;
-    if (!parsed && !head) fail("{}.module: '{}' is not a block linear or lm_head", what, module);
-    if (head && i + 1 != j["layers"].size()) fail("{}.module: lm_head must be the last layer", what);
-    LayerCost l{head ? kLmHeadLayer : parsed->first, head ? LinearRole::kQ : parsed->second, lf.integer("params"), {}};
+    const bool head = module == kLmHeadModule, embeddings = module == kEmbeddingsModule;
+    if (!parsed && !head && !embeddings)
+      fail("{}.module: '{}' is not a block linear, lm_head or model.embed_tokens", what, module);
+    const int rank = embeddings ? 2 : head ? 1 : 0;
+    if (rank < last_rank || (rank > 0 && rank == last_rank))
+      fail("{}.module: {}: lm_head and then model.embed_tokens come after the block linears, each once", what, module);
+    last_rank = rank;
+    LayerCost l{head ? kLmHeadLayer : embeddings ? kEmbeddingsLayer : parsed->first,
+                parsed ? parsed->second : LinearRole::kQ, lf.integer("params"), {}};
     if (l.params <= 0 || l.params > kMaxCount) fail("{}.params: must be in [1, 2^48]", what);
     if (!lf.json().contains("candidates") || !lf.json()["candidates"].is_array() || lf.json()["candidates"].empty())
       fail("{}.candidates: must be a non-empty array", what);
@@ -592,10 +709,11 @@ Sensitivity parse_sensitivity(const nlohmann::json& j, const std::string& source
       l.candidates.push_back(c);
     }
     const auto held = std::count_if(l.candidates.begin(), l.candidates.end(), [](const CandidateCost& c) { return c.held; });
-    if (head ? held != 1 || !l.candidates.front().held : held > 1)
+    if (l.kept_unless_named() ? held != 1 || !l.candidates.front().held : held > 1)
       fail("{}.candidates: {}", what,
-           head ? "lm_head's first candidate, and no other, is the held one (lm_head as stored)"
-                : "at most one candidate is the held one (the layer as stored)");
+           l.kept_unless_named()
+               ? fmt::format("{}'s first candidate, and no other, is the held one ({} as stored)", module, module)
+               : std::string("at most one candidate is the held one (the layer as stored)"));
     s.layers.push_back(std::move(l));
   }
   require_measured(s);
@@ -650,8 +768,8 @@ SolvedPlan predict(const Sensitivity& s, const QuantPlan& plan) {
   Choice choice(s.layers.size());
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const LayerCost& l = s.layers[i];
-    // lm_head left out of the plan is lm_head as held.
-    const std::optional<QuantSpec> spec = l.is_lm_head() ? plan.lm_head() : plan.linear(l.layer, l.role);
+    // lm_head or the embeddings left out of the plan are as held.
+    const std::optional<QuantSpec> spec = l.format_in(plan);
     const auto it = std::find_if(l.candidates.begin(), l.candidates.end(), [&](const CandidateCost& c) {
       return spec ? spec_json(c.spec) == spec_json(*spec) : c.held;
     });

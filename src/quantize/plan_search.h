@@ -40,8 +40,11 @@ struct CandidateCost {
 
 /// LayerCost::layer of lm_head.
 inline constexpr std::int64_t kLmHeadLayer = -1;
+/// LayerCost::layer of the input embeddings.
+inline constexpr std::int64_t kEmbeddingsLayer = -2;
 
-/// A block linear, or lm_head (layer kLmHeadLayer, role unused), and what each candidate costs.
+/// A block linear, lm_head (layer kLmHeadLayer) or the input embeddings (kEmbeddingsLayer; role unused for
+/// both), and what each candidate costs.
 struct LayerCost {
   std::int64_t layer = 0;
   LinearRole role = LinearRole::kQ;
@@ -49,8 +52,13 @@ struct LayerCost {
   std::vector<CandidateCost> candidates;
 
   bool is_lm_head() const { return layer == kLmHeadLayer; }
-  /// Its plan key: plan_module(layer, role), or "lm_head".
+  bool is_embeddings() const { return layer == kEmbeddingsLayer; }
+  /// lm_head or the embeddings: its first candidate is it as held, which a plan that does not name it keeps.
+  bool kept_unless_named() const { return layer < 0; }
+  /// Its plan key: plan_module(layer, role), "lm_head" or "model.embed_tokens".
   std::string module() const;
+  /// Its format in `plan`: the block linear's, or lm_head's / the embeddings' when the plan names them.
+  std::optional<QuantSpec> format_in(const QuantPlan& plan) const;
 };
 
 /// What --measure finds (saved as JSON and reused by later solves).
@@ -60,9 +68,10 @@ struct Sensitivity {
   /// GGUF candidates, as llama.cpp's dot products); unset: each format's default.
   std::optional<Activations> activations;
   std::int64_t positions = 0;       ///< scored calibration positions
-  std::uint64_t other_bytes = 0;    ///< embeddings, norms and (unless planned) lm_head as loaded
+  std::uint64_t other_bytes = 0;    ///< norms and, unless planned, the embeddings and lm_head as loaded
   std::int64_t other_params = 0;    ///< their weights
-  /// Every block linear, layer-major, in LinearRole order; then lm_head when it is planned (an untied one).
+  /// Every block linear, layer-major, in LinearRole order; then lm_head and then the embeddings when they are
+  /// planned (an untied model's float ones).
   std::vector<LayerCost> layers;
   double seconds = 0;               ///< wall time of the measurement
   std::string calib_digest;         ///< text_digest of the calibration text (empty: unknown)
@@ -71,8 +80,14 @@ struct Sensitivity {
 
   /// Total weights (block linears + the others): the bits-per-weight denominator.
   std::int64_t total_params() const;
-  /// Whether lm_head is among the planned layers (the last).
-  bool plans_lm_head() const { return !layers.empty() && layers.back().is_lm_head(); }
+  /// lm_head among the planned layers, or nullptr.
+  const LayerCost* planned_lm_head() const { return planned(kLmHeadLayer); }
+  /// The embeddings among the planned layers, or nullptr.
+  const LayerCost* planned_embeddings() const { return planned(kEmbeddingsLayer); }
+  bool plans_lm_head() const { return planned_lm_head() != nullptr; }
+
+ private:
+  const LayerCost* planned(std::int64_t layer) const;
 };
 
 /// The default candidates for a layer whose rows are `k` long: fp16; sym_int8
@@ -86,12 +101,14 @@ std::vector<QuantSpec> default_candidates(std::int64_t k);
 std::vector<QuantSpec> gguf_candidates(std::int64_t k);
 
 /// Measures every block linear of `model` (loaded with float linears; each is
-/// restored after its turn), and lm_head when it is not tied to the embeddings,
-/// under `candidates(k)` on `calib` against the model's own distributions
-/// (lm_head also as held, its first candidate: a plan may leave it so);
+/// restored after its turn), and lm_head and the input embeddings when they
+/// are float and not tied to each other, under `candidates(k)` on `calib`
+/// against the model's own distributions (lm_head and the embeddings also as
+/// held, their first candidate: a plan may leave them so; an embeddings
+/// candidate's KL is that of the whole model with its rows looked up);
 /// `other_bytes` / `other_params`: the weights that are not block linears
-/// (embeddings, norms, lm_head; lm_head's are moved to its LayerCost when it is
-/// measured); `activations`: the integer
+/// (embeddings, norms, lm_head; lm_head's and the embeddings' are moved to
+/// their LayerCost when they are measured); `activations`: the integer
 /// layers' (unset: each format's default). `progress(done, total)` after
 /// each layer. Each KL is computed from the float model's hidden states at the
 /// layer's block (the blocks before it are unchanged), scoring what
@@ -119,7 +136,9 @@ std::vector<char> error_row_sample(std::int64_t total, std::int64_t n);
 /// scaled by its output error / the anchor's (KL grows with the square of a
 /// small perturbation of the logits, as the output error does). One forward pass
 /// per block linear instead of one per block linear and candidate (lm_head's
-/// candidates, a pass of lm_head alone each, are measured exactly). The output
+/// candidates, a pass of lm_head alone each, are measured exactly; the
+/// embeddings' output error is that of their rows looked up, ||E_c[t] - E[t]||^2
+/// over the taken rows' tokens t, with one whole-model pass for the anchor). The output
 /// errors are taken on `error_rows` calibration rows (error_row_sample; 0 or
 /// more than there are: all), the KL on all.
 /// Same arguments and errors as measure_sensitivity; Sensitivity::estimated and

@@ -454,20 +454,21 @@ def test_a_refined_plan_says_how_many_layers_changed(tmp_path):
     r = cli("quantize", "-m", MODEL, "--target-kl", "0.02", "--candidates", "gguf", "--calib-file", CALIB,
             "--verify-file", TEXT, "-o", str(tmp_path / "g.json"))
     assert r.returncode == 0, r.stderr
-    assert "lm_head is tied to the embeddings: not planned" in r.stderr
+    assert "lm_head is tied to the embeddings: neither is planned" in r.stderr
     m = re.search(r"plan 2: .*\((\d+) layers in other formats than plan 1's\)", r.stderr)
     assert m and int(m.group(1)) >= 1, r.stderr
 
 
-def test_an_untied_lm_head_is_planned_and_its_measurement_checked(tmp_path):
+def test_an_untied_lm_head_and_embeddings_are_planned_and_their_measurement_checked(tmp_path):
     tiny = str(tmp_path / "tiny")
     assert cli("make-random", "--preset", "tiny", "--weight-std", "0.08", "--seed", "5", "-o", tiny).returncode == 0
     m = str(tmp_path / "m.json")
     r = cli("quantize", "-m", tiny, "--measure", "--candidates", "gguf", "--calib-file", CALIB, "--nsamples", "3",
             "--seqlen", "64", "-o", m)
-    assert r.returncode == 0 and "(lm_head among them)" in r.stderr, r.stderr
-    head = json.loads(open(m).read())["layers"][-1]
+    assert r.returncode == 0 and "(lm_head and the embeddings among them)" in r.stderr, r.stderr
+    head, embeddings = json.loads(open(m).read())["layers"][-2:]
     assert head["module"] == "lm_head" and head["candidates"][0]["held"]
+    assert embeddings["module"] == "model.embed_tokens" and embeddings["candidates"][0]["held"]
     # The same model with lm_head stored as Q8_0 is not the model this measurement's "held" lm_head was.
     plan = tmp_path / "p.json"
     plan.write_text(json.dumps({"woq_plan": 1, "base": {"low_bit": "fp16"},
@@ -482,6 +483,15 @@ def test_an_untied_lm_head_is_planned_and_its_measurement_checked(tmp_path):
     assert r.returncode == 0, r.stderr
     small = json.loads((tmp_path / "small.json").read_text())
     assert "lm_head" in small["tensors"] and small["solve"]["bits_per_weight"] <= 10
+    assert "model.embed_tokens" in small["tensors"], small["tensors"]
+    # It writes as GGUF, token_embd in its planned type, and loads.
+    r = cli("quantize", "-m", tiny, "--plan", str(tmp_path / "small.json"), "-o", str(tmp_path / "small.gguf"))
+    assert r.returncode == 0, r.stderr
+    r = cli("generate", "-m", str(tmp_path / "small.gguf"), "-p", "Once", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    # A GPTQ checkpoint cannot hold quantized embeddings: refused, naming them.
+    r = cli("quantize", "-m", tiny, "--plan", str(tmp_path / "small.json"), "-o", str(tmp_path / "gptq"))
+    assert r.returncode != 0 and "model.embed_tokens: a GPTQ checkpoint keeps the embeddings in float" in r.stderr
 
 
 def test_pareto_points_are_the_clis(tmp_path):
