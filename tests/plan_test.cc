@@ -22,6 +22,7 @@
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
 #include "quantize/gguf_export.h"
+#include "quantize/gptq_calibration.h"
 #include "quantize/plan_request.h"
 #include "quantize/plan_search.h"
 #include "quantize/quantize_checkpoint.h"
@@ -576,6 +577,66 @@ TEST(PlanGguf, PlannedEmbeddingsWriteAsTokenEmbd) {
   EXPECT_NE(error_of([&] { export_gguf(WOQ_MODEL_DIR, tmp.file("t.gguf"), o, pool); })
                 .find("model.embed_tokens: LlamaForCausalLM ties its output projection to the embeddings"),
             std::string::npos);
+}
+
+// The estimate with the blocks read one at a time (a BlockSource, the model loaded without its block linears) is
+// the estimate of the resident model, to the last bit; the model never holds two blocks.
+TEST(PlanSearch, TheStreamedEstimateIsTheResidentOne) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  RandomCheckpointOptions r;
+  r.preset = "tiny";
+  r.seed = 7;
+  r.weight_std = 0.08;
+  const std::string dir = tmp.file("tiny");
+  write_random_checkpoint(dir, r, pool);
+  LoadOptions as_stored;
+  as_stored.linear = QuantSpec{LowBit::kFp16};
+  auto resident = LlamaModel::load(dir, as_stored, pool);
+  as_stored.block_linears = false;
+  auto streamed = LlamaModel::load(dir, as_stored, pool);
+  const ModelConfig& c = resident->config();
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ScoringPlan calib =
+      chunk_plan(tok.encode(read_text_file(WOQ_TEST_DATA "/tinystories_calibration.txt")), 64, 3, 1);
+  const auto other_bytes = resident->untied_lm_head()->bytes() + resident->embeddings().bytes() + 10;
+  const std::int64_t other_params = 2 * c.vocab_size * c.hidden_size + 10;
+  const Sensitivity a = estimate_sensitivity(*resident, calib, pool, other_bytes, other_params, default_candidates,
+                                             std::nullopt, 40);
+  const TensorStore store = TensorStore::open(dir);
+  std::vector<std::int64_t> loaded;  // the blocks held now
+  std::int64_t next = 0;
+  const BlockSource blocks = [&](std::int64_t layer, bool load) {
+    if (load) {
+      EXPECT_TRUE(loaded.empty()) << "block " << layer << " loaded beside " << loaded.front();
+      EXPECT_EQ(layer, next++);
+      loaded.push_back(layer);
+    } else {
+      loaded.erase(std::remove(loaded.begin(), loaded.end(), layer), loaded.end());
+    }
+    std::vector<float> w;
+    for (const LinearSpec& spec : kBlockLinears) {
+      QuantMatrix& slot = streamed->block_linear(layer, spec.role);
+      if (!load) {
+        slot = QuantMatrix{};
+        continue;
+      }
+      read_float_linear(store, c, layer, spec.role, w);
+      const auto [n, k] = block_linear_shape(c, spec.role);
+      slot = quantize_matrix(w.data(), n, k, QuantSpec{LowBit::kFp16}, &pool);
+    }
+  };
+  const Sensitivity b = estimate_sensitivity(*streamed, calib, pool, other_bytes, other_params, default_candidates,
+                                             std::nullopt, 40, nullptr, blocks);
+  EXPECT_EQ(next, c.num_hidden_layers);
+  EXPECT_TRUE(loaded.empty());
+  EXPECT_EQ(streamed->block_linear(0, LinearRole::kQ).rows, 0);
+  nlohmann::ordered_json ja = sensitivity_json(a), jb = sensitivity_json(b);
+  ja.erase("seconds");
+  jb.erase("seconds");
+  EXPECT_EQ(ja, jb);
+  ASSERT_EQ(a.layers.size(), static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size() + 2);
+  EXPECT_GT(a.layers.front().candidates.back().kl, 0);
 }
 
 // The cheaper estimate (one candidate's KL per layer, the others scaled by

@@ -16,6 +16,7 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "model/load_request.h"
+#include "quantize/gptq_calibration.h"
 #include "quantize/plan_search.h"
 
 namespace woq {
@@ -175,18 +176,21 @@ void check_measured_model(const Sensitivity& s, const std::string& measurement, 
          "measurement of another model, or of this one in another dtype?", measurement, s.other_bytes, input, other);
 }
 
-// The float format every block linear of `input` is stored in: fp16 or bf16 when all are, else fp32 (which holds
-// any of them exactly; a quantized checkpoint is refused after loading).
-LowBit stored_float(const std::string& input, const ModelConfig& c) {
-  const TensorStore store = TensorStore::open(input);
+// The float format every block linear of `store` is stored in: fp16 or bf16 when all are, else fp32 (which holds
+// any of them exactly); nullopt when one is missing or not F16 / BF16 / F32 (GPTQ, a GGUF's ggml types: a
+// quantized checkpoint is refused after loading).
+std::optional<LowBit> stored_float(const TensorStore& store, const ModelConfig& c) {
   std::optional<DType> dtype;
+  bool mixed = false;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (const LinearSpec& spec : kBlockLinears) {
       const TensorView* t = store.find(linear_tensor(l, spec.role));
-      if (t == nullptr || (dtype && t->dtype != *dtype)) return LowBit::kFp32;
+      if (t == nullptr || (t->dtype != DType::kF16 && t->dtype != DType::kBF16 && t->dtype != DType::kF32))
+        return std::nullopt;
+      mixed = mixed || (dtype && t->dtype != *dtype);
       dtype = t->dtype;
     }
-  return dtype == DType::kF16 ? LowBit::kFp16 : dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;
+  return mixed ? LowBit::kFp32 : dtype == DType::kF16 ? LowBit::kFp16 : dtype == DType::kBF16 ? LowBit::kBf16 : LowBit::kFp32;
 }
 
 }  // namespace
@@ -204,8 +208,14 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   session_.open(input, std::shared_ptr<ThreadPool>(&pool, [](ThreadPool*) {}), ModelSession::Parts::kTokenizer);
   // The float model as stored: fp16 / bf16 linears stay so (the float kernels widen them exactly: the same
   // products as their fp32 copies, in half the memory and faster); others are held in fp32.
+  const TensorStore store = TensorStore::open(input);
+  const std::optional<LowBit> stored = stored_float(store, session_.config);
   LoadOptions as_stored;
-  as_stored.linear = QuantSpec{stored_float(input, session_.config)};
+  as_stored.linear = QuantSpec{stored.value_or(LowBit::kFp32)};
+  // --measure --estimate alone reads the blocks' linears one block at a time (estimate_sensitivity's BlockSource):
+  // the float model is never held whole.
+  const bool streamed = estimate && heldout.empty() && measurement.empty() && stored;
+  as_stored.block_linears = !streamed;
   session_.load(as_stored);
   if (session_.report.prequantized())
     fail("{}: its linear layers are quantized ({}): a plan is measured on a float model", input,
@@ -227,9 +237,23 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     const std::uint64_t other_bytes = session_.report.other_bytes + session_.report.lm_head_bytes;
     const auto specs = candidates == "gguf" ? gguf_candidates : default_candidates;
     const auto activations = candidates == "gguf" ? std::optional<Activations>(Activations::kInt8) : std::nullopt;
+    // Block `layer`'s float linears read from the checkpoint as loading holds them (as_stored), or dropped.
+    const BlockSource blocks = [&](std::int64_t layer, bool load) {
+      std::vector<float> w;
+      for (const LinearSpec& spec : kBlockLinears) {
+        QuantMatrix& slot = session_.model->block_linear(layer, spec.role);
+        if (!load) {
+          slot = QuantMatrix{};
+          continue;
+        }
+        read_float_linear(store, session_.config, layer, spec.role, w);
+        const auto [n, k] = block_linear_shape(session_.config, spec.role);
+        slot = quantize_matrix(w.data(), n, k, as_stored.linear, &pool);
+      }
+    };
     sensitivity_ = estimate ? estimate_sensitivity(*session_.model, calib, pool, other_bytes,
                                                    other_params(session_.config), specs, activations, *estimate,
-                                                   progress)
+                                                   progress, streamed ? blocks : nullptr)
                             : measure_sensitivity(*session_.model, calib, pool, other_bytes,
                                                   other_params(session_.config), specs, activations, progress);
     sensitivity_.model = input;
@@ -237,7 +261,7 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     std::size_t tried = 0;
     for (const LayerCost& l : sensitivity_.layers) tried += l.candidates.size();
     say(fmt::format("measured {} layers{}, {} candidate formats in all{} on {} positions of {} in {:.1f} s "
-                    "(linears held as {})",
+                    "(linears held as {}{})",
                     sensitivity_.layers.size(),
                     sensitivity_.layers.size() > static_cast<std::size_t>(session_.config.num_hidden_layers) *
                                                      kBlockLinears.size()
@@ -250,7 +274,8 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
                                            "error on {} row{})", sensitivity_.error_rows,
                                            sensitivity_.error_rows == 1 ? "" : "s")
                              : std::string(),
-                    sensitivity_.positions, calib_file, sensitivity_.seconds, low_bit_name(as_stored.linear.type)));
+                    sensitivity_.positions, calib_file, sensitivity_.seconds, low_bit_name(as_stored.linear.type),
+                    streamed ? ", one block at a time" : ""));
   }
   if (!heldout.empty()) {
     if (text_digest(read_text_file(heldout)) == sensitivity_.calib_digest)

@@ -294,10 +294,12 @@ struct Measuring {
   // read once per group, and its activations held for one group.
   static constexpr std::int64_t kGroupTokens = 1024;
 
+  // `reference`: the float model's distributions now (write_reference), or from the last block's states
+  // (settle_pending, for a model whose blocks come one at a time).
   Measuring(LlamaModel& m, const ScoringPlan& c, std::uint64_t other_bytes, std::int64_t other_params,
-            std::optional<Activations> activations)
+            std::optional<Activations> activations, bool reference = true)
       : model(m), calib(c), ref(RefLogprobFile::create("", c, m.config().vocab_size)) {
-    write_reference(model, calib, 0, ref);
+    if (reference) write_reference(model, calib, 0, ref);
     s.positions = calib.scored_tokens();
     s.other_bytes = other_bytes;
     s.other_params = other_params;
@@ -379,9 +381,10 @@ struct Measuring {
 
   // The embeddings' candidates, at block 0 (before any advance): first the embeddings as held (KL 0; a plan
   // that leaves them out keeps them so), then each other candidate with its rows looked up. Its KL: a whole-model
-  // pass (`taken` null), or, estimated, the anchor's KL scaled by the candidate's error ||E_c[t] - E[t]||^2 over
-  // the tokens t of the taken rows. Their weights move from other_bytes / other_params to their LayerCost, which
-  // finish() puts last.
+  // pass (`taken` null), or, estimated, the anchor's KL (pending) scaled by the candidate's error
+  // ||E_c[t] - E[t]||^2 over the tokens t of the taken rows. Only the rows of the calibration tokens are
+  // quantized (every format rounds a row on its own); the bytes are the whole matrix's. Their weights move from
+  // other_bytes / other_params to their LayerCost, which finish() puts last.
   void measure_embeddings(const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates, ThreadPool& pool,
                           const std::vector<char>* taken) {
     if (!plans_embeddings()) return;
@@ -390,11 +393,22 @@ struct Measuring {
     const std::int64_t h = e.cols;
     LayerCost cost{kEmbeddingsLayer, LinearRole::kQ, e.rows * e.cols, {}};
     cost.candidates.push_back({QuantSpec{e.type}, e.bytes(), 0, 0, true});
+    // The calibration's distinct tokens (the rows quantized), and each token's row among them.
+    std::vector<std::int32_t> used(tokens.begin(), tokens.end());
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    const auto row_of = [&](std::int32_t t) { return std::lower_bound(used.begin(), used.end(), t) - used.begin(); };
     std::vector<std::int32_t> looked;  // the taken rows' tokens
     for (std::size_t r = 0; taken != nullptr && r < tokens.size(); ++r)
       if ((*taken)[r]) looked.push_back(tokens[r]);
     std::vector<float> ref_rows(looked.size() * static_cast<std::size_t>(h)), row(static_cast<std::size_t>(h));
     model.embed(looked, ref_rows.data());
+    // The states at block 0 with candidate rows `w` looked up.
+    const auto embed_with = [&](const QuantMatrix& w) {
+      std::vector<float> x(hidden.size());
+      for (std::size_t i = 0; i < tokens.size(); ++i) dequantize_row(w, row_of(tokens[i]), x.data() + i * h);
+      return x;
+    };
     const std::vector<QuantSpec> specs = candidates(h);
     const std::optional<std::size_t> preferred = preferred_anchor(specs);
     std::vector<double> err{0.0};
@@ -402,18 +416,17 @@ struct Measuring {
     std::size_t a = 0;
     for (std::size_t j = 0; j < specs.size(); ++j) {
       if (is_held_format(e, specs[j])) continue;
-      // Not laid out for the kernels: looked up by rows, as loading with a plan holds them.
-      QuantMatrix w = quantize_matrix([&e](std::int64_t r, float* out) { widen_row(e, r, out); }, e.rows, e.cols,
-                                      specs[j], &pool);
-      const std::uint64_t bytes = w.bytes();
+      QuantMatrix w = quantize_matrix([&](std::int64_t r, float* out) { widen_row(e, used[r], out); },
+                                            static_cast<std::int64_t>(used.size()), h, specs[j], &pool);
+      const std::uint64_t bytes = allocate_matrix(e.rows, e.cols, specs[j]).bytes();
       if (taken == nullptr) {
-        const CompareStats st = kl_with_embeddings(std::move(w));
+        const CompareStats st = kl_with_input(embed_with(w));
         cost.candidates.push_back({specs[j], bytes, st.mean_kl, st.kl_stderr});
         continue;
       }
       double x = 0;
       for (std::size_t i = 0; i < looked.size(); ++i) {
-        dequantize_row(w, looked[i], row.data());
+        dequantize_row(w, row_of(looked[i]), row.data());
         for (std::int64_t c = 0; c < h; ++c) {
           const double d = static_cast<double>(row[static_cast<std::size_t>(c)]) - ref_rows[i * h + c];
           x += d * d;
@@ -426,10 +439,58 @@ struct Measuring {
         anchor = std::move(w);
       }
     }
-    if (taken != nullptr) scale_from_anchor(cost, err, a, anchor ? kl_with_embeddings(std::move(*anchor)) : CompareStats{});
+    if (taken != nullptr && anchor) pending.push_back({kEmbeddingsPending, std::move(err), a, embed_with(*anchor)});
     s.other_bytes -= e.bytes();
     s.other_params -= cost.params;
     embeddings_cost = std::move(cost);
+  }
+  // An estimate's anchor whose KL is taken after the last block: the calibration sequences' states with the
+  // anchor in place, carried through each block as it comes (a model whose blocks are read one at a time holds
+  // these instead of its weights).
+  static constexpr std::size_t kEmbeddingsPending = static_cast<std::size_t>(-1);
+  struct Pending {
+    std::size_t layer;        // its index in s.layers, or kEmbeddingsPending
+    std::vector<double> err;  // every candidate's output error
+    std::size_t anchor;       // the anchor's candidate
+    std::vector<float> x;     // the states at the input of block `block`
+  };
+  // Carries every pending anchor's states through block `block` (before advance()).
+  void carry_pending() {
+    for (Pending& p : pending) run_blocks(block, block + 1, p.x, nullptr, true);
+  }
+  // Block `block` run on a copy of `hidden` with `slot` replaced by `w` (restored after): layers[layer]'s anchor,
+  // pending.
+  void pend(std::size_t layer, QuantMatrix& slot, QuantMatrix w, std::vector<double> err, std::size_t anchor) {
+    std::vector<float> x = hidden;
+    std::swap(slot, w);
+    try {
+      run_blocks(block, block + 1, x, nullptr, true);
+    } catch (...) {
+      std::swap(slot, w);
+      throw;
+    }
+    std::swap(slot, w);
+    pending.push_back({layer, std::move(err), anchor, std::move(x)});
+  }
+  // After the last block (`hidden` its float output): the reference distributions from `hidden` (what
+  // write_reference gives, the same bits), then every pending anchor's KL, scaled to its layer's other candidates.
+  void settle_pending() {
+    const ModelConfig& c = model.config();
+    if (block != c.num_hidden_layers) fail("internal: pending anchors settled at block {}", block);
+    std::vector<float> logits;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const std::int64_t n = lengths[i], first = calib.first_scored;
+      if (first >= n - 1) continue;
+      model.head(hidden.data() + (offsets[i] + first) * c.hidden_size, n - 1 - first, logits);
+      for (std::int64_t j = 0; j < n - 1 - first; ++j) ref.write_logits(logits.data() + j * c.vocab_size);
+    }
+    ref.finish();
+    for (Pending& p : pending) {
+      LayerCost& cost = p.layer == kEmbeddingsPending ? *embeddings_cost : s.layers[p.layer];
+      scale_from_anchor(cost, p.err, p.anchor, score(p.x));
+      p.x = {};
+    }
+    pending.clear();
   }
   // The measurement's end: the embeddings' LayerCost last, and the wall time.
   void finish(const Progress& progress) {
@@ -446,6 +507,7 @@ struct Measuring {
   Sensitivity s;
   std::vector<std::int32_t> tokens;            // all sequences' tokens, one after another
   std::optional<LayerCost> embeddings_cost;    // measure_embeddings', until finish()
+  std::vector<Pending> pending;                // the estimate's anchors, until settle_pending()
   std::vector<std::int64_t> lengths, offsets;  // per sequence: tokens, first row in `hidden`
   std::vector<std::size_t> groups;             // the first sequence of each group, then the number of sequences
   std::vector<float> hidden;                   // [all sequences' tokens, hidden]: block `block`'s input
@@ -470,19 +532,8 @@ struct Measuring {
       }
     }
   }
-  // The model's KL with the embeddings replaced by `w` (at block 0); the embeddings are restored after.
-  CompareStats kl_with_embeddings(QuantMatrix w) {
-    QuantMatrix& slot = model.embeddings();
-    QuantMatrix original = std::move(slot);
-    slot = std::move(w);
-    std::vector<float> x(hidden.size());
-    try {
-      model.embed(tokens, x.data());
-    } catch (...) {
-      slot = std::move(original);
-      throw;
-    }
-    slot = std::move(original);
+  // The model's KL with `x` in place of `hidden` (block `block`'s input).
+  CompareStats kl_with_input(std::vector<float> x) {
     std::swap(hidden, x);
     CompareStats st;
     try {
@@ -496,11 +547,15 @@ struct Measuring {
   }
   // run_plan's scoring (positions first_scored .. T - 2 of every sequence, in order) from block `block` on.
   CompareStats kl_from_block() {
+    std::vector<float> x = hidden;
+    run_blocks(block, model.config().num_hidden_layers, x, nullptr, true);
+    return score(x);
+  }
+  // run_plan's scoring of the last block's output `x` against the reference.
+  CompareStats score(const std::vector<float>& x) {
     const ModelConfig& c = model.config();
     CompareAccumulator acc(c.vocab_size);
     std::vector<float> logits, row(static_cast<std::size_t>(c.vocab_size));
-    std::vector<float> x = hidden;
-    run_blocks(block, c.num_hidden_layers, x, nullptr, true);
     ref.rewind();
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       const std::int64_t n = lengths[i], first = calib.first_scored;
@@ -549,12 +604,60 @@ Sensitivity measure_sensitivity(LlamaModel& model, const ScoringPlan& calib, Thr
   return m.s;
 }
 
+namespace {
+
+// estimate_sensitivity's costs of block linear `role` of block m.block: every candidate's output error on the
+// linear's float inputs `x` (the taken rows, [rows, k]), its anchor pending (m.pend) unless every candidate is the
+// layer as held.
+LayerCost estimate_linear(Measuring& m, LinearRole role, std::vector<float>& x,
+                          const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates, ThreadPool& pool) {
+  QuantMatrix& slot = m.model.block_linear(m.block, role);
+  require_float(slot, m.block, role);
+  LayerCost cost{m.block, role, slot.rows * slot.cols, {}};
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
+  // This linear's float output, once for all its candidates (one linear's at a time in memory).
+  std::vector<float> y(static_cast<std::size_t>(rows * slot.rows)), yq(y.size());
+  matmul(slot, x.data(), rows, y.data(), pool);
+  const std::vector<QuantSpec> specs = candidates(slot.cols);
+  const std::optional<std::size_t> preferred = preferred_anchor(specs);
+  std::vector<double> err;
+  std::optional<QuantMatrix> anchor;  // the anchor's matrix, kept for its KL
+  std::size_t a = 0;
+  for (std::size_t j = 0; j < specs.size(); ++j) {
+    if (is_held_format(slot, specs[j])) {
+      err.push_back(0);
+      cost.candidates.push_back({specs[j], slot.bytes(), 0, 0, true});
+      continue;
+    }
+    QuantMatrix w = candidate_matrix(slot, specs[j], m.s.activations, pool);
+    matmul(w, x.data(), rows, yq.data(), pool);
+    double e = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) e += (static_cast<double>(yq[i]) - y[i]) * (yq[i] - y[i]);
+    err.push_back(e);
+    cost.candidates.push_back({specs[j], w.bytes(), 0, 0});
+    if (preferred ? j == *preferred : !anchor || e > err[a]) {
+      a = j;
+      anchor = std::move(w);
+    }
+  }
+  x = {};
+  // The anchor's KL after the last block; the others scaled from it (none to measure when every candidate is the
+  // layer as held).
+  if (anchor)
+    m.pend(m.s.layers.size(), slot, std::move(*anchor), std::move(err), a);
+  else
+    scale_from_anchor(cost, err, a, CompareStats{});
+  return cost;
+}
+
+}  // namespace
+
 Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                  std::optional<Activations> activations, std::int64_t error_rows,
-                                 const Progress& progress) {
-  Measuring m(model, calib, other_bytes, other_params, activations);
+                                 const Progress& progress, const BlockSource& blocks) {
+  Measuring m(model, calib, other_bytes, other_params, activations, false);
   Sensitivity& s = m.s;
   s.estimated = true;
   const ModelConfig& c = model.config();
@@ -562,8 +665,9 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
   const std::vector<char> taken = error_row_sample(total, error_rows);
   s.error_rows = std::count(taken.begin(), taken.end(), 1);
   m.measure_embeddings(candidates, pool, &taken);
-  std::vector<float> y, yq;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (blocks) blocks(l, true);
+    m.carry_pending();
     // The input of each linear of block l on the taken rows.
     std::array<std::vector<float>, kBlockLinears.size()> inputs;
     std::array<std::int64_t, kBlockLinears.size()> seen{};
@@ -575,46 +679,13 @@ Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, Th
       seen[i] += rows;
     });
     for (const LinearSpec& role : kBlockLinears) {
-      QuantMatrix& slot = model.block_linear(l, role.role);
-      require_float(slot, l, role.role);
-      LayerCost cost{l, role.role, slot.rows * slot.cols, {}};
-      std::vector<float>& x = inputs[static_cast<std::size_t>(role.role)];
-      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / slot.cols;
-      // This linear's float output, once for all its candidates (one linear's at a time in memory).
-      y.resize(static_cast<std::size_t>(rows * slot.rows));
-      yq.resize(y.size());
-      matmul(slot, x.data(), rows, y.data(), pool);
-      const std::vector<QuantSpec> specs = candidates(slot.cols);
-      const std::optional<std::size_t> preferred = preferred_anchor(specs);
-      std::vector<double> err;
-      std::optional<QuantMatrix> anchor;  // the anchor's matrix, kept for its KL
-      std::size_t a = 0;
-      for (std::size_t j = 0; j < specs.size(); ++j) {
-        if (is_held_format(slot, specs[j])) {
-          err.push_back(0);
-          cost.candidates.push_back({specs[j], slot.bytes(), 0, 0, true});
-          continue;
-        }
-        QuantMatrix w = candidate_matrix(slot, specs[j], activations, pool);
-        matmul(w, x.data(), rows, yq.data(), pool);
-        double e = 0;
-        for (std::size_t i = 0; i < y.size(); ++i) e += (static_cast<double>(yq[i]) - y[i]) * (yq[i] - y[i]);
-        err.push_back(e);
-        cost.candidates.push_back({specs[j], w.bytes(), 0, 0});
-        if (preferred ? j == *preferred : !anchor || e > err[a]) {
-          a = j;
-          anchor = std::move(w);
-        }
-      }
-      x = {};
-      // The anchor's KL, one at a time; the others scaled from it (none to measure when every candidate is the
-      // layer as held).
-      scale_from_anchor(cost, err, a, anchor ? m.kl_with(slot, std::move(*anchor)) : CompareStats{});
-      s.layers.push_back(std::move(cost));
+      s.layers.push_back(estimate_linear(m, role.role, inputs[static_cast<std::size_t>(role.role)], candidates, pool));
       if (progress) progress(static_cast<std::int64_t>(s.layers.size()), m.linears());
     }
     m.advance(std::move(next));
+    if (blocks) blocks(l, false);
   }
+  m.settle_pending();
   m.measure_lm_head(candidates, pool, progress);
   m.finish(progress);
   return s;

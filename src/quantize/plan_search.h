@@ -90,6 +90,11 @@ struct Sensitivity {
   const LayerCost* planned(std::int64_t layer) const;
 };
 
+/// Loads (`load` true) or drops the float linears of decoder block `layer` of
+/// the model being measured, for a model loaded without them
+/// (LoadOptions::block_linears false); null: the model holds every block.
+using BlockSource = std::function<void(std::int64_t layer, bool load)>;
+
 /// The default candidates for a layer whose rows are `k` long: fp16; sym_int8
 /// per channel and group 32; sym_int4 and asym_int4 at group 32, 64, 128
 /// and per channel (groups of k or more counted once, as per channel); the
@@ -141,13 +146,20 @@ std::vector<char> error_row_sample(std::int64_t total, std::int64_t n);
 /// over the taken rows' tokens t, with one whole-model pass for the anchor). The output
 /// errors are taken on `error_rows` calibration rows (error_row_sample; 0 or
 /// more than there are: all), the KL on all.
+/// Each anchor's hidden states are carried through the blocks as they come
+/// and its KL taken after the last one, so with `blocks` the model need hold
+/// one block's linears at a time (blocks(l, true) fills block l's, blocks(l,
+/// false) may drop them; the reference distributions come from the float
+/// states after the last block, the same bits as write_reference): memory of
+/// one block plus an anchor's states per measured layer (tokens x hidden
+/// floats each) instead of every block. Same results with or without it.
 /// Same arguments and errors as measure_sensitivity; Sensitivity::estimated and
 /// error_rows are set.
 Sensitivity estimate_sensitivity(LlamaModel& model, const ScoringPlan& calib, ThreadPool& pool,
                                  std::uint64_t other_bytes, std::int64_t other_params,
                                  const std::function<std::vector<QuantSpec>(std::int64_t k)>& candidates,
                                  std::optional<Activations> activations, std::int64_t error_rows = 0,
-                                 const Progress& progress = nullptr);
+                                 const Progress& progress = nullptr, const BlockSource& blocks = nullptr);
 
 nlohmann::ordered_json sensitivity_json(const Sensitivity& s);
 /// Throws woq::Error naming `source` and the field for a malformed measurement.
