@@ -35,6 +35,18 @@ namespace {
 
 using test::error_of;
 
+// The make-random "tiny" preset (2 blocks of hidden 128, vocab 512, lm_head untied) with N(0, 0.08) weights
+// seeded `seed`, written under `tmp`.
+std::string write_tiny(const test::TempDir& tmp, std::uint64_t seed, ThreadPool& pool) {
+  RandomCheckpointOptions r;
+  r.preset = "tiny";
+  r.seed = seed;
+  r.weight_std = 0.08;
+  const std::string dir = tmp.file("tiny");
+  write_random_checkpoint(dir, r, pool);
+  return dir;
+}
+
 TEST(QuantPlan, FileRoundTripsAndNamesEachLayersFormat) {
   const nlohmann::json j = nlohmann::json::parse(R"({"woq_plan": 1,
     "base": {"low_bit": "sym_int4", "group_size": 32},
@@ -385,12 +397,7 @@ TEST(PlanSearch, TheEstimatesOutputErrorsAreTakenOnTheSampledRows) {
 TEST(PlanSearch, AnUntiedModelsLmHeadAndEmbeddingsArePlannedAndMeasuredAsLoaded) {
   ThreadPool pool(2);
   test::TempDir tmp;
-  RandomCheckpointOptions r;
-  r.preset = "tiny";  // 2 blocks of hidden 128, vocab 512, lm_head untied
-  r.seed = 5;
-  r.weight_std = 0.08;
-  const std::string dir = tmp.file("tiny");
-  write_random_checkpoint(dir, r, pool);
+  const std::string dir = write_tiny(tmp, 5, pool);
   LoadOptions as_stored;
   as_stored.linear = QuantSpec{LowBit::kFp16};
   auto model = LlamaModel::load(dir, as_stored, pool);
@@ -532,12 +539,7 @@ void expect_same_logits(LlamaModel& a, LlamaModel& b);
 TEST(PlanGguf, PlannedEmbeddingsWriteAsTokenEmbd) {
   ThreadPool pool(2);
   test::TempDir tmp;
-  RandomCheckpointOptions r;
-  r.preset = "tiny";
-  r.seed = 6;
-  r.weight_std = 0.08;
-  const std::string dir = tmp.file("tiny");
-  write_random_checkpoint(dir, r, pool);
+  const std::string dir = write_tiny(tmp, 6, pool);
   auto plan = std::make_shared<QuantPlan>();
   plan->base = {LowBit::kFp16};
   plan->source = "embeddings plan";
@@ -584,12 +586,7 @@ TEST(PlanGguf, PlannedEmbeddingsWriteAsTokenEmbd) {
 TEST(PlanSearch, TheStreamedEstimateIsTheResidentOne) {
   ThreadPool pool(2);
   test::TempDir tmp;
-  RandomCheckpointOptions r;
-  r.preset = "tiny";
-  r.seed = 7;
-  r.weight_std = 0.08;
-  const std::string dir = tmp.file("tiny");
-  write_random_checkpoint(dir, r, pool);
+  const std::string dir = write_tiny(tmp, 7, pool);
   LoadOptions as_stored;
   as_stored.linear = QuantSpec{LowBit::kFp16};
   auto resident = LlamaModel::load(dir, as_stored, pool);
@@ -813,12 +810,7 @@ TEST(PlanGptq, AMixedGptqCheckpointIsThePlanInMemory) {
 TEST(PlanGptq, APlannedLmHeadIsWrittenAsGptqIntegers) {
   ThreadPool pool(2);
   test::TempDir tmp;
-  RandomCheckpointOptions r;
-  r.preset = "tiny";  // untied lm_head
-  r.seed = 9;
-  r.weight_std = 0.08;
-  const std::string dir = tmp.file("tiny");
-  write_random_checkpoint(dir, r, pool);
+  const std::string dir = write_tiny(tmp, 9, pool);
   const auto write = [&](const QuantSpec& head, const std::string& name) {
     auto plan = std::make_shared<QuantPlan>();
     plan->base = {LowBit::kSymInt4, 32};
