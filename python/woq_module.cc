@@ -356,8 +356,16 @@ std::vector<std::string> save_pretrained(Model& m, const std::string& out_dir, b
   if (!is_quantized(m.options.linear.type))
     throw py::value_error("save_pretrained writes GPTQ checkpoints of integer formats (sym_int4, asym_int4, "
                           "sym_int8); this model's linear layers are " + std::string(low_bit_name(m.options.linear.type)));
+  // A plan (its lm_head too) is written as `woq quantize --plan` writes it; an lm_head converted without one is not.
+  const auto same = [](const std::optional<QuantSpec>& a, const std::optional<QuantSpec>& b) {
+    return a.has_value() == b.has_value() && (!a || spec_json(*a) == spec_json(*b));
+  };
+  if (!same(m.options.lm_head, m.options.plan ? m.options.plan->lm_head() : std::nullopt))
+    throw py::value_error("lm_head_low_bit: save_pretrained writes lm_head as a plan names it; give lm_head in the "
+                          "plan instead (optimize_model(path, plan=...))");
   QuantizeOptions options;
   options.spec = m.options.linear;
+  options.plan = m.options.plan;
   options.force = force;
   std::vector<std::string> lines;
   options.progress = [&lines](const std::string& line) { lines.push_back(line); };
@@ -369,7 +377,8 @@ std::vector<std::string> save_pretrained(Model& m, const std::string& out_dir, b
   }
   for (const std::string& note : r.notes) lines.push_back("note: " + note);
   lines.push_back(fmt::format("wrote {} (GPTQ, {}, rtn): {} linear layers in {:.2f} s", out_dir,
-                              describe(options.spec), r.matrices, r.seconds));
+                              options.plan ? "plan " + options.plan->source : describe(options.spec), r.matrices,
+                              r.seconds));
   return lines;
 }
 

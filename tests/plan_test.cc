@@ -870,7 +870,18 @@ TEST(PlanGptq, APlannedLmHeadIsWrittenAsGptqIntegers) {
                 .find("'lm_head.qweight' exists, but config.json's quantization_config.lm_head is not true"),
             std::string::npos);
   config["quantization_config"]["lm_head"] = true;
+  config["quantization_config"]["dynamic"] = {{"-:lm_head$", nlohmann::json::object()}};  // integers it disowns
   write_text_file(out + "/config.json", config.dump());
+  EXPECT_NE(error_of([&] { LlamaModel::load(out, as_stored, pool); })
+                .find("'lm_head.qweight' exists, but config.json's quantization_config (dynamic) keeps 'lm_head' "
+                      "unquantized"),
+            std::string::npos);
+  config["quantization_config"].erase("dynamic");
+  write_text_file(out + "/config.json", config.dump());
+  // GGUF export of the checkpoint would lose lm_head (the file would run tied): refused.
+  EXPECT_NE(error_of([&] { export_gguf(out, tmp.file("g.gguf"), GgufExportOptions{}, pool); })
+                .find("lm_head is stored as GPTQ integers"),
+            std::string::npos);
   LoadOptions convert = as_stored;
   convert.lm_head = QuantSpec{LowBit::kSymInt4, 32};
   EXPECT_NE(error_of([&] { LlamaModel::load(out, convert, pool); }).find("does not round them again"),

@@ -197,11 +197,11 @@ Run add_quantize(CLI::App& app) {
                 "(an untied model's lm_head and input embeddings too) and write the measurement (JSON) to --output");
   cmd->add_option("--target-kl", args->target_kl,
                   "Plan search: write to --output (JSON) the plan of fewest bytes whose mean KL (nats per token) on "
-                  "--verify-file text is at most this; measured first unless --measurement is given")
+                  "--verify-file text (required) is at most this; measured first unless --measurement is given")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--target-bpw", args->target_bpw,
                   "Plan search: the plan of least predicted KL within this many bits per weight (embeddings and "
-                  "lm_head counted)")
+                  "lm_head counted), verified on --verify-file text (required)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--measurement", args->measurement, "Plan search: solve from this saved --measure output");
   cmd->add_option("--candidates", args->candidates,

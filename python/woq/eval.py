@@ -162,7 +162,8 @@ def pareto(path, file, calib_file=None, measurement=None, output=None, json_path
     r.calib_file = _path(calib_file, "calib_file", optional=True) or ""
     r.measurement = _path(measurement, "measurement", optional=True) or ""
     if bool(r.calib_file) == bool(r.measurement):
-        raise ValueError("give calib_file (to measure) or measurement (a saved measurement), not both")
+        raise ValueError("give one of calib_file (to measure) or measurement (a saved measurement)"
+                         + (", not both" if r.calib_file else ""))
     r.png = _path(output, "output", optional=True) or ""
     r.json = _path(json_path, "json_path", optional=True) or ""
     r.ctx, r.chunks = _int(ctx, "ctx"), _int(chunks, "chunks")

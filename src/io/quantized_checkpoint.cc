@@ -328,8 +328,9 @@ std::string QuantizationConfig::describe() const {
                                       : "compressed-tensors pack-quantized";
   return fmt::format("{} {}-bit {} {}{}{}{}{}{}", method_name, bits, sym ? "sym" : "asym",
                      group_size == -1 ? std::string("per channel") : fmt::format("group_size {}", group_size),
-                     desc_act ? " act-order" : "", lm_head ? " lm_head quantized" : "",
+                     desc_act ? " act-order" : "",
                      dynamic.empty() ? std::string() : fmt::format(" with {} per-module rules", dynamic.size()),
+                     lm_head ? ", lm_head quantized too" : "",
                      not_converted.empty()       ? std::string()
                      : not_converted.size() <= 2 ? fmt::format(" except {}", printable_text(fmt::format(
                                                                                  "{}", fmt::join(not_converted, ", "))))

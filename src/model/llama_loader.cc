@@ -419,7 +419,10 @@ std::optional<QuantMatrix> packed_lm_head(const TensorStore& store, const std::o
   const bool quantized_head = quantized->for_module(std::string(kLmHeadModule)).has_value();
   if (!packed && quantized_head)
     fail("{}: quantization_config.lm_head is true, but there is no tensor '{}'", where, kLmHeadQweight);
-  if (!quantized_head) return std::nullopt;  // a "-:lm_head" rule (load_quantized_linear refuses its integers)
+  if (!quantized_head && packed)
+    fail("{}: '{}' exists, but config.json's quantization_config (dynamic) keeps 'lm_head' unquantized", where,
+         kLmHeadQweight);
+  if (!quantized_head) return std::nullopt;  // a "-:lm_head" rule: the float lm_head.weight
   if (options.lm_head)
     fail("{}: lm_head is stored as GPTQ integers ({}); woq runs them as stored and does not round them again: "
          "drop --lm-head-low-bit (or the plan's lm_head)", where, quantized->for_module("lm_head")->describe());
@@ -486,8 +489,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const std::string vocab_hidden = dims_name(kEmbedTokens.rows, kEmbedTokens.cols);
   const TensorView& embed = store.get(std::string(kEmbedTokens.hf));
   const TensorView* head = store.find(std::string(kLmHead.hf));
-  if (!c.tie_word_embeddings && head == nullptr && !(quantized && store.find(std::string(kLmHeadQweight))))
+  if (!c.tie_word_embeddings && head == nullptr && !(quantized && store.find(std::string(kLmHeadQweight)))) {
+    if (quantized && quantized->lm_head)
+      fail("{}: quantization_config.lm_head is true, but there is no tensor '{}'", store.source(), kLmHeadQweight);
     fail("{}: tensor '{}' is missing and config.json tie_word_embeddings is false", store.source(), kLmHead.hf);
+  }
   const bool has_output = head != nullptr && !c.tie_word_embeddings;  // llama.cpp's file has an output.weight
   // token_embd / output as stored, or under a K-quant file type in the type its rule gives (`ggml`: in ggml blocks).
   auto keep = [&](const TensorView& t, kquant::MixTensor::Kind kind, bool& ggml) {
@@ -509,9 +515,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       if (c.tie_word_embeddings)
         fail("{}: model.embed_tokens: {} ties lm_head to the embeddings, so they are one matrix; plan lm_head's format "
              "with --lm-head-low-bit or leave model.embed_tokens out of the plan", options.plan->source, dir);
-      if (quantized || embed.dtype == DType::kGgml)
+      if (quantized)
+        fail("{}: model.embed_tokens: {} is a {} checkpoint; a plan converts the embeddings of a float checkpoint "
+             "only", options.plan->source, dir, quantized->describe());
+      if (embed.dtype == DType::kGgml)
         fail("{}: model.embed_tokens: {} stores the embeddings as {}; a plan converts float embeddings only",
-             options.plan->source, dir, quantized ? quantized->describe() : std::string(embed.type_name()));
+             options.plan->source, dir, embed.type_name());
       m->embed_ = load_matrix(embed, c.vocab_size, c.hidden_size, vocab_hidden.c_str(), *planned, pool);
       rep.embeddings_bytes += m->embed_.bytes();
     } else {

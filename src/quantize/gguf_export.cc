@@ -436,6 +436,10 @@ GgufExportReport export_gguf(const std::string& in, const std::string& out, cons
   const TensorStore store = TensorStore::open(in);
   const std::optional<QuantizationConfig> quantized = read_quantization_config(in);
   validate_checkpoint(store, c, quantized.has_value());  // what loading the output would refuse, before writing it
+  if (quantized && store.find(std::string(kLmHeadQweight)) != nullptr)
+    fail("{}: lm_head is stored as GPTQ integers ('{}', quantization_config.lm_head); the GGUF writer takes a float "
+         "lm_head (the file would have no output tensor): write the GGUF from the float checkpoint", in,
+         kLmHeadQweight);
   GgufExportReport report;
   const bool has_output = store.find(std::string(kLmHead.hf)) != nullptr && !c.tie_word_embeddings;
   TypePlan plan(options, c, *spec, has_output, report.notes);

@@ -120,11 +120,43 @@ std::string planned_ends(const Sensitivity& s) {
                             : "";
 }
 
+// Throws woq::Error naming the candidate when one's bytes are not what its format takes for its layer's shape
+// as the model holds it (in the kernels' layout for the measurement's activations; the embeddings' rows as
+// stored), or when its format cannot hold that shape.
+void check_candidate_bytes(const Sensitivity& s, const std::string& measurement, const ModelConfig& c,
+                           ThreadPool& pool) {
+  std::map<std::string, std::uint64_t> known;  // by shape and format
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerCost& l = s.layers[i];
+    if (!l.kept_unless_named() && (l.layer < 0 || l.layer >= c.num_hidden_layers)) continue;  // refused below
+    const auto [rows, cols] = l.kept_unless_named() ? std::pair(c.vocab_size, c.hidden_size)
+                                                    : block_linear_shape(c, l.role);
+    for (std::size_t j = 0; j < l.candidates.size(); ++j) {
+      const CandidateCost& cand = l.candidates[j];
+      const std::string key = fmt::format("{}x{}{} {}", rows, cols, l.is_embeddings() ? " rows" : "",
+                                          spec_json(cand.spec).dump());
+      if (!known.contains(key)) {
+        try {
+          QuantMatrix w = allocate_matrix(rows, cols, cand.spec);
+          if (!l.is_embeddings()) ready_for_kernels(w, s.activations, false, pool);
+          known[key] = w.bytes();
+        } catch (const Error& e) {
+          fail("{}: layers[{}].candidates[{}] ({} {}): {}", measurement, i, j, l.module(), spec_name(cand.spec),
+               e.what());
+        }
+      }
+      if (cand.bytes != known[key])
+        fail("{}: layers[{}].candidates[{}]: {} in {} takes {} bytes, not {}: a measurement of another model?",
+             measurement, i, j, l.module(), spec_name(cand.spec), known[key], cand.bytes);
+    }
+  }
+}
+
 // Throws woq::Error when the measurement `s` (read from `measurement`) is not of `model` (loaded from `input`
 // with its linears as stored, `report`): its layers and their weights, lm_head and the embeddings as held (each
 // the model's own float matrix as stored), the other weights' count and bytes.
 void check_measured_model(const Sensitivity& s, const std::string& measurement, const std::string& input,
-                          LlamaModel& model, const LoadReport& report) {
+                          LlamaModel& model, const LoadReport& report, ThreadPool& pool) {
   const ModelConfig& c = model.config();
   struct End {
     const LayerCost* cost;
@@ -155,6 +187,7 @@ void check_measured_model(const Sensitivity& s, const std::string& measurement, 
     ++ends;
   }
   const std::size_t expected = static_cast<std::size_t>(c.num_hidden_layers) * kBlockLinears.size();
+  check_candidate_bytes(s, measurement, c, pool);
   if (s.layers.size() != expected + ends)
     fail("{}: measures {} layers, {} has {}: a measurement of another model?", measurement, s.layers.size() - ends,
          input, expected);
@@ -229,7 +262,7 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
   };
   if (!measurement.empty()) {
     sensitivity_ = parse_sensitivity(read_json_file(measurement), measurement);
-    check_measured_model(sensitivity_, measurement, input, *session_.model, session_.report);
+    check_measured_model(sensitivity_, measurement, input, *session_.model, session_.report, pool);
     say(fmt::format("measurement {}: {} layers{}, {} calibration positions", measurement, sensitivity_.layers.size(),
                     planned_ends(sensitivity_), sensitivity_.positions));
   } else {

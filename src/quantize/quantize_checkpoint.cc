@@ -664,7 +664,8 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
   const std::string where = plan.source.empty() ? std::string("plan") : plan.source;
   if (plan.embeddings())
     fail("{}: model.embed_tokens: a GPTQ checkpoint keeps the embeddings in float (GPTQModel and vLLM quantize "
-         "linear layers only); leave model.embed_tokens out of the plan, or write it as GGUF (-o FILE.gguf)", where);
+         "linear layers only); leave model.embed_tokens out of the plan{}", where,
+         c.tie_word_embeddings ? "" : ", or write it as GGUF (-o FILE.gguf)");
   if (plan.lm_head() && c.tie_word_embeddings)
     fail("{}: lm_head: this model ties lm_head to its embeddings (tie_word_embeddings); a GPTQ checkpoint "
          "quantizes an lm_head of its own only: remove lm_head from the plan", where);

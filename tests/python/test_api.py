@@ -169,6 +169,32 @@ def test_save_pretrained_loads_in_the_cli_with_the_same_greedy_output(tmp_path):
         woq.optimize_model(MODEL, low_bit="fp16", progress=False).save_pretrained(tmp_path / "f16")
 
 
+def test_save_pretrained_writes_the_plan_it_was_loaded_with(tmp_path):
+    # An untied model: the plan's lm_head is written as GPTQ integers ("lm_head": true and its rule), and the
+    # checkpoint runs as the plan did in memory.
+    tiny = str(tmp_path / "tiny")
+    assert cli("make-random", "--preset", "tiny", "--weight-std", "0.08", "--seed", "3", "-o", tiny).returncode == 0
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({"woq_plan": 1, "base": {"low_bit": "sym_int4", "group_size": 32},
+                                "tensors": {"lm_head": {"low_bit": "sym_int8", "group_size": -1},
+                                            "model.layers.1.mlp.down_proj": {"low_bit": "fp16"}}}))
+    m = woq.optimize_model(tiny, plan=str(plan), progress=False)
+    out = tmp_path / "gptq"
+    m.save_pretrained(out)
+    q = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert q["lm_head"] is True and q["dynamic"]["+:lm_head$"] == {"bits": 8, "group_size": -1}, q
+    assert "-:model\\.layers\\.1\\.mlp\\.down_proj$" in q["dynamic"], q
+    back = woq.optimize_model(str(out), progress=False)
+    assert back.generate(PROMPT, max_new_tokens=40) == m.generate(PROMPT, max_new_tokens=40)
+    # lm_head converted without a plan, or embeddings a GPTQ checkpoint cannot hold: refused.
+    with pytest.raises(ValueError, match="lm_head_low_bit: save_pretrained writes lm_head as a plan names it"):
+        woq.optimize_model(tiny, lm_head_low_bit="sym_int8", progress=False).save_pretrained(tmp_path / "h")
+    plan.write_text(json.dumps({"woq_plan": 1, "base": {"low_bit": "sym_int4", "group_size": 32},
+                                "tensors": {"model.embed_tokens": {"low_bit": "sym_int8", "group_size": -1}}}))
+    with pytest.raises(woq.Error, match="model.embed_tokens: a GPTQ checkpoint keeps the embeddings in float"):
+        woq.optimize_model(tiny, plan=str(plan), progress=False).save_pretrained(tmp_path / "e")
+
+
 def test_bad_arguments_raise_clear_exceptions(model):
     missing = "/nonexistent/model"
     with pytest.raises(woq.Error) as e:

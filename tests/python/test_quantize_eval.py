@@ -489,6 +489,13 @@ def test_an_untied_lm_head_and_embeddings_are_planned_and_their_measurement_chec
     assert r.returncode == 0, r.stderr
     r = cli("generate", "-m", str(tmp_path / "small.gguf"), "-p", "Once", "-n", "4")
     assert r.returncode == 0, r.stderr
+    # A measurement whose candidate bytes are not its format's for the layer's shape is refused, naming it.
+    lying = json.loads(open(m).read())
+    lying["layers"][-1]["candidates"][1]["bytes"] = 5
+    (tmp_path / "lying.json").write_text(json.dumps(lying))
+    r = cli("quantize", "-m", tiny, "--measurement", str(tmp_path / "lying.json"), "--target-bpw", "10",
+            "--verify-file", TEXT, "-o", str(tmp_path / "l.json"))
+    assert r.returncode != 0 and "candidates[1]: model.embed_tokens in" in r.stderr and "not 5" in r.stderr, r.stderr
     # A GPTQ checkpoint cannot hold quantized embeddings: refused, naming them.
     r = cli("quantize", "-m", tiny, "--plan", str(tmp_path / "small.json"), "-o", str(tmp_path / "gptq"))
     assert r.returncode != 0 and "model.embed_tokens: a GPTQ checkpoint keeps the embeddings in float" in r.stderr
