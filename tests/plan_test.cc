@@ -22,7 +22,6 @@
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
 #include "quantize/gguf_export.h"
-#include "quantize/gptq_calibration.h"
 #include "quantize/plan_request.h"
 #include "quantize/plan_search.h"
 #include "quantize/quantize_checkpoint.h"
@@ -603,6 +602,7 @@ TEST(PlanSearch, TheStreamedEstimateIsTheResidentOne) {
   const TensorStore store = TensorStore::open(dir);
   std::vector<std::int64_t> loaded;  // the blocks held now
   std::int64_t next = 0;
+  const BlockSource source = float_block_source(store, *streamed, QuantSpec{LowBit::kFp16}, pool);
   const BlockSource blocks = [&](std::int64_t layer, bool load) {
     if (load) {
       EXPECT_TRUE(loaded.empty()) << "block " << layer << " loaded beside " << loaded.front();
@@ -611,17 +611,7 @@ TEST(PlanSearch, TheStreamedEstimateIsTheResidentOne) {
     } else {
       loaded.erase(std::remove(loaded.begin(), loaded.end(), layer), loaded.end());
     }
-    std::vector<float> w;
-    for (const LinearSpec& spec : kBlockLinears) {
-      QuantMatrix& slot = streamed->block_linear(layer, spec.role);
-      if (!load) {
-        slot = QuantMatrix{};
-        continue;
-      }
-      read_float_linear(store, c, layer, spec.role, w);
-      const auto [n, k] = block_linear_shape(c, spec.role);
-      slot = quantize_matrix(w.data(), n, k, QuantSpec{LowBit::kFp16}, &pool);
-    }
+    source(layer, load);
   };
   const Sensitivity b = estimate_sensitivity(*streamed, calib, pool, other_bytes, other_params, default_candidates,
                                              std::nullopt, 40, nullptr, blocks);

@@ -16,7 +16,6 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "model/load_request.h"
-#include "quantize/gptq_calibration.h"
 #include "quantize/plan_search.h"
 
 namespace woq {
@@ -270,23 +269,10 @@ PlanEvaluator::PlanEvaluator(const std::string& input, const std::string& calib_
     const std::uint64_t other_bytes = session_.report.other_bytes + session_.report.lm_head_bytes;
     const auto specs = candidates == "gguf" ? gguf_candidates : default_candidates;
     const auto activations = candidates == "gguf" ? std::optional<Activations>(Activations::kInt8) : std::nullopt;
-    // Block `layer`'s float linears read from the checkpoint as loading holds them (as_stored), or dropped.
-    const BlockSource blocks = [&](std::int64_t layer, bool load) {
-      std::vector<float> w;
-      for (const LinearSpec& spec : kBlockLinears) {
-        QuantMatrix& slot = session_.model->block_linear(layer, spec.role);
-        if (!load) {
-          slot = QuantMatrix{};
-          continue;
-        }
-        read_float_linear(store, session_.config, layer, spec.role, w);
-        const auto [n, k] = block_linear_shape(session_.config, spec.role);
-        slot = quantize_matrix(w.data(), n, k, as_stored.linear, &pool);
-      }
-    };
+    const BlockSource blocks = streamed ? float_block_source(store, *session_.model, as_stored.linear, pool) : nullptr;
     sensitivity_ = estimate ? estimate_sensitivity(*session_.model, calib, pool, other_bytes,
                                                    other_params(session_.config), specs, activations, *estimate,
-                                                   progress, streamed ? blocks : nullptr)
+                                                   progress, blocks)
                             : measure_sensitivity(*session_.model, calib, pool, other_bytes,
                                                   other_params(session_.config), specs, activations, progress);
     sensitivity_.model = input;

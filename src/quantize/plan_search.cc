@@ -17,6 +17,7 @@
 #include "formats/kquant.h"
 #include "io/json_file.h"
 #include "kernels/matmul.h"
+#include "quantize/gptq_calibration.h"
 
 namespace woq {
 
@@ -249,6 +250,22 @@ void require_float(const QuantMatrix& w, std::int64_t layer, LinearRole role) {
 }
 
 }  // namespace
+
+BlockSource float_block_source(const TensorStore& store, LlamaModel& model, const QuantSpec& held, ThreadPool& pool) {
+  return [&store, &model, held, &pool](std::int64_t layer, bool load) {
+    std::vector<float> w;
+    for (const LinearSpec& spec : kBlockLinears) {
+      QuantMatrix& slot = model.block_linear(layer, spec.role);
+      if (!load) {
+        slot = QuantMatrix{};
+        continue;
+      }
+      read_float_linear(store, model.config(), layer, spec.role, w);
+      const auto [n, k] = block_linear_shape(model.config(), spec.role);
+      slot = quantize_matrix(w.data(), n, k, held, &pool);
+    }
+  };
+}
 
 std::vector<char> error_row_sample(std::int64_t total, std::int64_t n) {
   std::vector<char> taken(static_cast<std::size_t>(std::max<std::int64_t>(total, 0)), n <= 0 || n >= total);

@@ -24,6 +24,7 @@
 
 #include "core/progress.h"
 #include "eval/perplexity.h"
+#include "io/safetensors.h"
 #include "model/llama.h"
 #include "model/quant_plan.h"
 
@@ -94,6 +95,12 @@ struct Sensitivity {
 /// the model being measured, for a model loaded without them
 /// (LoadOptions::block_linears false); null: the model holds every block.
 using BlockSource = std::function<void(std::int64_t layer, bool load)>;
+
+/// The BlockSource of `model` (loaded from `store` without its block linears): block l's seven float linears
+/// read by read_float_linear (quantize/gptq_calibration.h: shapes checked against the config, NaN/Inf refused,
+/// pages released) and held in `held` (a float format: fp16 / bf16 / fp32, as LlamaModel::load holds them), or
+/// dropped. `store`, `model` and `pool` must outlive it. Throws what read_float_linear and quantize_matrix throw.
+BlockSource float_block_source(const TensorStore& store, LlamaModel& model, const QuantSpec& held, ThreadPool& pool);
 
 /// The default candidates for a layer whose rows are `k` long: fp16; sym_int8
 /// per channel and group 32; sym_int4 and asym_int4 at group 32, 64, 128

@@ -689,6 +689,16 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
   qc.sym = base->sym;
   qc.desc_act = desc_act;
   qc.zeros = zeros;
+  // The fields of a module's rule: those in which its format `g` differs from the base's at its K (a group as
+  // long as K is per channel); none when it is the base's format.
+  const auto differences = [&](const auto& g, std::int64_t k) {
+    const auto b = *gptq_of(plan.base, "base", k);
+    DynamicRule rule;
+    if (g.bits != b.bits) rule.bits = g.bits;
+    if (g.group_size != b.group_size) rule.group_size = g.group_size;
+    if (g.sym != b.sym) rule.sym = g.sym;
+    return rule;
+  };
   // The linears vLLM fuses (qkv_proj, gate_up_proj) get one rule when they share a format, so that vLLM's fused
   // module matches it too; otherwise one rule per module.
   struct Fused { std::vector<LinearRole> roles; const char* pattern; };
@@ -703,20 +713,10 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
         const std::string module = plan_module(l, role);
         const std::int64_t k = block_linear_shape(c, role).second;
         const auto g = gptq_of(plan.linear(l, role), module, k);
-        // The base's group as this module's K makes it: a group as long as K is per channel.
-        const std::int64_t base_group = base->group_size == -1 || base->group_size >= k ? -1 : base->group_size;
-        DynamicRule rule;
+        DynamicRule rule = g ? differences(*g, k) : DynamicRule{};
         rule.skip = !g;
-        if (g) {
-          if (g->bits == base->bits && g->sym == base->sym && g->group_size == base_group) {
-            rules.emplace_back("", rule);  // the base's format: no rule
-            continue;
-          }
-          if (g->bits != base->bits) rule.bits = g->bits;
-          if (g->group_size != base_group) rule.group_size = g->group_size;
-          if (g->sym != base->sym) rule.sym = g->sym;
-        }
-        rules.emplace_back(literal_pattern(module) + "$", rule);
+        const bool base_format = g && !rule.bits && !rule.group_size && !rule.sym;
+        rules.emplace_back(base_format ? std::string() : literal_pattern(module) + "$", rule);  // "": no rule
       }
       const auto same = [&](const DynamicRule& a, const DynamicRule& b) {
         return a.skip == b.skip && a.bits == b.bits && a.group_size == b.group_size && a.sym == b.sym;
@@ -736,12 +736,7 @@ QuantizationConfig gptq_plan_config(const QuantPlan& plan, const ModelConfig& c,
   if (const std::optional<QuantSpec> head = plan.lm_head())
     if (const auto g = gptq_of(*head, std::string(kLmHeadModule), c.hidden_size)) {
       qc.lm_head = true;
-      const std::int64_t base_group = base->group_size == -1 || base->group_size >= c.hidden_size ? -1
-                                                                                                 : base->group_size;
-      DynamicRule rule;
-      if (g->bits != base->bits) rule.bits = g->bits;
-      if (g->group_size != base_group) rule.group_size = g->group_size;
-      if (g->sym != base->sym) rule.sym = g->sym;
+      DynamicRule rule = differences(*g, c.hidden_size);
       if (rule.bits || rule.group_size || rule.sym) {
         const std::string pattern = literal_pattern(std::string(kLmHeadModule)) + "$";
         rule.key = "+:" + pattern;
