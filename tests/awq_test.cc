@@ -149,7 +149,7 @@ TEST(AwqSearch, PicksTheLeastLossAndNormalisesTheScales) {
 // each candidate's Σ_t (x_tg · (Q(clip(w)) − w)_g)² summed over the T products, the least one taken. Heavy-tailed
 // weights and inputs with loud channels, so that clipping chooses differently per group; a ragged last group.
 TEST(AwqClip, TakesTheThresholdOfLeastOutputErrorAsADirectFloat64Search) {
-  const std::int64_t n = 24, k = 80, t = 48;  // asym_int4 g32: groups of 32, 32, 16
+  const std::int64_t n = 150, k = 80, t = 48;  // asym_int4 g32: groups of 32, 32, 16; panels of 64, 64, 22 rows
   const QuantSpec spec{LowBit::kAsymInt4, 32};
   std::mt19937 rng(7);
   std::student_t_distribution<float> heavy(2.5f);

@@ -161,6 +161,9 @@ QuantizationConfig awq_config(const JsonFields& q) {
     }
   }
   if (q.has("dynamic")) q.field_error("dynamic", "is GPTQModel's per-module field; AWQ checkpoints have none");
+  if (q.boolean("lm_head", false))
+    q.field_error("lm_head", "is true: AutoAWQ keeps lm_head in float, and woq reads no quantized lm_head in AWQ's "
+                             "layout (GPTQ checkpoints can hold one)");
   const std::string made = provenance_of(q.json());
   c.provenance = made.empty() ? "AutoAWQ layout" : "AutoAWQ layout; " + made;
   return c;

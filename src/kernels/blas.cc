@@ -113,27 +113,20 @@ void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std:
   });
 }
 
-void parallel_quadratic_forms(ThreadPool& pool, std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld,
-                              const float* h, double* out) {
+void quadratic_forms(std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld, const float* h,
+                     double* out, std::vector<float>& scratch) {
   if (rows <= 0 || len <= 0) return;
-  constexpr std::int64_t kRows = 64;
-  const ScopedBlasThreads one_blas_thread(1);
-  pool.parallel_for((rows + kRows - 1) / kRows, [&](std::int64_t p0, std::int64_t p1) {
-    std::vector<float> dh(static_cast<std::size_t>(kRows * len));
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const std::int64_t r0 = p * kRows, r1 = std::min(rows, r0 + kRows);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r1 - r0), static_cast<int>(len),
-                  static_cast<int>(len), 1.0f, d + r0 * ld, static_cast<int>(ld), h, static_cast<int>(len), 0.0f,
-                  dh.data(), static_cast<int>(len));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const float* dr = d + r * ld;
-        const float* e = dh.data() + (r - r0) * len;
-        double sum = 0;
-        for (std::int64_t c = 0; c < len; ++c) sum += static_cast<double>(e[c]) * dr[c];
-        out[r] = sum;
-      }
-    }
-  });
+  scratch.resize(static_cast<std::size_t>(rows * len));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(len),
+              static_cast<int>(len), 1.0f, d, static_cast<int>(ld), h, static_cast<int>(len), 0.0f, scratch.data(),
+              static_cast<int>(len));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* dr = d + r * ld;
+    const float* e = scratch.data() + r * len;
+    double sum = 0;
+    for (std::int64_t c = 0; c < len; ++c) sum += static_cast<double>(e[c]) * dr[c];
+    out[r] = sum;
+  }
 }
 
 void parallel_ssyrk_upper(ThreadPool& pool, std::int64_t rows, std::int64_t k, const float* x, float* c) {

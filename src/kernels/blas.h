@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -66,11 +67,12 @@ void parallel_sgemm_nt(ThreadPool& pool, std::int64_t rows, std::int64_t n, std:
 /// out[r] = d_r · h · d_rᵀ for the rows d_r of d [rows x len] (row-major,
 /// row stride ld >= len) and h [len x len] row-major, symmetric (the squared
 /// error Σ_t (x_t · d_r)² of a weight difference d_r on inputs whose Gram
-/// matrix is h = Σ_t x_tᵀ x_t): cblas_sgemm on panels of 64 rows spread over
-/// pool's threads (one OpenBLAS thread each), each panel's sums in f64. The
-/// panels depend on the shape only: the same bits at any pool size.
-void parallel_quadratic_forms(ThreadPool& pool, std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld,
-                              const float* h, double* out);
+/// matrix is h = Σ_t x_tᵀ x_t): one cblas_sgemm d · h into `scratch` (resized
+/// to rows x len), then each row's sum in f64. On the calling thread; the
+/// caller sets OpenBLAS's threads (ScopedBlasThreads(1) inside a pool).
+/// Dimensions must fit in int.
+void quadratic_forms(std::int64_t rows, std::int64_t len, const float* d, std::int64_t ld, const float* h,
+                     double* out, std::vector<float>& scratch);
 
 /// c[k x k] += x^T x for x [rows x k], row-major f32, upper triangle only
 /// (the lower one is left as it is): bands of c's rows of equal work, each a

@@ -50,15 +50,10 @@ void scale_columns(std::vector<float>& m, std::int64_t k, const std::vector<floa
   scale_columns(m.data(), static_cast<std::int64_t>(m.size()) / k, k, s, divide);
 }
 
-// W [n, k] as `spec` stores it, dequantized: the values round to nearest gives.
-std::vector<float> fake_quantize(const std::vector<float>& w, std::int64_t n, std::int64_t k, const QuantSpec& spec,
-                                 ThreadPool& pool) {
-  const QuantMatrix q = quantize_matrix(w.data(), n, k, spec, &pool);
-  std::vector<float> out(w.size());
-  pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, out.data() + r * k);
-  });
-  return out;
+double sum_of_squares(const float* a, std::int64_t n) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+  return sum;
 }
 
 double mean_squared_error(const std::vector<float>& a, const std::vector<float>& b) {
@@ -90,8 +85,8 @@ class AwqLinear {
                           const QuantSpec& spec, ThreadPool& pool) {
     if (!is_quantized(spec.type)) return AwqLinear(w, n, k);
     const RowReader scaled_row = [&](std::int64_t r, float* row) {
-      std::copy_n(w.data() + r * k, k, row);
-      scale_columns(row, 1, k, s, false);
+      const float* in = w.data() + r * k;
+      for (std::int64_t c = 0; c < k; ++c) row[c] = in[c] * s[static_cast<std::size_t>(c)];
     };
     return AwqLinear(quantize_matrix(scaled_row, n, k, spec, &pool), s, {}, pool);
   }
@@ -160,41 +155,56 @@ std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t 
         m = std::max(m, std::abs(w[static_cast<std::size_t>(r * k + c)]));
       }
   });
-  // W clamped to the thresholds `limit` [n, groups] times `shrink`.
-  const auto clamped = [&](const std::vector<float>& limit, float shrink, std::vector<float>& out) {
-    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t g = 0; g < groups; ++g) {
-          const float m = limit[static_cast<std::size_t>(r * groups + g)] * shrink;
-          const float* in = w.data() + r * k + g * g_len;
-          float* o = out.data() + r * k + g * g_len;
-          for (std::int64_t c = 0; c < len_of(g); ++c) o[c] = std::clamp(in[c], -m, m);
+  // Panels of kPanel rows, each through every threshold in turn: its rows clamped, quantized and dequantized,
+  // less W, then each group's quadratic forms. The panels depend on n only: the same bits at any pool size.
+  constexpr std::int64_t kPanel = 64;
+  std::vector<float> best = amax;
+  const ScopedBlasThreads one_blas_thread(1);
+  pool.parallel_for((n + kPanel - 1) / kPanel, [&](std::int64_t p0, std::int64_t p1) {
+    std::vector<float> delta(static_cast<std::size_t>(kPanel * k)), scratch;
+    std::vector<double> err(static_cast<std::size_t>(kPanel)), best_err(static_cast<std::size_t>(kPanel * groups));
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t r0 = p * kPanel, rows = std::min(n, r0 + kPanel) - r0;
+      std::fill(best_err.begin(), best_err.end(), std::numeric_limits<double>::infinity());
+      for (int i = 0; i < grid / 2; ++i) {
+        const float shrink = 1.0f - static_cast<float>(i) / static_cast<float>(grid);
+        const RowReader clamped = [&](std::int64_t r, float* out) {
+          for (std::int64_t g = 0; g < groups; ++g) {
+            const float m = amax[static_cast<std::size_t>((r0 + r) * groups + g)] * shrink;
+            const float* in = w.data() + (r0 + r) * k + g * g_len;
+            for (std::int64_t c = 0; c < len_of(g); ++c) out[g * g_len + c] = std::clamp(in[c], -m, m);
+          }
+        };
+        const QuantMatrix q = quantize_matrix(clamped, rows, k, spec);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float* d = delta.data() + r * k;
+          dequantize_row(q, r, d);
+          const float* wr = w.data() + (r0 + r) * k;
+          for (std::int64_t c = 0; c < k; ++c) d[c] -= wr[c];
         }
-    });
-  };
-  std::vector<float> best = amax, clipped(w.size());
-  std::vector<double> best_err(amax.size(), std::numeric_limits<double>::infinity()), err(static_cast<std::size_t>(n));
-  for (int i = 0; i < grid / 2; ++i) {
-    const float shrink = 1.0f - static_cast<float>(i) / static_cast<float>(grid);
-    clamped(amax, shrink, clipped);
-    std::vector<float> delta = fake_quantize(clipped, n, k, spec, pool);
-    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t j = r0 * k; j < r1 * k; ++j) delta[static_cast<std::size_t>(j)] -= w[static_cast<std::size_t>(j)];
-    });
-    for (std::int64_t g = 0; g < groups; ++g) {
-      parallel_quadratic_forms(pool, n, len_of(g), delta.data() + g * g_len, k, gram[static_cast<std::size_t>(g)].data(),
-                               err.data());
-      for (std::int64_t r = 0; r < n; ++r) {
-        const std::size_t j = static_cast<std::size_t>(r * groups + g);
-        if (err[static_cast<std::size_t>(r)] < best_err[j]) {
-          best_err[j] = err[static_cast<std::size_t>(r)];
-          best[j] = amax[j] * shrink;
+        for (std::int64_t g = 0; g < groups; ++g) {
+          quadratic_forms(rows, len_of(g), delta.data() + g * g_len, k, gram[static_cast<std::size_t>(g)].data(),
+                          err.data(), scratch);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            double& b = best_err[static_cast<std::size_t>(r * groups + g)];
+            if (err[static_cast<std::size_t>(r)] < b) {
+              b = err[static_cast<std::size_t>(r)];
+              const std::size_t j = static_cast<std::size_t>((r0 + r) * groups + g);
+              best[j] = amax[j] * shrink;
+            }
+          }
         }
       }
     }
-  }
-  clamped(best, 1.0f, clipped);
-  w = std::move(clipped);
+  });
+  pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const float m = best[static_cast<std::size_t>(r * groups + g)];
+        float* row = w.data() + r * k + g * g_len;
+        for (std::int64_t c = 0; c < len_of(g); ++c) row[c] = std::clamp(row[c], -m, m);
+      }
+  });
   return best;
 }
 
@@ -362,12 +372,25 @@ class AwqBlock {
     for (std::int64_t i = 0; i < chosen; ++i) {
       const std::int64_t seq = i * sequences / chosen;
       search_inputs_.push_back(inputs_[static_cast<std::size_t>(seq)]);
-      y_o_search_.insert(y_o_search_.end(), y_o_.begin() + seq * length_ * hidden,
-                         y_o_.begin() + (seq + 1) * length_ * hidden);
+      const std::vector<float>& attn = x_[idx(LinearRole::kO)];
+      const std::int64_t k_o = dims(LinearRole::kO).second;
+      x_o_search_.insert(x_o_search_.end(), attn.begin() + seq * length_ * k_o, attn.begin() + (seq + 1) * length_ * k_o);
     }
     const std::int64_t count = std::min(budget, sequences * length_);
     y_o_rows_ = sample_rows(y_o_, hidden, count);
     y_down_rows_ = sample_rows(y_down_, hidden, count);
+    x_down_rows_ = sample_rows(x_[idx(LinearRole::kDown)], dims(LinearRole::kDown).second, count);
+  }
+
+  // The float linear `role` a group's loss passes through (o after the attention, down after the MLP), for
+  // the loss ||(x_c − x)·Wᵀ||² / (rows · n): the mean squared error of W's outputs on the candidate's inputs x_c
+  // against the float block's x, with W as sym_int8 (group 32) on the int16 kernels. Taking the difference
+  // first keeps the error of that product to W's rounding of the difference (about 1e-5 of the loss), at the
+  // integer kernels' speed rather than sgemm's.
+  AwqLinear pass_through(LinearRole role) {
+    const auto [n, k] = dims(role);
+    return AwqLinear(quantize_matrix(w_[idx(role)].data(), n, k, QuantSpec{LowBit::kSymInt8, 32}, &pool_), {}, {},
+                     pool_);
   }
 
   // fp32 W of linear `role`, as it is now.
@@ -426,22 +449,33 @@ class AwqBlock {
   // Step 2: each group's scales, folded before the next group is searched; the losses on the sampled rows.
   void search_scales() {
     // q/k/v: the attention's output (after o_proj), rerun with Q(W·s) for q, k and v.
+    const AwqLinear o_check = pass_through(LinearRole::kO);
     const std::vector<float> s_qkv = search("q/k/v", {LinearRole::kQ, LinearRole::kK, LinearRole::kV},
                                             [&](const std::vector<float>& s) {
       const AwqLinear q = candidate(LinearRole::kQ, s), k = candidate(LinearRole::kK, s),
-                      v = candidate(LinearRole::kV, s), o = float_linear(LinearRole::kO);
+                      v = candidate(LinearRole::kV, s);
       Weights ws{};
       ws[idx(LinearRole::kQ)] = &q;
       ws[idx(LinearRole::kK)] = &k;
       ws[idx(LinearRole::kV)] = &v;
-      ws[idx(LinearRole::kO)] = &o;
-      std::vector<float> out;
-      const LlamaModel::LinearCompute compute = compute_with(ws, &out, nullptr);
+      const LlamaModel::LinearCompute qkv = compute_with(ws, nullptr, nullptr);
+      const std::int64_t k_o = dims(LinearRole::kO).second;
+      std::int64_t row = 0;
+      double sum = 0;
+      const LlamaModel::LinearCompute compute = [&](LinearRole role, const float* in, std::int64_t rows, float* y) {
+        if (role != LinearRole::kO) return qkv(role, in, rows, y);
+        std::vector<float> diff(in, in + rows * k_o);
+        const float* ref = x_o_search_.data() + row * k_o;
+        for (std::size_t i = 0; i < diff.size(); ++i) diff[i] -= ref[i];
+        o_check.apply(pool_, ws_, diff.data(), rows, y);
+        sum += sum_of_squares(y, rows * o_check.rows());
+        row += rows;
+      };
       for (const auto& input : search_inputs_) {
         std::vector<float> h = input;
         model_.forward_block(layer_, h.data(), length_, nullptr, compute);
       }
-      return mean_squared_error(out, y_o_search_);
+      return sum / static_cast<double>(std::max<std::int64_t>(row * o_check.rows(), 1));
     });
     for (std::size_t i = 0; i < attn_norm_.size(); ++i) attn_norm_[i] /= s_qkv[i];
     // o after v: only where v's output is o's input, feature for feature.
@@ -456,12 +490,15 @@ class AwqBlock {
     }
     // gate/up: the MLP's output down(silu(gate x) · up x) with Q(W·s) for gate and up.
     const std::vector<float> x_mlp = search_rows(LinearRole::kGate);
+    const AwqLinear down_check = pass_through(LinearRole::kDown);
     const std::vector<float> s_mlp = search("gate/up", {LinearRole::kGate, LinearRole::kUp},
                                             [&](const std::vector<float>& s) {
       std::vector<float> g = candidate(LinearRole::kGate, s).apply(pool_, ws_, x_mlp);
       const std::vector<float> u = candidate(LinearRole::kUp, s).apply(pool_, ws_, x_mlp);
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      return mean_squared_error(float_linear(LinearRole::kDown).apply(pool_, ws_, g), y_down_rows_);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i] - x_down_rows_[i];
+      const std::vector<float> y = down_check.apply(pool_, ws_, g);
+      return sum_of_squares(y.data(), static_cast<std::int64_t>(y.size())) /
+             static_cast<double>(std::max<std::size_t>(y.size(), 1));
     });
     for (std::size_t i = 0; i < mlp_norm_.size(); ++i) mlp_norm_[i] /= s_mlp[i];
     // down after up.
@@ -619,8 +656,9 @@ class AwqBlock {
   std::array<std::vector<float>, kBlockLinears.size()> x_;   ///< inputs by owner (q, o, gate, down), scaled as folded
   std::vector<float> y_o_, y_down_;                          ///< the float block's o and down outputs
   std::vector<std::vector<float>> search_inputs_;            ///< the sequences the q/k/v search reruns
-  std::vector<float> y_o_search_;                            ///< their o outputs
+  std::vector<float> x_o_search_;                            ///< their o inputs (the float attention's outputs)
   std::vector<float> y_o_rows_, y_down_rows_;                ///< o's and down's outputs on the sampled rows
+  std::vector<float> x_down_rows_;                           ///< down's inputs on the sampled rows
   Workspace ws_;                                             ///< the kernels' buffers
   /// What each linear's columns were multiplied by / rows divided by (empty: nothing).
   std::array<std::vector<float>, kBlockLinears.size()> in_scale_, out_scale_;

@@ -98,6 +98,8 @@ def test_bad_awq_checkpoints_name_the_field_or_tensor(tmp_path):
     assert "'version' is 'marlin'" in error_with(version="marlin")
     assert "'version' is 'exllama9'" in error_with(version="exllama9")
     assert "'zero_point' is false" in error_with(zero_point=False)
+    assert "'lm_head' is true: AutoAWQ keeps lm_head in float" in error_with(lm_head=True)
+    assert "lm_head" in error_with(lm_head="yes")  # not a boolean
     # group_size 64 against tensors of group 32: the tensor and the expected shape are named.
     e = error_with(group_size=64)
     assert "model.layers.0.self_attn.q_proj.qzeros' has shape [2, 8], expected [1, 8]" in e, e
