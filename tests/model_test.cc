@@ -248,6 +248,27 @@ TEST(Stories260K, KvCacheGrowsInPagesAndPageBoundariesDoNotChangeLogits) {
   EXPECT_EQ(KVCache::bytes_for(2, 1, 8), 2 * 2 * KVCache::kPageTokens * 8 * 4);
 }
 
+// A pipeline stage's cache holds its blocks' layers only (its share of the KV memory), addressed by the model's
+// layer numbers.
+TEST(KvCache, APipelineStageCachesItsBlocksOnly) {
+  ThreadPool pool(1);
+  LoadOptions options{QuantSpec{LowBit::kFp32}, std::nullopt, std::nullopt, {}};
+  options.first_block = 1;
+  options.last_block = 3;
+  const auto stage = LlamaModel::load(WOQ_MODEL_DIR, options, pool);
+  KVCache cache = stage->make_cache(8);
+  EXPECT_EQ(cache.layers, 2);
+  EXPECT_EQ(cache.first_layer, 1);
+  EXPECT_EQ(cache.page_bytes(), KVCache::bytes_for(2, KVCache::kPageTokens, stage->config().kv_dim()));
+  EXPECT_EQ(LlamaModel::load(WOQ_MODEL_DIR, LoadOptions{QuantSpec{LowBit::kFp32}, std::nullopt, std::nullopt, {}}, pool)
+                ->make_cache(8).layers, stage->config().num_hidden_layers);
+  cache.grow(2);
+  const std::int64_t dim = cache.kv_dim;
+  EXPECT_EQ(cache.key(1, 0) + KVCache::kPageTokens * dim, cache.key(2, 0));  // layer 1 is the page's first
+  EXPECT_EQ(cache.key(2, 1), cache.key(2, 0) + dim);
+  EXPECT_NE(cache.key(1, 0), cache.value(1, 0));
+}
+
 // One batched prefill gives the same logits as feeding tokens one by one,
 // bit for bit (every output is computed by the same operations whatever the
 // batch), and the thread count does not change a single bit either.

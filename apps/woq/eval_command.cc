@@ -172,8 +172,13 @@ ScoringPlan llama_reference_plan(const EvalArgs& a, const CLI::App& cmd, const T
 }
 
 int run_compare(const EvalArgs& a, const CLI::App& cmd) {
+  // mpirun -np R: each rank runs the reference and the candidate on its share of the sequences (reading its rows
+  // of a --load-ref file); the positions are gathered in order and rank 0 reports.
+  Ranks& ranks = job();
   if (!a.load_ref.empty() && (!a.ref_dir.empty() || !a.save_ref.empty()))
     fail("--load-ref replaces the reference run: do not combine it with --ref or --save-ref");
+  if (!a.save_ref.empty() && ranks.size() > 1)
+    fail("--save-ref is written by one process, not {} ranks (each rank holds its share of the rows)", ranks.size());
   std::error_code ec;
   if (!a.load_ref.empty() && !std::filesystem::is_regular_file(a.load_ref, ec))
     fail("--load-ref {}: not found or not a regular file", a.load_ref);
@@ -181,16 +186,22 @@ int run_compare(const EvalArgs& a, const CLI::App& cmd) {
   if (!llama_ref && a.file.empty())
     fail("--file is required (or --load-ref with a file llama-perplexity --kl-divergence-base wrote)");
   for (const std::string* out : {&a.json, &a.save_ref})
-    if (!out->empty()) {
+    if (!out->empty() && ranks.leader()) {  // only rank 0 writes
       require_writable_path(*out);
       if (!a.load_ref.empty() && std::filesystem::equivalent(*out, a.load_ref, ec))
         fail("{} is the --load-ref file: writing it would destroy the reference", *out);
     }
+  require_same_model(ranks, a.model_dir, a.model);
+  if (!a.ref_dir.empty()) require_same_inputs(ranks, "reference model (--ref)", path_digest(a.ref_dir));
+  if (!a.load_ref.empty()) require_same_inputs(ranks, "reference file (--load-ref)", path_digest(a.load_ref));
   const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   const ModelConfig config = read_model_config(a.model_dir);
   const ScoringPlan plan =
       llama_ref ? llama_reference_plan(a, cmd, tok, config) : make_plan(a, tok, config.context_limit());
+  require_same_inputs(ranks, "text to score (its chunks' tokens)", plan_digest(plan));
+  const PlanShare mine = plan_share(plan, ranks);
+  const auto bar = [&](const char* what) { return ranks.leader() ? terminal_progress(what) : nullptr; };
   const std::int64_t vocab = config.vocab_size;
   std::optional<RefLogprobFile> ref;
   std::string ref_label = a.load_ref.empty() ? ""
@@ -198,8 +209,10 @@ int run_compare(const EvalArgs& a, const CLI::App& cmd) {
                                          : fmt::format("log-probabilities saved in {}", a.load_ref);
   // Then the f32-activation rerun would not isolate the weights' share (llama.cpp rounds them too).
   bool ref_rounded = llama_ref;
+  std::int64_t first_row = 0;  // this rank's first row of the reference file
   if (!a.load_ref.empty()) {
     ref.emplace(RefLogprobFile::open(a.load_ref, plan, vocab));
+    first_row = mine.first_row;
   } else {
     const std::string ref_dir = a.ref_dir.empty() ? a.model_dir : a.ref_dir;
     ModelSession reference;
@@ -211,8 +224,8 @@ int run_compare(const EvalArgs& a, const CLI::App& cmd) {
     ref_rounded = reference.report.rounded_activations;
     if (reference.config.vocab_size != vocab)
       fail("--ref {} has a vocabulary of {}, the model {}", ref_dir, reference.config.vocab_size, vocab);
-    ref.emplace(RefLogprobFile::create(a.save_ref, plan, vocab));
-    write_reference(*reference.model, plan, a.scoring.batch, *ref, terminal_progress("reference"));
+    ref.emplace(RefLogprobFile::create(a.save_ref, mine.plan, vocab));
+    write_reference(*reference.model, mine.plan, a.scoring.batch, *ref, bar("reference"));
   }  // the reference is freed before the candidate loads
   ModelSession candidate = open_scoring_session(a.model_dir, load_options(a.model, a.low_bit), pool);
   const LoadReport report = candidate.report;
@@ -223,9 +236,10 @@ int run_compare(const EvalArgs& a, const CLI::App& cmd) {
     options.activations = Activations::kF32;
     return LlamaModel::load(a.model_dir, options, *pool);
   };
-  const auto [s, weights_only] = compare_candidate(*candidate.model, report, ref_rounded, load_f32, plan,
-                                                   a.scoring.batch, *ref, terminal_progress("candidate"),
-                                                   terminal_progress("f32 activations"));
+  const auto [s, weights_only] = compare_candidate(*candidate.model, report, ref_rounded, load_f32, mine.plan,
+                                                   a.scoring.batch, *ref, bar("candidate"), bar("f32 activations"),
+                                                   ranks, first_row);
+  if (!ranks.leader()) return 0;
   print_report(compare_report(s, weights_only ? &*weights_only : nullptr, {model_label(a.model_dir, report), report.low_bit},
                               ref_label, report.activations, plan, a.scoring),
                a.json);
@@ -277,9 +291,15 @@ int run_tasks_command(const TasksArgs& a) {
 // Recovery = variant / baseline (higher is better) on each task, with paired bootstrap errors; the average is over
 // the tasks only; perplexity recovery (baseline / variant) is reported apart.
 int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
+  // mpirun -np R: each rank scores its share of every task's items (and of the --ppl-file chunks), column by
+  // column; rank 0 reports.
+  Ranks& ranks = job();
   const auto pool = std::make_shared<ThreadPool>(a.model.threads);
   const std::vector<Task> tasks = load_tasks(a);
   check_before_running(a, tasks);
+  require_same_model(ranks, a.model_dir, a.model);
+  if (!a.ref_dir.empty()) require_same_inputs(ranks, "reference model (--ref)", path_digest(a.ref_dir));
+  require_same_inputs(ranks, "task data (the items and few-shot examples loaded)", tasks_digest(tasks));
   const Tokenizer tok = Tokenizer::load(a.model_dir);
   std::vector<std::string> variants;
   for (std::size_t b = 0, e; b <= a.low_bit.size(); b = e + 1) {
@@ -306,6 +326,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
     } catch (const Error& e) {
       fail("--ppl-file {}: {}", a.ppl_file, e.what());
     }
+    require_same_inputs(ranks, "--ppl-file text (its chunks' tokens)", plan_digest(*ppl_plan));
   }
   if (!a.ref_dir.empty()) {  // before any scoring: the two must be the same model
     const ModelConfig ref = read_model_config(a.ref_dir), model = read_model_config(a.model_dir);
@@ -345,6 +366,7 @@ int run_recovery_command(const TasksArgs& a, bool low_bit_given) {
                                                             task_bars(tasks), ppl_plan ? &*ppl_plan : nullptr, col);
     if (c == 0) shapes = std::move(results);
   }
+  if (!ranks.leader()) return 0;
   std::optional<RecoveryPerplexity> ppl;
   if (ppl_plan) ppl = RecoveryPerplexity{a.ppl_file, a.ctx};
   const EvalReport report = recovery_report(std::move(columns), shapes, task_options(a).bootstrap, a.seed, ppl);

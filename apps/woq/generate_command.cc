@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/memory.h"
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "generate/generate.h"
@@ -89,6 +90,17 @@ int run_generate(const GenerateArgs& a) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
+  std::string pipeline;
+  if (ranks.size() > 1) {  // each rank's peak memory: its blocks' weights and KV cache (collective)
+    const std::vector<double> rss = gather_doubles(ranks, {static_cast<double>(peak_rss_bytes())});
+    std::string parts;
+    for (int q = 0; q < ranks.size(); ++q) {
+      const auto [b0, b1] = share(config.num_hidden_layers, q, ranks.size());
+      parts += fmt::format("{}rank {} blocks [{}, {}) {:.2f} GiB", q > 0 ? ", " : "", q, b0, b1,
+                           rss[static_cast<std::size_t>(q)] / static_cast<double>(1ull << 30));
+    }
+    pipeline = fmt::format("woq: pipeline over {} ranks, peak RSS: {}\n", ranks.size(), parts);
+  }
   if (!out) return 0;
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -105,6 +117,7 @@ int run_generate(const GenerateArgs& a) {
              r.prompt_ids.size(), r.generated_ids.size(), stop_reason(r, tokenizer, session.model->context_limit()), speed,
              session.pool->size(), session.pool->size() > 1 ? "s" : "", isa_name(active_isa()),
              a.sampling.temperature > 0 ? fmt::format("seed {}", gen.sampling.seed) : std::string("greedy"));
+  fmt::print(stderr, "{}", pipeline);
   return 0;
 }
 

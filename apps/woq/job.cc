@@ -66,7 +66,7 @@ bool read_by_woq(const std::filesystem::path& file) {
 
 #ifdef WOQ_HAVE_MPI
 // The commands that split their work across ranks: the evaluations by items, generate by decoder blocks.
-constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval tasks", "generate"};
+constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval compare", "eval tasks", "eval recovery", "generate"};
 
 bool runs_across_ranks(std::string_view command) {
   return std::find(std::begin(kAcrossRanks), std::end(kAcrossRanks), command) != std::end(kAcrossRanks);

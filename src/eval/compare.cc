@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <sys/types.h>
+
 #include "core/error.h"
 
 namespace woq {
@@ -197,7 +199,8 @@ RefLogprobFile::RefLogprobFile(std::FILE* f, std::string path, bool rename, std:
       row_(static_cast<std::size_t>(vocab)) {}
 
 RefLogprobFile::RefLogprobFile(RefLogprobFile&& o) noexcept
-    : file_(o.file_), path_(std::move(o.path_)), rename_(o.rename_), rows_read_(o.rows_read_), vocab_(o.vocab_),
+    : file_(o.file_), path_(std::move(o.path_)), rename_(o.rename_), rows_read_(o.rows_read_), rows_(o.rows_),
+      vocab_(o.vocab_),
       data_start_(o.data_start_), row_(std::move(o.row_)), llama_(o.llama_), packed_(std::move(o.packed_)) {
   o.file_ = nullptr;
 }
@@ -211,6 +214,7 @@ RefLogprobFile RefLogprobFile::create(const std::string& path, const ScoringPlan
   const std::string shown = path.empty() ? std::string("temporary reference file") : path + ".tmp";
   if (f == nullptr) fail("{}: cannot create: {}", shown, std::strerror(errno));
   RefLogprobFile r(f, path, !path.empty(), vocab, 0);
+  r.rows_ = plan.scored_tokens();
   write_all(f, kMagic, sizeof kMagic, shown);
   const std::int64_t head[3] = {vocab, plan.first_scored, static_cast<std::int64_t>(plan.sequences.size())};
   write_all(f, head, sizeof head, shown);
@@ -225,6 +229,7 @@ RefLogprobFile RefLogprobFile::create(const std::string& path, const ScoringPlan
 
 RefLogprobFile RefLogprobFile::open(const std::string& path, const ScoringPlan& plan, std::int64_t vocab) {
   RefLogprobFile r(open_regular(path), path, false, vocab, 0);
+  r.rows_ = plan.scored_tokens();
   std::FILE* f = r.file_;
   char magic[8];
   read_all(f, magic, sizeof magic, path, "magic");
@@ -336,9 +341,14 @@ void RefLogprobFile::expect_end() {
   if (std::fgetc(file_) != EOF) fail("{}: holds data after the last scored position (another run's file?)", name());
 }
 
-void RefLogprobFile::rewind() {
-  if (std::fseek(file_, data_start_, SEEK_SET) != 0) fail("{}: cannot seek", name());
-  rows_read_ = 0;
+void RefLogprobFile::rewind() { seek(0); }
+
+void RefLogprobFile::seek(std::int64_t row) {
+  if (row < 0 || row > rows_) fail("{}: row {} of a plan of {} scored positions", name(), row, rows_);
+  const std::int64_t row_bytes = llama_ ? static_cast<std::int64_t>(packed_.size() * sizeof(std::uint16_t))
+                                        : vocab_ * static_cast<std::int64_t>(sizeof(float));
+  if (fseeko(file_, static_cast<off_t>(data_start_ + row * row_bytes), SEEK_SET) != 0) fail("{}: cannot seek", name());
+  rows_read_ = row;
 }
 
 void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t target) {
@@ -357,6 +367,14 @@ void CompareAccumulator::add(const float* ref, const float* cand, std::int32_t t
   nll_ref_.push_back(-static_cast<double>(ref[target]));
   nll_cand_.push_back(-static_cast<double>(lc[static_cast<std::size_t>(target)]));
   dp_.push_back(std::exp(-nll_cand_.back()) - std::exp(-nll_ref_.back()));
+}
+
+void CompareAccumulator::gather(Ranks& ranks) {
+  if (ranks.size() == 1) return;
+  for (std::vector<double>* v : {&kl_, &nll_ref_, &nll_cand_, &dp_}) *v = gather_doubles(ranks, *v);
+  const std::vector<double> same = gather_doubles(ranks, {static_cast<double>(same_)});
+  same_ = 0;
+  for (const double n : same) same_ += static_cast<std::int64_t>(n);
 }
 
 CompareStats CompareAccumulator::result() const {

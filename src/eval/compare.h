@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ranks.h"
 #include "eval/perplexity.h"
 
 namespace woq {
@@ -97,6 +98,13 @@ class RefLogprobFile {
   void expect_end();
   /// Positions the file at its first row again (to compare a second candidate).
   void rewind();
+  /// Positions the file at row `row` of the plan's scored positions (one rank's first: plan_share). Throws
+  /// woq::Error when the plan has fewer rows, or when the file cannot seek.
+  void seek(std::int64_t row);
+  /// The rows of the plan the file was created or opened for (its scored positions).
+  std::int64_t rows() const { return rows_; }
+  /// The row read() reads next.
+  std::int64_t next_row() const { return rows_read_; }
   /// Log-probabilities at or below this are left out of the KL divergence: −16
   /// for llama-perplexity's files (which hold no finer ones, and leave them out
   /// too), −∞ for woq's.
@@ -110,6 +118,7 @@ class RefLogprobFile {
   std::string path_;  ///< the file (final path when writing); empty for anonymous
   bool rename_;       ///< written to PATH.tmp, renamed by finish()
   std::int64_t rows_read_ = 0;
+  std::int64_t rows_ = 0;
   std::int64_t vocab_;
   long data_start_;
   std::vector<float> row_;
@@ -138,6 +147,9 @@ class CompareAccumulator {
       : vocab_(vocab), kl_floor_(kl_floor) {}
   /// ref_logprobs: the reference's log-softmax row; cand_logits: raw logits.
   void add(const float* ref_logprobs, const float* cand_logits, std::int32_t target);
+  /// Every rank's positions, in rank order, on every rank (collective): after each rank has added its share
+  /// of the positions (contiguous, in rank order), result() is then one process's, bit for bit.
+  void gather(Ranks& ranks);
   /// Throws woq::Error when nothing was added.
   CompareStats result() const;
 

@@ -24,6 +24,11 @@ ScoringPlan ScoringPlan::slice(std::int64_t first, std::int64_t last) const {
   return out;
 }
 
+PlanShare plan_share(const ScoringPlan& plan, Ranks& ranks) {
+  const auto [first, last] = share(static_cast<std::int64_t>(plan.sequences.size()), ranks.rank(), ranks.size());
+  return {plan.slice(first, last), plan.slice(0, first).scored_tokens()};
+}
+
 ScoringPlan chunk_plan(const std::vector<std::int32_t>& tokens, std::int64_t ctx, std::int64_t max_chunks,
                        std::int32_t bos) {
   if (ctx < 3) fail("--ctx {} leaves nothing to score: chunks are scored on their second half (need at least 3)", ctx);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ranks.h"
 #include "kernels/ops.h"  // log_sum_exp, token_nll
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
@@ -27,6 +28,14 @@ struct ScoringPlan {
   /// The plan of sequences [first, last) only (one rank's share of a data-parallel run).
   ScoringPlan slice(std::int64_t first, std::int64_t last) const;
 };
+
+/// One rank's share of a data-parallel evaluation of a plan: its sequences (core/ranks.h share()) and the
+/// index of their first scored position among the whole plan's (their first row in a reference file of it).
+struct PlanShare {
+  ScoringPlan plan;
+  std::int64_t first_row = 0;
+};
+PlanShare plan_share(const ScoringPlan& plan, Ranks& ranks);
 
 /// The token llama-perplexity puts first in every chunk: BOS when the
 /// tokenizer adds one (Llama 2/3), else -1 (Qwen adds none: chunks keep

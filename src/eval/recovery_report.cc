@@ -31,11 +31,15 @@ std::vector<TaskResult> score_recovery_column(LlamaModel& model, const Tokenizer
                                               RecoveryColumn& col) {
   std::vector<TaskResult> results = run_tasks(model, tokenizer, tasks, options, progress);
   for (const TaskResult& r : results) col.metrics.push_back(r.metric(r.primary_metric));
-  if (ppl != nullptr) {
+  if (ppl != nullptr) {  // data-parallel as the tasks are: each rank its share of the chunks, gathered in order
+    Ranks& ranks = options.ranks != nullptr ? *options.ranks : one_process();
     const std::int64_t vocab = model.config().vocab_size;
-    run_plan(model, *ppl, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
-      col.nll.push_back(token_nll(l, vocab, t));
+    std::vector<double> nll;
+    run_plan(model, plan_share(*ppl, ranks).plan, 0, [&](std::int64_t, std::int64_t, std::int32_t t, const float* l) {
+      nll.push_back(token_nll(l, vocab, t));
     });
+    if (ranks.size() > 1) nll = gather_doubles(ranks, nll);
+    col.nll.insert(col.nll.end(), nll.begin(), nll.end());
   }
   return results;
 }

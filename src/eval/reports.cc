@@ -68,10 +68,9 @@ EvalReport perplexity_report(LlamaModel& model, const ModelIdentity& who, const 
   if (also && ranks.size() > 1) fail("the logits of every scored position are kept by one process only, not {} ranks", ranks.size());
   const std::int64_t vocab = model.config().vocab_size;
   std::vector<double> nll;
-  const auto [first, last] = share(static_cast<std::int64_t>(plan.sequences.size()), ranks.rank(), ranks.size());
   if (ranks.size() > 1) ranks.all_gather({});  // start together: the slowest rank's time is then the wall time
   double seconds = run_plan(
-      model, plan.slice(first, last), r.batch,
+      model, plan_share(plan, ranks).plan, r.batch,
       [&](std::int64_t seq, std::int64_t pos, std::int32_t target, const float* logits) {
         nll.push_back(token_nll(logits, vocab, target));
         if (also) also(seq, pos, target, logits);
@@ -111,11 +110,12 @@ void write_reference(LlamaModel& reference, const ScoringPlan& plan, std::int64_
 }
 
 CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& plan, std::int64_t batch,
-                                    RefLogprobFile& ref, const Progress& progress) {
+                                    RefLogprobFile& ref, const Progress& progress, Ranks& ranks,
+                                    std::int64_t first_row) {
   const std::int64_t vocab = candidate.config().vocab_size;
   std::vector<float> row(static_cast<std::size_t>(vocab));
   CompareAccumulator acc(vocab, ref.kl_floor());
-  ref.rewind();
+  ref.seek(first_row);
   run_plan(
       candidate, plan, batch,
       [&](std::int64_t, std::int64_t, std::int32_t target, const float* logits) {
@@ -123,18 +123,20 @@ CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& pl
         acc.add(row.data(), logits, target);
       },
       progress);
-  ref.expect_end();
+  if (ref.next_row() == ref.rows()) ref.expect_end();
+  acc.gather(ranks);
   return acc.result();
 }
 
 std::pair<CompareStats, std::optional<CompareStats>> compare_candidate(
     LlamaModel& candidate, const LoadReport& loaded, bool reference_rounded,
     const std::function<std::unique_ptr<LlamaModel>()>& load_f32, const ScoringPlan& plan, std::int64_t batch,
-    RefLogprobFile& ref, const Progress& progress, const Progress& f32_progress) {
-  const CompareStats stats = compare_with_reference(candidate, plan, batch, ref, progress);
+    RefLogprobFile& ref, const Progress& progress, const Progress& f32_progress, Ranks& ranks,
+    std::int64_t first_row) {
+  const CompareStats stats = compare_with_reference(candidate, plan, batch, ref, progress, ranks, first_row);
   if (!loaded.rounded_activations || reference_rounded) return {stats, std::nullopt};
   const std::unique_ptr<LlamaModel> f32 = load_f32();
-  return {stats, compare_with_reference(*f32, plan, batch, ref, f32_progress)};
+  return {stats, compare_with_reference(*f32, plan, batch, ref, f32_progress, ranks, first_row)};
 }
 
 EvalReport compare_report(const CompareStats& s, const CompareStats* w, const ModelIdentity& candidate,

@@ -80,19 +80,24 @@ void write_reference(LlamaModel& reference, const ScoringPlan& plan, std::int64_
                      const Progress& progress = nullptr);
 
 /// eval compare, step 2: `candidate` against the reference rows of `ref`
-/// (rewound first). Throws woq::Error when `ref` does not hold exactly the
-/// plan's rows.
+/// from row `first_row` on (rewound first when 0). Data-parallel over `ranks`
+/// (collective): each rank passes its plan_share() of the sequences, and each
+/// then returns what one process computes over them all, bit for bit. Throws
+/// woq::Error when `ref` does not hold the plan's rows (the rank reading the
+/// file's last row checks that nothing follows it).
 CompareStats compare_with_reference(LlamaModel& candidate, const ScoringPlan& plan, std::int64_t batch,
-                                    RefLogprobFile& ref, const Progress& progress = nullptr);
+                                    RefLogprobFile& ref, const Progress& progress = nullptr,
+                                    Ranks& ranks = one_process(), std::int64_t first_row = 0);
 
 /// eval compare, step 2 and the weights' share: `candidate` (loaded as `loaded` says) against the reference rows
-/// of `ref`; then, when the candidate rounds its activations (int8, int16 or bf16) and the reference did not
+/// of `ref` (data-parallel as compare_with_reference is); then, when the candidate rounds its activations (int8, int16 or bf16) and the reference did not
 /// (`reference_rounded`), the same weights with f32 activations, loaded by `load_f32` (which may free the candidate
 /// first: `candidate` is not used after it is called). Returns the candidate's stats and the rerun's, if any.
 std::pair<CompareStats, std::optional<CompareStats>> compare_candidate(
     LlamaModel& candidate, const LoadReport& loaded, bool reference_rounded,
     const std::function<std::unique_ptr<LlamaModel>()>& load_f32, const ScoringPlan& plan, std::int64_t batch,
-    RefLogprobFile& ref, const Progress& progress = nullptr, const Progress& f32_progress = nullptr);
+    RefLogprobFile& ref, const Progress& progress = nullptr, const Progress& f32_progress = nullptr,
+    Ranks& ranks = one_process(), std::int64_t first_row = 0);
 
 /// eval compare's text (llama-perplexity --kl-divergence's figures) and JSON
 /// (low_bit, model, ref_model, tokens, ppl, ..., weights_only_*). `weights_only`

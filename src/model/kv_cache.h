@@ -10,10 +10,11 @@
 
 namespace woq {
 
-/// Keys and values of every layer for positions [0, size()), fp32, in pages of
-/// kPageTokens positions allocated by grow() as the sequence gets longer (a
-/// request for a 128 K context that stops after 20 tokens holds one page).
-/// A page: k and v, each [layers, kPageTokens, kv_dim] row-major,
+/// Keys and values of layers [first_layer, first_layer + layers) (every layer
+/// of a model, or a pipeline stage's blocks) for positions [0, size()), fp32,
+/// in pages of kPageTokens positions allocated by grow() as the sequence gets
+/// longer (a request for a 128 K context that stops after 20 tokens holds one
+/// page). A page: k and v, each [layers, kPageTokens, kv_dim] row-major,
 /// kv_dim = num_key_value_heads · head_dim.
 ///
 /// Pages may be shared between caches (prefix caching, as vLLM's automatic
@@ -24,10 +25,11 @@ namespace woq {
 struct KVCache {
   static constexpr std::int64_t kPageTokens = 256;
 
-  KVCache(std::int64_t num_layers, std::int64_t max_tokens, std::int64_t dim)
-      : layers(num_layers), capacity(max_tokens), kv_dim(dim) {}
+  KVCache(std::int64_t num_layers, std::int64_t max_tokens, std::int64_t dim, std::int64_t first = 0)
+      : layers(num_layers), capacity(max_tokens), kv_dim(dim), first_layer(first) {}
 
-  /// Key row of `layer` at position `pos` (< allocated()): kv_dim floats.
+  /// Key row of `layer` (the model's numbering, within the cache's layers) at position `pos` (< allocated()):
+  /// kv_dim floats.
   float* key(std::int64_t layer, std::int64_t pos) { return row(pages_k, layer, pos); }
   float* value(std::int64_t layer, std::int64_t pos) { return row(pages_v, layer, pos); }
 
@@ -54,7 +56,8 @@ struct KVCache {
   /// different shape or too many tokens; std::bad_alloc.
   void share_prefix(const KVCache& from, std::int64_t tokens) {
     if (length != 0 || !pages_k.empty()) fail("share_prefix: the cache is not empty");
-    if (from.layers != layers || from.kv_dim != kv_dim) fail("share_prefix: caches of different shapes");
+    if (from.layers != layers || from.kv_dim != kv_dim || from.first_layer != first_layer)
+      fail("share_prefix: caches of different shapes");
     if (tokens < 0 || tokens > from.size() || tokens > capacity)
       fail("share_prefix: {} tokens from a cache of {} into one of capacity {}", tokens, from.size(), capacity);
     const std::int64_t whole = tokens / kPageTokens, rows = tokens % kPageTokens;
@@ -72,7 +75,7 @@ struct KVCache {
   /// inside of: a read-only record for a prefix cache (writing it would change this cache).
   KVCache prefix(std::int64_t tokens) const {
     if (tokens < 0 || tokens > length) fail("prefix: {} tokens of a cache of {}", tokens, length);
-    KVCache view(layers, tokens, kv_dim);
+    KVCache view(layers, tokens, kv_dim, first_layer);
     const auto pages = static_cast<std::ptrdiff_t>((tokens + kPageTokens - 1) / kPageTokens);
     view.pages_k.assign(pages_k.begin(), pages_k.begin() + pages);
     view.pages_v.assign(pages_v.begin(), pages_v.begin() + pages);
@@ -104,7 +107,8 @@ struct KVCache {
   std::int64_t layers;
   std::int64_t capacity;  ///< tokens at most
   std::int64_t kv_dim;
-  std::int64_t length = 0;  ///< positions filled
+  std::int64_t first_layer;  ///< the model's layer number of the cache's first
+  std::int64_t length = 0;   ///< positions filled
 
  private:
   using Pages = std::vector<std::shared_ptr<float[]>>;
@@ -117,7 +121,8 @@ struct KVCache {
       std::copy(from + l * kPageTokens * kv_dim, from + (l * kPageTokens + rows) * kv_dim, to + l * kPageTokens * kv_dim);
   }
   float* row(Pages& pages, std::int64_t layer, std::int64_t pos) {
-    return pages[static_cast<std::size_t>(pos / kPageTokens)].get() + (layer * kPageTokens + pos % kPageTokens) * kv_dim;
+    return pages[static_cast<std::size_t>(pos / kPageTokens)].get() +
+           ((layer - first_layer) * kPageTokens + pos % kPageTokens) * kv_dim;
   }
   Pages pages_k, pages_v;
 };

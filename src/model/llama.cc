@@ -98,7 +98,7 @@ std::uint64_t LlamaModel::weight_bytes_per_token() const {
 KVCache LlamaModel::make_cache(std::int64_t capacity) const {
   if (capacity < 1 || capacity > context_limit())
     fail("a context of {} tokens is outside [1, {}] (max_position_embeddings)", capacity, context_limit());
-  return KVCache(config_.num_hidden_layers, capacity, config_.kv_dim());
+  return KVCache(last_block_ - first_block_, capacity, config_.kv_dim(), first_block_);  // a pipeline stage's blocks
 }
 
 // Causal scaled dot-product attention of t_count new query rows (positions
@@ -146,6 +146,10 @@ void LlamaModel::rotate(float* x, std::int64_t heads, std::int64_t pos, std::vec
     rope(x, heads, config_.head_dim, pos, inv_freq_.data());
   }
 }
+
+// The fewest tokens of a pipeline's prefill micro-batch (LlamaModel::forward): smaller ones cost the kernels more
+// than the ranks' overlap gains.
+constexpr std::int64_t kMinMicroBatch = 32;
 
 // Activations of a forward pass, [T, dim] row-major each, kept for the next
 // pass (fresh pages cost a prefill ~10 %): room for the most tokens a pass
@@ -369,10 +373,21 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
   if (pos0 + t_count > cache.capacity)
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
   cache.grow(pos0 + t_count);
-  const Segment whole{&cache, pos0, t_count};
-  std::vector<std::int64_t> logit_rows(all_logits ? static_cast<std::size_t>(t_count) : 1);
-  std::iota(logit_rows.begin(), logit_rows.end(), all_logits ? 0 : t_count - 1);
-  run(tokens, std::span(&whole, 1), logit_rows, logits);
+  // A pipeline's prefill runs in micro-batches, all but the last without logits (so without their broadcast):
+  // a rank works on one while the next rank works on the one before. The same bits as one pass (the kernels'
+  // outputs do not depend on the batch).
+  const int stages = pipeline_ != nullptr ? pipeline_->size() : 1;
+  const std::int64_t step =
+      all_logits || stages == 1 ? t_count : std::max<std::int64_t>(kMinMicroBatch, (t_count + 4 * stages - 1) / (4 * stages));
+  for (std::int64_t done = 0; done < t_count; done += step) {
+    const std::int64_t n = std::min(step, t_count - done);
+    const Segment part{&cache, pos0 + done, n};
+    const bool last = done + n == t_count;
+    std::vector<std::int64_t> logit_rows(!last ? 0 : all_logits ? static_cast<std::size_t>(n) : 1);
+    std::iota(logit_rows.begin(), logit_rows.end(), all_logits ? 0 : n - 1);
+    run(tokens.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n)), std::span(&part, 1), logit_rows,
+        logits);
+  }
 }
 
 void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<const std::int64_t> rows,
@@ -441,10 +456,10 @@ void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segme
   logits.resize(logit_rows.size() * static_cast<std::size_t>(c.vocab_size));
   if (stage + 1 < stages) {
     pipeline_->send(stage + 1, std::as_bytes(states));
-  } else {
+  } else if (!logit_rows.empty()) {  // none: a pipeline's prefill micro-batch before the last
     final_logits(x, logit_rows, logits);
   }
-  if (stages > 1) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
+  if (stages > 1 && !logit_rows.empty()) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
   if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it
     *scratch_ = Scratch();
     *workspace_ = Workspace();

@@ -194,8 +194,9 @@ class LlamaModel {
   /// outlive the model's use. Throws woq::Error when the stages do not fit together.
   void set_pipeline(Ranks& ranks);
 
-  /// A cache for up to `capacity` tokens; throws woq::Error if capacity is not
-  /// in [1, context_limit()].
+  /// A cache for up to `capacity` tokens of the blocks this model runs (all, or
+  /// a pipeline stage's); throws woq::Error if capacity is not in
+  /// [1, context_limit()].
   KVCache make_cache(std::int64_t capacity) const;
   /// Bytes of weights one decode step reads: every linear layer, the norms,
   /// lm_head and one embedding row.

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""`mpirun -np R woq eval perplexity|tasks|generate` against one process, and the ways an MPI job goes wrong (CTest mpi_eval).
+"""`mpirun -np R woq eval perplexity|compare|tasks|recovery|generate` against one process, and the ways an MPI job goes wrong (CTest mpi_eval).
 
 Checks, a line each (exit status 1 when one fails):
   equal       -np 2 and -np 3 (chunks, and per document) print one process's perplexity JSON exactly (all but
               the speed and the rank count)
   tasks       -np 2 and -np 3 eval tasks write one process's JSON and --log-samples files byte for byte
+  compare     -np 2 and -np 3 eval compare (the reference run on each rank's share, or each rank's rows of a
+              --load-ref file) print one process's JSON; --save-ref across ranks is refused
+  recovery    -np 2 and -np 3 eval recovery (tasks and --ppl-file) write one process's JSON byte for byte
   pipeline    -np 2, 3 and 5 generate (the decoder blocks split over the ranks) print one process's text, greedy
-              and sampled with a seed; more ranks than blocks is refused
+              and sampled with a seed, and after a long prompt prefilled in micro-batches (-np 2, 3, with each
+              rank's peak RSS); more ranks than blocks is refused
   refused     a command that does not run across ranks (tokenize) is refused, naming itself
   mismatch    ranks with another command line, another binary, or another WOQ_ISA are refused, naming what differs
   rank fails  a rank that fails (a bad WOQ_ISA) ends the job within seconds with its error
@@ -92,6 +96,51 @@ def check_tasks(args, work):
            "--log-samples files are one process's, byte for byte"
 
 
+def check_compare(args, work):
+    def argv(tag, *extra):
+        return [args.woq, "eval", "compare", "-m", args.model, "--low-bit", "sym_int4", "-c", "128", "-t", "1",
+                "--json", os.path.join(work, f"cmp{tag}.json"), *extra]
+
+    text = ["-f", args.text]
+    saved = os.path.join(work, "ref.bin")
+    out = []
+    # The reference run on each rank's share, then its rows of a saved reference (not the first rows: the
+    # share of rank 1 starts within the file).
+    for tag, extra in (("run", text + ["--chunks", "7"]), ("load", text + ["--chunks", "7", "--load-ref", saved])):
+        rc, log, _ = run(argv(f"{tag}1", *extra, *(["--save-ref", saved] if tag == "run" else [])))
+        assert rc == 0, f"one process ({tag}) failed: {log[-500:]}"
+        want = json.load(open(os.path.join(work, f"cmp{tag}1.json")))
+        for np in (2, 3):
+            rc, log, _ = run(mpirun_args(args, (np, {}, argv(f"{tag}np{np}", *extra))))
+            assert rc == 0, f"-np {np} ({tag}) failed: {log[-800:]}"
+            got = json.load(open(os.path.join(work, f"cmp{tag}np{np}.json")))
+            assert got == want, f"-np {np} ({tag}): {got} != {want}"
+        out.append(f"KL {want['mean_kl']!r} over {want['tokens']} positions"
+                   f"{' (and f32 activations: ' + repr(want['weights_only_mean_kl']) + ')' if 'weights_only_mean_kl' in want else ''}")
+    rc, log, _ = run(mpirun_args(args, (2, {}, argv("refused", *text, "--save-ref", os.path.join(work, "x.bin")))))
+    assert rc != 0 and "--save-ref is written by one process, not 2 ranks" in log, f"rc {rc}: {log[-500:]}"
+    return (f"-np 2 and -np 3, the reference run on each rank's share ({out[0]}) and read from a saved file "
+            f"({out[1]}): one process's JSON; --save-ref across ranks refused")
+
+
+def check_recovery(args, work):
+    def argv(tag):
+        return [args.woq, "eval", "recovery", "-m", args.model, "--tasks", "arc_easy,hellaswag", "--limit", "10",
+                "--low-bit", "sym_int4,asym_int4", "--ppl-file", args.text, "-c", "128", "-t", "1",
+                "--json", os.path.join(work, f"rec{tag}.json")]
+
+    rc, log, _ = run(argv(1), timeout=240)
+    assert rc == 0, f"one process failed: {log[-500:]}"
+    want = open(os.path.join(work, "rec1.json"), "rb").read()
+    for np in (2, 3):
+        rc, log, _ = run(mpirun_args(args, (np, {}, argv(f"np{np}"))), timeout=240)
+        assert rc == 0, f"-np {np} failed: {log[-800:]}"
+        got = open(os.path.join(work, f"recnp{np}.json"), "rb").read()
+        assert got == want, f"-np {np}: the recovery JSON differs"
+    return "-np 2 and -np 3, fp32 vs sym_int4 and asym_int4 on 10 items of ARC-Easy and HellaSwag and --ppl-file: " \
+           "one process's JSON, byte for byte"
+
+
 def check_pipeline(args, work):
     out = []
     for sampling in (["--temperature", "0"], ["--seed", "7"]):
@@ -104,10 +153,25 @@ def check_pipeline(args, work):
             assert p.returncode == 0, f"-np {np}: {p.stderr[-600:]}"
             assert p.stdout == want, f"-np {np} {' '.join(sampling)}: {p.stdout!r} != {want!r}"
         out.append(" ".join(sampling))
+    # A long prompt: its prefill runs in micro-batches through the ranks (all but the last without logits).
+    prompt = os.path.join(work, "long_prompt.txt")
+    with open(prompt, "w") as f:
+        f.write(open(args.text).read()[:700])
+    argv = [args.woq, "generate", "-m", args.model, "-f", prompt, "-n", "24", "-t", "1", "--temperature", "0"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-600:]
+    want, prompt_tokens = p.stdout, int(p.stderr.split("woq: prompt ")[1].split()[0])
+    assert prompt_tokens >= 200, p.stderr
+    for np in (2, 3):
+        p = subprocess.run(mpirun_args(args, (np, {}, argv)), capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, f"-np {np} long prompt: {p.stderr[-600:]}"
+        assert p.stdout == want, f"-np {np} long prompt: {p.stdout!r} != {want!r}"
+        assert f"woq: pipeline over {np} ranks, peak RSS: rank 0 blocks [0, " in p.stderr, p.stderr[-400:]
+    long = f"after a {prompt_tokens}-token prompt prefilled in micro-batches over 2 and 3 ranks"
     rc, log, _ = run(mpirun_args(args, (6, {}, [args.woq, "generate", "-m", args.model, "-p", "Once", "-n", "2"])))
     assert rc != 0 and "6 ranks for a model of 5 decoder blocks" in log, f"rc {rc}: {log[-400:]}"
-    return (f"generate -n 80 ({', '.join(out)}) with the blocks split over 2, 3 and 5 ranks: one process's text; "
-            f"6 ranks for 5 blocks refused")
+    return (f"generate -n 80 ({', '.join(out)}) with the blocks split over 2, 3 and 5 ranks, and {long}: one "
+            f"process's text; 6 ranks for 5 blocks refused")
 
 
 def check_refused(args, work):
@@ -223,7 +287,8 @@ def main():
     args = ap.parse_args()
     failures = 0
     with tempfile.TemporaryDirectory() as work:
-        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("pipeline", check_pipeline),
+        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("compare", check_compare),
+                            ("recovery", check_recovery), ("pipeline", check_pipeline),
                             ("refused", check_refused), ("mismatch", check_mismatch),
                             ("rank fails", check_rank_fails), ("rank killed", check_rank_killed)):
             try:
