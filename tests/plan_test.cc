@@ -535,6 +535,49 @@ void expect_same_logits(LlamaModel& a, LlamaModel& b);
 
 // A plan's embeddings load in memory and write as GGUF (token_embd in the planned type), the same logits; a tied
 // model's embeddings (also lm_head) and a GPTQ checkpoint's are refused.
+// A plan names the format each layer is converted to: a layer or lm_head stored quantized (GGUF blocks) runs as
+// stored, so the plan cannot apply to it; --lm-head-low-bit beside a plan's lm_head would override it. Each is
+// refused, naming what.
+TEST(PlanLoad, WhatAPlanCannotSetIsRefused) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  const std::string dir = write_tiny(tmp, 6, pool);
+  auto plan = std::make_shared<QuantPlan>();
+  plan->base = {LowBit::kFp16};
+  plan->source = "stored plan";
+  plan->tensors[plan_module(0, LinearRole::kQ)] = {LowBit::kSymInt4, 32};
+  plan->tensors["lm_head"] = {LowBit::kSymInt8, 32};
+  GgufExportOptions o;
+  o.plan = plan;
+  const std::string file = tmp.file("q.gguf");
+  export_gguf(dir, file, o, pool);  // a q4_0 q_proj in block 0, a q8_0 output, the rest f16
+  auto other = std::make_shared<QuantPlan>();
+  other->base = {LowBit::kSymInt8, 32};
+  other->source = "p.json";
+  EXPECT_NE(error_of([&] { LlamaModel::load(file, load_options_of(*other), pool); })
+                .find("'blk.0.attn_q.weight' is stored quantized (GGUF q4_0); the plan p.json sets the formats"),
+            std::string::npos);
+  LoadOptions head;
+  head.linear_is_default = true;
+  head.lm_head = QuantSpec{LowBit::kSymInt4, 32};
+  EXPECT_NE(error_of([&] { LlamaModel::load(file, head, pool); })
+                .find("'output.weight' (lm_head) is stored as GGUF q8_0; woq runs it as stored"),
+            std::string::npos);
+  head.lm_head.reset();
+  EXPECT_NO_THROW(LlamaModel::load(file, head, pool));  // as stored
+  write_json_file(tmp.file("plan.json"), nlohmann::json::parse(R"({"woq_plan": 1, "base": {"low_bit": "sym_int4",
+      "group_size": 32}, "tensors": {"lm_head": {"low_bit": "sym_int8", "group_size": 32}}})"));
+  LoadRequest request;
+  request.plan = tmp.file("plan.json");
+  request.lm_head_low_bit = "sym_int4";
+  EXPECT_NE(error_of([&] { parse_load_request(request); })
+                .find("--lm-head-low-bit sym_int4 and the plan " + request.plan + " (lm_head: sym_int8"),
+            std::string::npos);
+  write_json_file(tmp.file("plan.json"), nlohmann::json::parse(R"({"woq_plan": 1, "base": {"low_bit": "sym_int4",
+      "group_size": 32}})"));
+  EXPECT_EQ(parse_load_request(request).lm_head->type, LowBit::kSymInt4);  // a plan that leaves lm_head as stored
+}
+
 TEST(PlanGguf, PlannedEmbeddingsWriteAsTokenEmbd) {
   ThreadPool pool(2);
   test::TempDir tmp;

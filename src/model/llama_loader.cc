@@ -329,6 +329,13 @@ struct BlockLinearLoader {
   std::vector<std::string>& activations_used;
   std::vector<std::pair<std::string, int>> gguf_formats;  ///< GGUF block linears used as stored, per format
 
+  // A layer stored quantized runs as stored: a plan, which names the format of every layer, cannot apply to it.
+  void refuse_plan(const std::string& name, const std::string& stored) const {
+    if (options.plan)
+      fail("{}: '{}' is stored quantized ({}); the plan {} sets the formats float layers are converted to: apply "
+           "it to the float original", store.source(), name, stored, options.plan->source);
+  }
+
   QuantMatrix operator()(std::int64_t layer, const LinearSpec& role) {
     if (!options.block_linears) return QuantMatrix{};  // streamed by the caller (calibration)
     const std::string name = linear_tensor(layer, role.role);
@@ -341,6 +348,7 @@ struct BlockLinearLoader {
       std::optional<QuantMatrix> w = load_quantized_linear(store, *quantized, prefix, rows, cols, rep.warnings, &pool);
       rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (w) {
+        refuse_plan(prefix, quantized->describe());
         set_activations(*w, options, activations_used, rep, pool);
         rep.linear_imported_bytes += w->bytes();
         ++rep.linear_imported;
@@ -353,6 +361,7 @@ struct BlockLinearLoader {
     const TensorView& t = store.get(name);
     const auto t0 = std::chrono::steady_clock::now();
     if (std::optional<QuantMatrix> w = import_ggml(t, rows, cols, from, pool)) {
+      refuse_plan(t.name, fmt::format("GGUF {}", t.ggml->name));
       rep.repack_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       set_activations(*w, options, activations_used, rep, pool, true);
       rep.linear_imported_bytes += w->bytes();
@@ -536,6 +545,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     set_activations(*m->lm_head_, options, activations_used, rep, pool);
     rep.other_bytes += m->lm_head_->bytes();
   } else if (head != nullptr || options.lm_head) {
+    if (options.lm_head && head_src.dtype == DType::kGgml)
+      fail("{}: '{}' (lm_head) is stored as GGUF {}; woq runs it as stored and does not round it again: drop "
+           "--lm-head-low-bit (or the plan's lm_head)", store.source(), head_src.name, head_src.ggml->name);
     bool head_ggml = false;
     m->lm_head_ = std::make_unique<QuantMatrix>(
         options.lm_head

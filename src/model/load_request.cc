@@ -19,11 +19,14 @@ Rounding rounding_of(const LoadRequest& request) {
   return request.rounding.empty() ? Rounding::kWoq : parse_rounding(request.rounding);
 }
 
-// The options of a plan file: its base and per-layer formats, and its lm_head
-// unless --lm-head-low-bit names one.
+// The options of a plan file: its base and per-layer formats, and its lm_head,
+// or --lm-head-low-bit's when the plan leaves lm_head as stored.
 LoadOptions plan_load_options(const LoadRequest& request) {
   LoadOptions options = load_options_of(read_plan(request.plan));
   if (!request.lm_head_low_bit.empty()) {
+    if (options.lm_head)
+      fail("--lm-head-low-bit {} and the plan {} (lm_head: {}) both set lm_head's format: leave one out",
+           request.lm_head_low_bit, request.plan, describe(*options.lm_head));
     options.lm_head = QuantSpec{parse_low_bit(request.lm_head_low_bit), request.group_size,
                                 parse_int4_range(request.int4_range), rounding_of(request)};
     validate(*options.lm_head);
