@@ -93,8 +93,9 @@ std::vector<std::string> load_summary(const LoadReport& r, const LoadOptions& op
   std::vector<std::string> lines;
   for (const auto& w : r.warnings) lines.push_back("warning: " + w);
   if (!options.linear_is_default && r.linear_imported > 0 && r.linear_matrices == 0 && r.linear_kept_float == 0)
-    lines.push_back(fmt::format("warning: --low-bit {} has no effect: every linear layer of this checkpoint is used as "
+    lines.push_back(fmt::format("warning: {} {} has no effect: every linear layer of this checkpoint is used as "
                                 "stored ({}); it converts only layers stored in float",
+                                options.mix ? "--low-bit (or --plan)" : "--low-bit",
                                 options.mix ? options.mix->name : low_bit_name(options.linear.type),
                                 r.imported_format));
   if (options.activations && r.activations.empty())
