@@ -128,7 +128,9 @@ struct TasksArgs {
 };
 
 std::vector<Task> load_tasks(const TasksArgs& a) {
-  return load_task_list(a.tasks, a.data_dir, [](const std::string& line) { fmt::print(stderr, "woq: {}\n", line); });
+  return load_task_list(a.tasks, a.data_dir, [](const std::string& line) {
+    if (job().leader()) fmt::print(stderr, "woq: {}\n", line);  // every rank reads the same files (digested)
+  });
 }
 
 int run_perplexity(const EvalArgs& a) {

@@ -130,6 +130,7 @@ void load_session(ModelSession& session, const LoadOptions& options, bool refere
     shown.activations.reset();
     shown.linear_is_default = true;
   }
+  if (!job().leader()) return;  // every rank of an MPI job loads alike: rank 0 says what it did
   for (const std::string& line : load_summary(session.report, shown)) fmt::print(stderr, "woq: {}\n", line);
 }
 
