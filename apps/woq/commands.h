@@ -36,6 +36,14 @@ void require_same_inputs(Ranks& ranks, const std::string& what, const std::strin
 struct ModelFlags;
 /// require_same_inputs of the model (path_digest) and of the --plan file, if one is given. Collective.
 void require_same_model(Ranks& ranks, const std::string& model, const ModelFlags& flags);
+/// Pipeline parallel (generate, serve): in a job of R > 1 ranks, checks that every rank reads the same model
+/// (and plan) and that it has at least R decoder blocks, and gives `options` this rank's contiguous share of
+/// them (share()). Collective; no effect in one process. Throws woq::Error (rank 0 says why).
+void pipeline_share(Ranks& ranks, const ModelConfig& config, const std::string& model_dir, const ModelFlags& flags,
+                    LoadOptions& options);
+/// "woq: pipeline over R ranks, peak RSS: rank 0 blocks [0, 4) 1.20 GiB, ...": each rank's blocks and peak
+/// memory so far. Collective; empty in one process.
+std::string pipeline_memory(Ranks& ranks, const ModelConfig& config);
 /// Reports `what` as this rank's error and ends the job (every rank) with status 1; in a one-process job,
 /// prints it and returns 1.
 int end_job(const std::string& what);

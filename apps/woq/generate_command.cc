@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <fmt/core.h>
@@ -11,7 +10,6 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "core/memory.h"
 #include "core/thread_pool.h"
 #include "formats/low_bit.h"
 #include "generate/generate.h"
@@ -72,16 +70,8 @@ int run_generate(const GenerateArgs& a) {
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file, most_bytes);
   if (prompt.size() > most_bytes)
     fail("the prompt ({} bytes) cannot fit in the model's context of {} tokens", prompt.size(), config.context_limit());
-  if (ranks.size() > 1) {
-    // Pipeline parallel: rank r runs the r-th contiguous share of the decoder blocks.
-    require_same_model(ranks, a.model_dir, a.model);
-    require_same_inputs(ranks, "prompt", Fnv1a64{}.add(prompt).hex());
-    if (ranks.size() > config.num_hidden_layers)
-      fail("{}", ranks.leader() ? fmt::format("{} ranks for a model of {} decoder blocks: at most one rank per block",
-                                              ranks.size(), config.num_hidden_layers)
-                                : "");  // every rank fails alike: rank 0 says it
-    std::tie(options.first_block, options.last_block) = share(config.num_hidden_layers, ranks.rank(), ranks.size());
-  }
+  if (ranks.size() > 1) require_same_inputs(ranks, "prompt", Fnv1a64{}.add(prompt).hex());
+  pipeline_share(ranks, config, a.model_dir, a.model, options);  // rank r runs the r-th share of the blocks
   load_session(session, options);
   if (ranks.size() > 1) session.model->set_pipeline(ranks);
   const bool out = ranks.leader();
@@ -90,17 +80,7 @@ int run_generate(const GenerateArgs& a) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
-  std::string pipeline;
-  if (ranks.size() > 1) {  // each rank's peak memory: its blocks' weights and KV cache (collective)
-    const std::vector<double> rss = gather_doubles(ranks, {static_cast<double>(peak_rss_bytes())});
-    std::string parts;
-    for (int q = 0; q < ranks.size(); ++q) {
-      const auto [b0, b1] = share(config.num_hidden_layers, q, ranks.size());
-      parts += fmt::format("{}rank {} blocks [{}, {}) {:.2f} GiB", q > 0 ? ", " : "", q, b0, b1,
-                           rss[static_cast<std::size_t>(q)] / static_cast<double>(1ull << 30));
-    }
-    pipeline = fmt::format("woq: pipeline over {} ranks, peak RSS: {}\n", ranks.size(), parts);
-  }
+  const std::string pipeline = pipeline_memory(ranks, config);  // each rank's blocks' weights and KV cache
   if (!out) return 0;
   std::fputc('\n', stdout);
   std::fflush(stdout);

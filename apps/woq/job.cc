@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/core.h>
@@ -19,6 +20,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/memory.h"
 #ifdef WOQ_HAVE_MPI
 #include "dist/mpi_ranks.h"
 #endif
@@ -65,8 +67,9 @@ bool read_by_woq(const std::filesystem::path& file) {
 }
 
 #ifdef WOQ_HAVE_MPI
-// The commands that split their work across ranks: the evaluations by items, generate by decoder blocks.
-constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval compare", "eval tasks", "eval recovery", "generate"};
+// The commands that split their work across ranks: the evaluations by items, generate and serve by decoder blocks.
+constexpr const char* kAcrossRanks[] = {"eval perplexity", "eval compare", "eval tasks", "eval recovery", "generate",
+                                        "serve"};
 
 bool runs_across_ranks(std::string_view command) {
   return std::find(std::begin(kAcrossRanks), std::end(kAcrossRanks), command) != std::end(kAcrossRanks);
@@ -179,6 +182,29 @@ void require_same_model(Ranks& ranks, const std::string& model, const ModelFlags
   std::error_code ec;
   if (!flags.plan.empty() && std::filesystem::is_regular_file(flags.plan, ec))
     require_same_inputs(ranks, "plan (--plan)", path_digest(flags.plan));
+}
+
+void pipeline_share(Ranks& ranks, const ModelConfig& config, const std::string& model_dir, const ModelFlags& flags,
+                    LoadOptions& options) {
+  if (ranks.size() == 1) return;
+  require_same_model(ranks, model_dir, flags);
+  if (ranks.size() > config.num_hidden_layers)
+    fail("{}", ranks.leader() ? fmt::format("{} ranks for a model of {} decoder blocks: at most one rank per block",
+                                            ranks.size(), config.num_hidden_layers)
+                              : "");  // every rank fails alike: rank 0 says it
+  std::tie(options.first_block, options.last_block) = share(config.num_hidden_layers, ranks.rank(), ranks.size());
+}
+
+std::string pipeline_memory(Ranks& ranks, const ModelConfig& config) {
+  if (ranks.size() == 1) return {};
+  const std::vector<double> rss = gather_doubles(ranks, {static_cast<double>(peak_rss_bytes())});
+  std::string parts;
+  for (int q = 0; q < ranks.size(); ++q) {
+    const auto [b0, b1] = share(config.num_hidden_layers, q, ranks.size());
+    parts += fmt::format("{}rank {} blocks [{}, {}) {:.2f} GiB", q > 0 ? ", " : "", q, b0, b1,
+                         rss[static_cast<std::size_t>(q)] / static_cast<double>(1ull << 30));
+  }
+  return fmt::format("woq: pipeline over {} ranks, peak RSS: {}\n", ranks.size(), parts);
 }
 
 int end_job(const std::string& what) {

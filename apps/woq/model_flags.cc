@@ -131,7 +131,14 @@ void load_session(ModelSession& session, const LoadOptions& options, bool refere
     shown.linear_is_default = true;
   }
   if (!job().leader()) return;  // every rank of an MPI job loads alike: rank 0 says what it did
-  for (const std::string& line : load_summary(session.report, shown)) fmt::print(stderr, "woq: {}\n", line);
+  // A pipeline stage loads its share of the blocks only (pipeline_share): rank 0 says what it loaded of them.
+  const std::int64_t blocks = session.config.num_hidden_layers;
+  const std::int64_t last = options.last_block < 0 ? blocks : options.last_block;
+  const std::string stage = options.first_block == 0 && last == blocks
+                                ? std::string()
+                                : fmt::format(" (rank 0's blocks [{}, {}) of {}; the other ranks load theirs alike)",
+                                              options.first_block, last, blocks);
+  for (const std::string& line : load_summary(session.report, shown)) fmt::print(stderr, "woq: {}{}\n", line, stage);
 }
 
 ModelSession open_session(const std::string& path, const ModelFlags& flags, const std::string& low_bit) {

@@ -16,6 +16,7 @@
 #include "generate/generate.h"
 #include "server/engine.h"
 #include "server/http_server.h"
+#include "server/sequence_caches.h"
 #include "tokenizer/tokenizer.h"
 
 namespace woq::cli {
@@ -58,10 +59,29 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  const ModelSession session = open_session(a.model_dir, a.model, a.low_bit);
+  // mpirun -np R: pipeline parallel. Rank 0 serves HTTP and schedules; rank r runs the r-th share of the
+  // blocks, replaying rank 0's KV cache operations (SequenceCaches::follow).
+  Ranks& ranks = job();
+  LoadOptions load = load_options(a.model, a.low_bit);
+  ModelSession session;
+  session.open(a.model_dir, a.model.threads);
+  pipeline_share(ranks, session.config, a.model_dir, a.model, load);
+  load_session(session, load);
   const Tokenizer& tokenizer = *session.tokenizer;
   const ChatTemplate& chat = *session.chat_template;
   LlamaModel* const model = session.model.get();
+  if (ranks.size() > 1) {
+    model->set_pipeline(ranks);
+    const std::string memory = pipeline_memory(ranks, session.config);
+    if (!ranks.leader()) {
+      // Rank 0 stops the job: on SIGINT/SIGTERM it drains its requests, then tells the others to stop.
+      signal(SIGINT, SIG_IGN);
+      signal(SIGTERM, SIG_IGN);
+      server::SequenceCaches::follow(*model, ranks);
+      return 0;
+    }
+    fmt::print(stderr, "{}", memory);
+  }
   server::Metrics metrics;
   server::EngineOptions options;
   options.parallel = a.parallel;
@@ -70,6 +90,7 @@ int run_serve(const ServeArgs& a) {
   options.prefill_chunk = a.prefill_chunk;
   if (a.cache_gb < 0 && a.cache_gb != -1) fail("--cache-gb must be >= 0 or -1 (the default size), got {}", a.cache_gb);
   options.cache_bytes = a.cache_gb < 0 ? -1 : static_cast<std::int64_t>(a.cache_gb * (1 << 30));
+  options.pipeline = &ranks;
   server::Engine engine(*model, tokenizer, metrics, options);
   if (engine.ctx_size() < model->context_limit() && a.ctx_size == 0)
     fmt::print(stderr, "woq: context lowered from the model's {} to {} tokens: {} such KV caches fit in the memory available\n",

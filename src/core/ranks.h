@@ -14,7 +14,8 @@
 namespace woq {
 
 /// The processes of one job, numbered 0..size()-1. Collective calls must be made by every rank, in the same
-/// order; a rank that fails between them calls abort(), or the others would wait for it forever.
+/// order; a rank that fails between them calls abort(), or the others would wait for it forever. Calls may come
+/// from any thread, one at a time.
 class Ranks {
  public:
   virtual ~Ranks() = default;

@@ -33,7 +33,9 @@ class MpiRanks final : public Ranks {
  public:
   MpiRanks() {
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Serialized: woq serve's engine thread makes a pipeline's calls, the main thread the others (never at once).
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED) fail("this MPI library does not allow calls from more than one thread (MPI_THREAD_SERIALIZED)");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");

@@ -373,21 +373,8 @@ void LlamaModel::forward(std::span<const std::int32_t> tokens, KVCache& cache, b
   if (pos0 + t_count > cache.capacity)
     fail("context full: {} cached + {} new tokens exceed the cache of {}", pos0, t_count, cache.capacity);
   cache.grow(pos0 + t_count);
-  // A pipeline's prefill runs in micro-batches, all but the last without logits (so without their broadcast):
-  // a rank works on one while the next rank works on the one before. The same bits as one pass (the kernels'
-  // outputs do not depend on the batch).
-  const int stages = pipeline_ != nullptr ? pipeline_->size() : 1;
-  const std::int64_t step =
-      all_logits || stages == 1 ? t_count : std::max<std::int64_t>(kMinMicroBatch, (t_count + 4 * stages - 1) / (4 * stages));
-  for (std::int64_t done = 0; done < t_count; done += step) {
-    const std::int64_t n = std::min(step, t_count - done);
-    const Segment part{&cache, pos0 + done, n};
-    const bool last = done + n == t_count;
-    std::vector<std::int64_t> logit_rows(!last ? 0 : all_logits ? static_cast<std::size_t>(n) : 1);
-    std::iota(logit_rows.begin(), logit_rows.end(), all_logits ? 0 : n - 1);
-    run(tokens.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n)), std::span(&part, 1), logit_rows,
-        logits);
-  }
+  const Segment whole{&cache, pos0, t_count};
+  run(micro_batches(tokens, std::span(&whole, 1), all_logits), logits);
 }
 
 void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<const std::int64_t> rows,
@@ -395,7 +382,6 @@ void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<c
   if (caches.empty() || rows.size() != caches.size())
     fail("forward_batch: {} row counts for {} caches (one each, at least one)", rows.size(), caches.size());
   std::vector<Segment> segments;
-  std::vector<std::int64_t> logit_rows;
   std::int64_t total = 0;
   for (std::size_t i = 0; i < caches.size(); ++i) {
     KVCache* cache = caches[i];
@@ -406,12 +392,48 @@ void LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::span<c
       if (seg.cache == cache) fail("forward_batch: a cache appears twice");
     segments.push_back({cache, cache->size(), rows[i]});
     total += rows[i];
-    logit_rows.push_back(total - 1);
   }
   if (total != static_cast<std::int64_t>(tokens.size()))
     fail("forward_batch: {} tokens for {} rows", tokens.size(), total);
   for (const Segment& seg : segments) seg.cache->grow(seg.pos0 + seg.rows);
-  run(tokens, segments, logit_rows, logits);
+  run(micro_batches(tokens, segments, false), logits);
+}
+
+std::vector<LlamaModel::Part> LlamaModel::micro_batches(std::span<const std::int32_t> tokens,
+                                                        std::span<const Segment> segments, bool all_logits) const {
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  // A pipeline's pass runs in micro-batches whose states move on as each is done: a rank works on one while
+  // the next rank works on the one before. The same bits as one pass (the kernels' outputs do not depend on
+  // the batch).
+  const int stages = pipeline_ != nullptr ? pipeline_->size() : 1;
+  const std::int64_t step = all_logits || stages == 1 || total < 2 * kMinMicroBatch
+                                ? total
+                                : std::max<std::int64_t>(kMinMicroBatch, (total + 4 * stages - 1) / (4 * stages));
+  std::vector<Part> parts;
+  std::int64_t begin = 0, rows = 0;  // the current part's first row of the pass and its rows so far
+  const auto close = [&] {
+    parts.back().tokens = tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(rows));
+    begin += rows;
+    rows = 0;
+  };
+  parts.emplace_back();
+  for (const Segment& seg : segments) {
+    for (std::int64_t done = 0; done < seg.rows;) {
+      if (rows == step) {
+        close();
+        parts.emplace_back();
+      }
+      const std::int64_t take = std::min(seg.rows - done, step - rows);
+      parts.back().segments.push_back({seg.cache, seg.pos0 + done, take});
+      if (all_logits)
+        for (std::int64_t r = rows; r < rows + take; ++r) parts.back().logit_rows.push_back(r);
+      done += take;
+      rows += take;
+      if (done == seg.rows && !all_logits) parts.back().logit_rows.push_back(rows - 1);  // the sequence's last row
+    }
+  }
+  close();
+  return parts;
 }
 
 void LlamaModel::final_logits(const float* x, std::span<const std::int64_t> logit_rows, std::vector<float>& logits) {
@@ -436,34 +458,51 @@ void LlamaModel::head(const float* x, std::int64_t rows, std::vector<float>& log
   final_logits(x, all, logits);
 }
 
-void LlamaModel::run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
-                     std::span<const std::int64_t> logit_rows, std::vector<float>& logits) {
+void LlamaModel::run(std::span<const Part> parts, std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const auto t_count = static_cast<std::int64_t>(tokens.size());
   const std::int64_t hidden = c.hidden_size;
-  Scratch& s = *scratch_;
-  s.fit(c, t_count);
-  float* x = s.residual.data();  // (T, hidden)
-  const std::span<float> states(x, static_cast<std::size_t>(t_count * hidden));
+  // Every stage refuses a bad id before any part runs (and before it waits for states that stage 0 would
+  // never send).
+  for (const Part& part : parts)
+    for (const std::int32_t id : part.tokens)
+      if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
   const int stage = pipeline_ != nullptr ? pipeline_->rank() : 0, stages = pipeline_ != nullptr ? pipeline_->size() : 1;
-  if (stage == 0)
-    embed(tokens, x);
-  else
-    pipeline_->receive(stage - 1, std::as_writable_bytes(states));
-  for (std::int64_t l = first_block_; l < last_block_; ++l) block(l, x, segments, l, s, nullptr);
-  for (const Segment& seg : segments) seg.cache->length = seg.pos0 + seg.rows;
-
-  logits.resize(logit_rows.size() * static_cast<std::size_t>(c.vocab_size));
-  if (stage + 1 < stages) {
-    pipeline_->send(stage + 1, std::as_bytes(states));
-  } else if (!logit_rows.empty()) {  // none: a pipeline's prefill micro-batch before the last
-    final_logits(x, logit_rows, logits);
+  const bool last_stage = stage + 1 == stages;
+  std::vector<float> held;  // the last stage's states of the logit rows of several parts, for one lm_head pass
+  std::int64_t logit_rows = 0;
+  for (const Part& part : parts) {
+    const auto t_count = static_cast<std::int64_t>(part.tokens.size());
+    Scratch& s = *scratch_;
+    s.fit(c, t_count);
+    float* x = s.residual.data();  // (T, hidden)
+    const std::span<float> states(x, static_cast<std::size_t>(t_count * hidden));
+    if (stage == 0)
+      embed(part.tokens, x);
+    else
+      pipeline_->receive(stage - 1, std::as_writable_bytes(states));
+    for (std::int64_t l = first_block_; l < last_block_; ++l) block(l, x, part.segments, l, s, nullptr);
+    for (const Segment& seg : part.segments) seg.cache->length = seg.pos0 + seg.rows;
+    if (!last_stage) {
+      pipeline_->send(stage + 1, std::as_bytes(states));
+    } else if (parts.size() == 1) {
+      if (!part.logit_rows.empty()) final_logits(x, part.logit_rows, logits);
+    } else {
+      for (const std::int64_t r : part.logit_rows) held.insert(held.end(), x + r * hidden, x + (r + 1) * hidden);
+    }
+    logit_rows += static_cast<std::int64_t>(part.logit_rows.size());
+    if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it
+      *scratch_ = Scratch();
+      *workspace_ = Workspace();
+    }
   }
-  if (stages > 1 && !logit_rows.empty()) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
-  if (t_count > kKeptPassTokens) {  // a long prompt's buffers (~0.2 MB per token at 7B) are not kept for the decodes after it
-    *scratch_ = Scratch();
-    *workspace_ = Workspace();
+  if (last_stage && parts.size() > 1 && logit_rows > 0) {
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(logit_rows));
+    std::iota(rows.begin(), rows.end(), 0);
+    final_logits(held.data(), rows, logits);
   }
+  logits.resize(static_cast<std::size_t>(logit_rows * c.vocab_size));
+  // Only once the last part is through: the ranks overlap on the parts before.
+  if (stages > 1 && logit_rows > 0) pipeline_->broadcast(stages - 1, std::as_writable_bytes(std::span(logits)));
 }
 
 }  // namespace woq

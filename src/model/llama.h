@@ -282,10 +282,22 @@ class LlamaModel {
   };
   void block(std::int64_t layer, float* x, std::span<const Segment> segments, std::int64_t cache_layer,
              Scratch& scratch, const LinearObserver* observe, const LinearCompute* compute = nullptr);
-  /// Embeds `tokens` (the segments' rows in order), runs every block and
-  /// writes logits [logit_rows.size(), vocab] for those rows of the pass.
-  void run(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
-           std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
+  /// A micro-batch of a pass: its tokens (its segments' rows in order) and the rows whose logits it gives.
+  struct Part {
+    std::span<const std::int32_t> tokens;
+    std::vector<Segment> segments;
+    std::vector<std::int64_t> logit_rows;
+  };
+  /// The pass of `tokens` (the segments' rows in order) as run() takes it: one part, or in a pipeline
+  /// micro-batches of about 1/(4 · ranks) of the rows (at least kMinMicroBatch; a segment may be cut between
+  /// two), giving the logits of each segment's last row, or of every row with `all_logits` (one part).
+  std::vector<Part> micro_batches(std::span<const std::int32_t> tokens, std::span<const Segment> segments,
+                                  bool all_logits) const;
+  /// Embeds each part's tokens, runs every block on it (a pipeline stage: hands it on as soon as it is done)
+  /// and writes logits [all parts' logit rows, vocab], in order (a pipeline: computed by the last rank and
+  /// broadcast once, after the last part). Throws woq::Error for a token id outside [0, vocab), on every rank
+  /// before any part runs.
+  void run(std::span<const Part> parts, std::vector<float>& logits);
   /// The final RMSNorm and lm_head of rows `logit_rows` of x [T, hidden], into logits [logit_rows.size(), vocab].
   void final_logits(const float* x, std::span<const std::int64_t> logit_rows, std::vector<float>& logits);
   LlamaModel(ModelConfig config, ThreadPool& pool);

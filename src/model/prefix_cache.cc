@@ -103,13 +103,14 @@ void PrefixCache::erase(Entries::iterator e) {
 }
 
 void PrefixCache::count_pages(const KVCache& cache, int delta) {
+  const std::int64_t page_bytes = page_bytes_ > 0 ? page_bytes_ : cache.page_bytes();
   for (std::size_t p = 0; p < cache.page_count(); ++p) {
     const auto [it, added] = page_uses_.try_emplace(cache.page_id(p), 0);
-    if (added) bytes_ += cache.page_bytes();
+    if (added) bytes_ += page_bytes;
     it->second += delta;
     if (it->second == 0) {
       page_uses_.erase(it);
-      bytes_ -= cache.page_bytes();
+      bytes_ -= page_bytes;
     }
   }
 }

@@ -29,8 +29,9 @@ class PrefixCache {
   static constexpr std::int64_t kBlockTokens = 32;
 
   /// max_bytes: KV page bytes the kept entries may hold together (pages shared by several entries count
-  /// once); 0 keeps nothing.
-  explicit PrefixCache(std::int64_t max_bytes) : max_bytes_(max_bytes) {}
+  /// once); 0 keeps nothing. page_bytes: what a page counts for (> 0: the whole model's page, so that every
+  /// stage of a pipeline, whose pages hold its blocks only, keeps and evicts alike); 0: the caches' own pages.
+  explicit PrefixCache(std::int64_t max_bytes, std::int64_t page_bytes = 0) : max_bytes_(max_bytes), page_bytes_(page_bytes) {}
 
   /// Shares into the empty `cache` the longest kept prefix of `tokens` of at least one block, at most
   /// `limit` tokens long (so that a prompt keeps tokens to prefill) and longer than `longer_than`, and
@@ -66,6 +67,7 @@ class PrefixCache {
   void count_pages(const KVCache& cache, int delta);
 
   std::int64_t max_bytes_;
+  std::int64_t page_bytes_;
   std::int64_t bytes_ = 0;
   Entries lru_;  ///< most recently used first
   std::unordered_multimap<std::uint64_t, Entries::iterator> index_;

@@ -55,7 +55,8 @@ struct Engine::Slot {
 
   std::shared_ptr<EngineRequest> req;
   DecodeStep step;
-  std::optional<KVCache> cache;
+  std::int64_t id = 0;        ///< its KV cache's in SequenceCaches
+  KVCache* cache = nullptr;  ///< SequenceCaches' for `id`, once started
   /// The tokens fed so far: the prompt, then each generated token once a decode step wrote its keys and
   /// values (the cache holds the first cache->size()).
   std::vector<std::int32_t> tokens{req->prompt};
@@ -70,7 +71,7 @@ struct Engine::Slot {
 };
 
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
-    : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options), prefix_cache_(0) {
+    : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
   model_.set_batch_invariant(true);  // a request's tokens must not depend on its neighbours or prompt chunks
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
   if (options_.max_queued < 0) fail("--max-queue must be >= 0, got {}", options_.max_queued);
@@ -102,7 +103,7 @@ Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, 
   if (options_.cache_bytes < 0) options_.cache_bytes = std::clamp<std::int64_t>(budget - caches, 0, caches);
   if (options_.prefill_chunk < kAutoPrefillChunk)
     fail("--prefill-chunk must be >= 0 (or {} for auto), got {}", kAutoPrefillChunk, options_.prefill_chunk);
-  prefix_cache_ = PrefixCache(options_.cache_bytes);
+  caches_ = std::make_unique<SequenceCaches>(model, options_.cache_bytes, options_.pipeline);
   eos_ = end_of_generation_ids(model.config(), tokenizer);
   thread_ = std::thread([this] { loop(); });
 }
@@ -164,10 +165,11 @@ void Engine::finish(Slot& slot, const char* reason, std::string error) {
   if (ev.reason == "cancelled") metrics_.cancelled();
   metrics_.tokens(ev.prompt_tokens, ev.completion_tokens);
   if (slot.cache && ev.reason != "error") {  // an error may have left the cache's last pass half written
-    prefix_cache_.keep(std::span(slot.tokens).first(static_cast<std::size_t>(slot.cache->size())), *slot.cache);
-    metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
+    caches_->keep(slot.id, std::span(slot.tokens).first(static_cast<std::size_t>(slot.cache->size())));
+    metrics_.set_prefix_cache_bytes(caches_->prefix_cache().bytes());
   }
-  slot.cache.reset();
+  if (slot.cache) caches_->release(slot.id);
+  slot.cache = nullptr;
   if (slot.req->on_finish) slot.req->on_finish(ev);
 }
 
@@ -211,7 +213,8 @@ bool Engine::advance(Slot& slot, const float* logits) {
 void Engine::start(Slot& slot) {
   const EngineRequest& r = *slot.req;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
-  slot.cache.emplace(model_.make_cache(std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1))));
+  slot.id = next_id_++;
+  slot.cache = &caches_->start(slot.id, std::min(options_.ctx_size, n + std::max<std::int64_t>(r.max_tokens, 1)));
 }
 
 void Engine::reuse_prefix(Slot& slot) {
@@ -219,11 +222,8 @@ void Engine::reuse_prefix(Slot& slot) {
   // A scored prompt needs the logits of every position: nothing of it can be skipped.
   if (r.prompt_logprobs || slot.cache->size() != slot.cached) return;
   const auto n = static_cast<std::int64_t>(r.prompt.size());
-  KVCache fresh = model_.make_cache(slot.cache->capacity);
-  const std::int64_t reused = prefix_cache_.reuse(r.prompt, n - 1, fresh, slot.cached);
-  if (reused == 0) return;
-  slot.cache.emplace(std::move(fresh));
-  slot.cached = reused;
+  const std::int64_t reused = caches_->reuse(slot.id, r.prompt, n - 1, slot.cached);
+  if (reused > 0) slot.cached = reused;
 }
 
 bool Engine::waits_for_leader(const Slot& slot) const {
@@ -235,8 +235,9 @@ bool Engine::waits_for_leader(const Slot& slot) const {
     if (!s->req) continue;  // ended in this step
     const std::vector<std::int32_t>& other = s->req->prompt;
     // Waiting gains nothing when the leader's prompt could not be kept.
-    const std::int64_t pages = KVCache::bytes_for(slot.cache->layers, std::ssize(other), slot.cache->kv_dim);
-    if (s->prefilling() && !s->req->prompt_logprobs && std::ssize(other) > block && pages <= prefix_cache_.max_bytes() &&
+    const ModelConfig& c = model_.config();  // the prefix cache counts the whole model's pages (pipeline stages too)
+    const std::int64_t pages = KVCache::bytes_for(c.num_hidden_layers, std::ssize(other), c.kv_dim());
+    if (s->prefilling() && !s->req->prompt_logprobs && std::ssize(other) > block && pages <= caches_->prefix_cache().max_bytes() &&
         std::equal(prompt.begin(), prompt.begin() + block, other.begin()))
       return true;
   }
@@ -250,8 +251,8 @@ bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
   const std::int64_t begin = slot.cache->size();
   const std::int64_t count = std::min({n - begin, budget, std::max<std::int64_t>(1, options_.prompt_logit_floats / vocab)});
   std::vector<float> logits;
-  model_.forward(std::span(r.prompt).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
-                 *slot.cache, true, logits);
+  caches_->forward(slot.id, std::span(r.prompt).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+                   true, logits);
   budget -= count;
   slot.prompt.reserve(static_cast<std::size_t>(n - 1));
   for (std::int64_t i = begin; i < begin + count && i + 1 < n; ++i) {
@@ -263,8 +264,8 @@ bool Engine::score_chunk(Slot& slot, std::int64_t& budget) {
 }
 
 bool Engine::prompt_done(Slot& slot, const float* logits) {
-  prefix_cache_.keep(slot.req->prompt, *slot.cache);  // later prompts may share it while this one decodes
-  metrics_.set_prefix_cache_bytes(prefix_cache_.bytes());
+  caches_->keep(slot.id, slot.req->prompt);  // later prompts may share it while this one decodes
+  metrics_.set_prefix_cache_bytes(caches_->prefix_cache().bytes());
   if (slot.req->max_tokens <= 0) {
     finish(slot, "length");
     return false;
@@ -284,13 +285,13 @@ void Engine::step() {
   std::vector<Slot*> seqs;
   std::vector<std::int32_t> tokens;
   std::vector<std::int64_t> rows;
-  std::vector<KVCache*> caches;
+  std::vector<std::int64_t> ids;
   for (const auto& s : active_)
     if (!s->prefilling()) {
       seqs.push_back(s.get());
       tokens.push_back(s->next);
       rows.push_back(1);
-      caches.push_back(&*s->cache);
+      ids.push_back(s->id);
     }
   const std::size_t decoders = seqs.size();
   std::int64_t budget = prefill_budget(decoders > 0), prompt_tokens = 0;
@@ -314,7 +315,7 @@ void Engine::step() {
     tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
     seqs.push_back(s.get());
     rows.push_back(count);
-    caches.push_back(&*s->cache);
+    ids.push_back(s->id);
     budget -= count;
     prompt_tokens += count;
   }
@@ -322,7 +323,7 @@ void Engine::step() {
   std::vector<float> logits;
   const auto t0 = Clock::now();
   try {
-    model_.forward_batch(tokens, rows, caches, logits);
+    caches_->forward_batch(tokens, rows, ids, logits);
   } catch (const std::exception& e) {
     for (Slot* s : seqs) {
       finish(*s, "error", e.what());

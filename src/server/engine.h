@@ -32,8 +32,8 @@
 #include "core/error.h"
 #include "generate/sampler.h"
 #include "model/llama.h"
-#include "model/prefix_cache.h"
 #include "server/metrics.h"
+#include "server/sequence_caches.h"
 #include "tokenizer/tokenizer.h"
 
 namespace woq::server {
@@ -111,6 +111,9 @@ struct EngineOptions {
   /// KV bytes the prefix cache may hold; 0 = no prefix caching; -1 = what the memory budget leaves beside
   /// the `parallel` caches, at most as much as they take.
   std::int64_t cache_bytes = -1;
+  /// The ranks of a pipeline (LlamaModel::set_pipeline) whose rank 0 runs this engine; the other ranks run
+  /// SequenceCaches::follow until the engine is destroyed. Null (or one rank): one process.
+  Ranks* pipeline = nullptr;
 };
 
 /// submit() when max_queued requests already wait: try again later (an HTTP 503).
@@ -188,7 +191,8 @@ class Engine {
   Metrics& metrics_;
   EngineOptions options_;
   std::vector<std::int32_t> eos_;
-  PrefixCache prefix_cache_;  ///< engine thread only
+  std::unique_ptr<SequenceCaches> caches_;  ///< the sequences' KV caches and the prefix cache (engine thread)
+  std::int64_t next_id_ = 0;                ///< the next started sequence's id (engine thread)
   /// Moving averages of the last decode-only steps' seconds and of the seconds a prompt token adds to a
   /// step (engine thread).
   double decode_seconds_ = 0, prefill_token_seconds_ = 0;

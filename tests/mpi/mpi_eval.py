@@ -284,16 +284,20 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--text", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    args = ap.parse_args()
+    run_checks(ap.parse_args(), (("equal", check_equal), ("tasks", check_tasks), ("compare", check_compare),
+                                 ("recovery", check_recovery), ("pipeline", check_pipeline),
+                                 ("refused", check_refused), ("mismatch", check_mismatch),
+                                 ("rank fails", check_rank_fails), ("rank killed", check_rank_killed)))
+
+
+def run_checks(args, checks):
+    """Runs each (name, check(args, work)) in a common temporary directory, a line each; exits 1 when one fails."""
     failures = 0
     with tempfile.TemporaryDirectory() as work:
-        for name, check in (("equal", check_equal), ("tasks", check_tasks), ("compare", check_compare),
-                            ("recovery", check_recovery), ("pipeline", check_pipeline),
-                            ("refused", check_refused), ("mismatch", check_mismatch),
-                            ("rank fails", check_rank_fails), ("rank killed", check_rank_killed)):
+        for name, check in checks:
             try:
                 print(f"{name:11} ok: {check(args, work)}", flush=True)
-            except (AssertionError, subprocess.TimeoutExpired) as e:
+            except (AssertionError, OSError, subprocess.TimeoutExpired) as e:
                 failures += 1
                 print(f"{name:11} FAILED: {e}", flush=True)
     sys.exit(1 if failures else 0)
