@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -113,17 +114,31 @@ int run_serve(const ServeArgs& a) {
   for (const std::int32_t id : end_of_generation_ids(model->config(), tokenizer))
     stops += fmt::format("{}{} {}", stops.empty() ? "" : ", ", id, tokenizer.token_text(id));
   fmt::print(stderr, "woq: tokenizer: {}; stop tokens: {}\n", tokenizer.describe(), stops.empty() ? "none" : stops);
-  fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequences at once, {} tokens each, prefix cache {}{})\n",
-             http.served_model_name, a.host, port, engine.parallel(), engine.ctx_size(),
+  fmt::print(stderr, "woq: serving '{}' on http://{}:{} ({} sequence{} at once, {} tokens each, prefix cache {}{})\n",
+             http.served_model_name, a.host, port, engine.parallel(), engine.parallel() == 1 ? "" : "s", engine.ctx_size(),
              engine.cache_bytes() == 0 ? std::string("off")
              : engine.cache_bytes() < (1 << 30) ? fmt::format("{:.1f} MiB", static_cast<double>(engine.cache_bytes()) / (1 << 20))
                                                  : fmt::format("{:.2f} GiB", static_cast<double>(engine.cache_bytes()) / (1 << 30)),
              a.api_key.empty() ? "" : ", API key required");
+  if (ranks.size() > 1)  // mpirun kills its ranks about 2 s after forwarding a signal: too soon to drain
+    fmt::print(stderr, "woq: rank 0 is pid {}: SIGTERM to it drains the requests, then every rank stops\n", getpid());
   std::thread waiter([&] {
     char sig = 0;
     while (read(stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     if (sig != 0) fmt::print(stderr, "woq: {}; stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    if (ranks.size() > 1) {
+      // A rank that stopped answering (SIGSTOP, a network partition) would hold rank 0's engine in its pass, and
+      // this process in the engine's end, for ever: the job ends instead, 10 s after the drain's time is up.
+      const auto grace = std::chrono::duration<double>(a.shutdown_timeout + 10);
+      std::thread([&ranks, grace] {
+        std::this_thread::sleep_for(grace);
+        fmt::print(stderr, "woq: error (rank 0 of {}): the pipeline's ranks did not finish {:.0f} s after the stop "
+                   "(a rank stopped answering); ending the job\n", ranks.size(), grace.count());
+        std::fflush(stderr);
+        ranks.abort(1);
+      }).detach();
+    }
     server.stop();
   });
   server.serve();

@@ -11,7 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace woq {
+
+/// A failure of the ranks' transport (MPI reported an error, a message of the wrong size came): the ranks may no
+/// longer agree on where they are, so the job cannot go on, unlike a refusal that every rank makes alike.
+class TransportError : public Error {
+ public:
+  using Error::Error;
+};
 
 /// The processes of one job, numbered 0..size()-1. Collective calls must be made by every rank, in the same
 /// order; a rank that fails between them calls abort(), or the others would wait for it forever. Calls may come
@@ -21,11 +30,12 @@ class Ranks {
   virtual ~Ranks() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// Every rank's bytes, in rank order, on every rank. Collective. Throws woq::Error when the transport fails.
+  /// Every rank's bytes, in rank order, on every rank. Collective. Throws TransportError when the transport fails.
   virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
   /// Sends `bytes` to rank `to`, which receive()s them; blocks until they are sent.
   virtual void send(int to, std::span<const std::byte> bytes) = 0;
-  /// Receives exactly `bytes.size()` bytes that rank `from` send()s. Throws woq::Error when another size comes.
+  /// Receives exactly `bytes.size()` bytes that rank `from` send()s. Throws TransportError when another size comes
+  /// or the transport fails (as send() and broadcast() do).
   virtual void receive(int from, std::span<std::byte> bytes) = 0;
   /// `bytes` of rank `root` into `bytes` on every rank (each passes the same size). Collective.
   virtual void broadcast(int root, std::span<std::byte> bytes) = 0;

@@ -2,9 +2,12 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "core/error.h"
 
@@ -17,7 +20,7 @@ void check(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  fail("{} failed: {}", call, text);
+  throw TransportError(fmt::format("{} failed: {}", call, text));
 }
 
 // An MPI count: at most 2 GiB - 1 bytes per message.
@@ -27,7 +30,45 @@ int count(std::size_t bytes) {
   return static_cast<int>(bytes);
 }
 
-constexpr int kTag = 7;  // woq's point-to-point messages
+constexpr int kTag = 7;           // woq's point-to-point messages
+constexpr int kBroadcastTag = 8;  // broadcast(): a message from the root to each other rank
+
+using Clock = std::chrono::steady_clock;
+
+// Between polls of MPI: nothing for the first 200 ms, then sleeps from 50 us doubling up to 1 ms. A pipeline's
+// stage waits about one stage's compute for its states, tens of ms a token: polling without sleeps keeps a 2-rank
+// decode at one process's speed (a 20 ms window cost 8 % of it here, the wake-ups coming late). Open MPI's
+// blocking calls poll at 100 % of a core for as long as they wait: an idle `woq serve` rank would burn a core for
+// nothing (and take it from a rank that works, where ranks share a machine).
+class Backoff {
+ public:
+  void pause() {
+    if (Clock::now() - start_ < std::chrono::milliseconds(200)) return;
+    std::this_thread::sleep_for(nap_);
+    nap_ = std::min(nap_ * 2, std::chrono::microseconds(1000));
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  std::chrono::microseconds nap_{50};
+};
+
+// Receives the next message of `tag` from rank `from` into `bytes`, which it must fill exactly: waits for it to
+// arrive (MPI_Improbe, with Backoff), then takes it at once (MPI_Mrecv: the sender is sending).
+void receive_exact(int rank, int from, int tag, std::span<std::byte> bytes) {
+  MPI_Status status;
+  MPI_Message message;
+  for (Backoff backoff;; backoff.pause()) {
+    int arrived = 0;
+    check(MPI_Improbe(from, tag, MPI_COMM_WORLD, &arrived, &message, &status), "MPI_Improbe");
+    if (arrived != 0) break;
+  }
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if (static_cast<std::size_t>(got) != bytes.size())
+    throw TransportError(fmt::format("rank {} sent {} bytes where rank {} expected {}", from, got, rank, bytes.size()));
+  check(MPI_Mrecv(bytes.data(), got, MPI_BYTE, &message, &status), "MPI_Mrecv");
+}
 
 class MpiRanks final : public Ranks {
  public:
@@ -74,20 +115,18 @@ class MpiRanks final : public Ranks {
   }
 
   void send(int to, std::span<const std::byte> bytes) override {
+    // Blocking: the receiver is waiting for it, or soon will be (a pipeline's next stage).
     check(MPI_Send(bytes.data(), count(bytes.size()), MPI_BYTE, to, kTag, MPI_COMM_WORLD), "MPI_Send");
   }
 
-  void receive(int from, std::span<std::byte> bytes) override {
-    MPI_Status status;
-    check(MPI_Recv(bytes.data(), count(bytes.size()), MPI_BYTE, from, kTag, MPI_COMM_WORLD, &status), "MPI_Recv");
-    int got = 0;
-    MPI_Get_count(&status, MPI_BYTE, &got);
-    if (static_cast<std::size_t>(got) != bytes.size())
-      fail("rank {} sent {} bytes where rank {} expected {}", from, got, rank_, bytes.size());
-  }
+  void receive(int from, std::span<std::byte> bytes) override { receive_exact(rank_, from, kTag, bytes); }
 
   void broadcast(int root, std::span<std::byte> bytes) override {
-    check(MPI_Bcast(bytes.data(), count(bytes.size()), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    // As messages from the root (not MPI_Bcast, which polls at 100 % of a core while it waits).
+    if (rank_ != root) return receive_exact(rank_, root, kBroadcastTag, bytes);
+    for (int r = 0; r < size_; ++r)
+      if (r != root)
+        check(MPI_Send(bytes.data(), count(bytes.size()), MPI_BYTE, r, kBroadcastTag, MPI_COMM_WORLD), "MPI_Send");
   }
 
   [[noreturn]] void abort(int code) override {

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <utility>
 
@@ -109,15 +110,23 @@ template <typename Pass>
 void SequenceCaches::pass(Pass&& run) {
   try {
     run();
+  } catch (const TransportError& e) {
+    if (pipeline_ == nullptr) throw;
+    end_pipeline(e);
   } catch (const Error&) {
     throw;  // refused alike by every stage before any transfer (LlamaModel's checks)
   } catch (const std::exception& e) {
     if (pipeline_ == nullptr) throw;
-    // The other stages finished their part of this pass or wait for it: the pipeline cannot go on.
-    std::fprintf(stderr, "woq: error (rank 0 of %d): a pipeline forward pass failed: %s\n", pipeline_->size(), e.what());
-    std::fflush(stderr);
-    pipeline_->abort(1);
+    end_pipeline(e);
   }
+}
+
+void SequenceCaches::end_pipeline(const std::exception& e) {
+  // The other stages finished their part of this pass or wait for it: the pipeline cannot go on.
+  std::fprintf(stderr, "woq: error (rank 0 of %d): a pipeline forward pass failed: %s\n", pipeline_->size(), e.what());
+  std::fflush(stderr);
+  pipeline_->abort(1);
+  std::_Exit(1);  // not reached (the compiler cannot see abort's [[noreturn]] through the virtual call)
 }
 
 void SequenceCaches::forward(std::int64_t id, std::span<const std::int32_t> tokens, bool all_logits,
@@ -142,6 +151,7 @@ void SequenceCaches::forward_batch(std::span<const std::int32_t> tokens, std::sp
 void SequenceCaches::follow(LlamaModel& model, Ranks& ranks) {
   Message m = Message::receive(ranks);
   if (m.op != Op::kOpen) fail("pipeline: rank {} expected rank 0 to open its caches first", ranks.rank());
+  model.set_batch_invariant(true);  // as the engine sets rank 0's: ggml numerics take one order in any batch
   SequenceCaches caches(model, m.a);
   std::vector<float> logits;
   for (;;) {
@@ -171,6 +181,8 @@ void SequenceCaches::follow(LlamaModel& model, Ranks& ranks) {
           try {
             if (batch) caches.forward_batch(m.ints, longs.subspan(n), longs.first(n), logits);
             else caches.forward(m.id, m.ints, m.a != 0, logits);
+          } catch (const TransportError&) {
+            throw;  // the ranks may no longer agree: the job ends
           } catch (const Error&) {
             // Refused before any transfer, as rank 0 refused it (it reports to its client).
           }

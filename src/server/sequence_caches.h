@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -65,10 +66,12 @@ class SequenceCaches {
   KVCache& at(std::int64_t id);
   /// Leader of a pipeline: sends `m` to every other rank.
   void tell(const Message& m);
-  /// Runs a forward pass; in a pipeline, a failure other than woq::Error (a refusal every stage makes alike)
-  /// ends the job.
+  /// Runs a forward pass; in a pipeline, a failure other than a woq::Error refusal every stage makes alike (a
+  /// TransportError, memory) ends the job.
   template <typename Pass>
   void pass(Pass&& run);
+  /// Leader of a pipeline: says why the pass failed and ends the job.
+  [[noreturn]] void end_pipeline(const std::exception& e);
 
   LlamaModel& model_;
   Ranks* pipeline_;  ///< the ranks when this is a pipeline's leader; null otherwise

@@ -6,19 +6,21 @@ Checks, a line each (exit status 1 when one fails):
   equal      -np 2 and -np 3 answer a mix of concurrent requests (greedy and seeded completions, prompts that
              share long prefixes so that the prefix cache reuses them, prompts prefilled in chunks, or whole in
              micro-batches, echo with prompt logprobs, chat) with one process's text and log-probabilities, byte
-             for byte; the prefix cache served tokens
+             for byte, with woq's numerics and a GGUF file's (ggml's); the prefix cache served tokens
   bad ids    a prompt of token ids outside the vocabulary is refused (400) and the job still answers
-  drain      SIGTERM to rank 0 or to mpirun (which forwards it): rank 0 finishes the stream in flight and tells
-             the other ranks to stop (they ignore the signal), exit 0 (mpirun's own exit status is 1)
+  drain      SIGTERM to rank 0 (its pid on a startup line) with 60 streams queued: every one ends with [DONE],
+             then the other ranks stop (they ignore the signal), exit 0; SIGTERM to mpirun ends the job in seconds
   killed     rank 1 SIGKILLed mid-stream, or rank 0: the job ends within seconds (no hang)
+  stuck      rank 1 SIGSTOPped, then SIGTERM to rank 0: the job ends 10 s after --shutdown-timeout, saying why
 Python standard library only.
 
-Usage: tests/mpi/mpi_serve.py --woq BUILD/bin/woq --model MODEL [--mpirun mpirun]
+Usage: tests/mpi/mpi_serve.py --woq BUILD/bin/woq --model MODEL --gguf FILE [--mpirun mpirun]
 """
 import argparse
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,10 +52,10 @@ def post(port, path, body, timeout=60):
 class Server:
     """woq serve as one process (np 1) or under mpirun -np NP, until stop()."""
 
-    def __init__(self, args, work, np, chunk=24):
+    def __init__(self, args, work, np, chunk=24, extra=("--parallel", "4"), model=None):
         self.port = free_port()
-        argv = [args.woq, "serve", "-m", args.model, "-t", "1", "--port", str(self.port), "--parallel", "4",
-                "--prefill-chunk", str(chunk)]
+        argv = [args.woq, "serve", "-m", model or args.model, "-t", "1", "--port", str(self.port), "--prefill-chunk", str(chunk),
+                *extra]
         cmd = argv if np == 1 else mpirun_args(args, (np, {}, argv))
         self.log_path = os.path.join(work, f"serve{self.port}.log")
         self.log = open(self.log_path, "w")
@@ -142,29 +144,33 @@ def cached_tokens(server):
 
 def check_equal(args, work):
     reqs = requests()
-    one = Server(args, work, 1)
-    try:
-        want = [a for a, _ in answers(one.port, reqs)]
-    finally:
-        one.stop()
     out = []
-    # --prefill-chunk 0: whole prompts in one pass, which a pipeline runs in micro-batches.
-    for np, chunk in ((2, 24), (3, 24), (2, 0)):
-        srv = Server(args, work, np, chunk)
+    # --prefill-chunk 0: whole prompts in one pass, which a pipeline runs in micro-batches. A GGUF file (ggml's
+    # numerics, where a lone decode row's order differs unless the passes are batch-invariant, on every rank).
+    for model, runs in ((args.model, ((2, 24), (3, 24), (2, 0))), (args.gguf, ((2, 24),))):
+        one = Server(args, work, 1, model=model)
         try:
-            for rnd in range(2):  # the second round reuses the first's prompts from the prefix cache
-                got = [a for a, _ in answers(srv.port, reqs)]
-                for i, (g, w) in enumerate(zip(got, want)):
-                    assert g == w, f"-np {np} round {rnd + 1} request {i} {reqs[i][1]}: {g[:300]} != {w[:300]}"
-            hits = cached_tokens(srv)
-            assert hits > 0, f"-np {np}: the prefix cache served no tokens"
-            assert "woq: pipeline over" in srv.text(), srv.text()[-400:]
-            # SIGTERM to rank 0 (mpirun itself exits 1 on a SIGTERM of its own, whatever its ranks do).
-            assert srv.stop(pid=srv.ranks()[0]) == 0, f"-np {np}: exit status {srv.p.returncode}: {srv.text()[-400:]}"
+            want = [a for a, _ in answers(one.port, reqs)]
         finally:
-            srv.stop()
-        out.append(f"-np {np} --prefill-chunk {chunk}: {len(reqs)} requests x 2 rounds, {hits:.0f} prompt tokens "
-                   "from the prefix cache")
+            one.stop()
+        for np, chunk in runs:
+            srv = Server(args, work, np, chunk, model=model)
+            try:
+                for rnd in range(2):  # the second round reuses the first's prompts from the prefix cache
+                    got = [a for a, _ in answers(srv.port, reqs)]
+                    got[0] = answers(srv.port, reqs[:1])[0][0]  # alone: each decode pass is one row
+                    for i, (g, w) in enumerate(zip(got, want)):
+                        assert g == w, (f"-np {np} {model} round {rnd + 1} request {i} {reqs[i][1]}: "
+                                        f"{g[:300]} != {w[:300]}")
+                hits = cached_tokens(srv)
+                assert hits > 0, f"-np {np}: the prefix cache served no tokens"
+                assert "woq: pipeline over" in srv.text(), srv.text()[-400:]
+                # SIGTERM to rank 0 (mpirun itself exits 1 on a SIGTERM of its own, whatever its ranks do).
+                assert srv.stop(pid=srv.ranks()[0]) == 0, f"-np {np}: exit status {srv.p.returncode}: {srv.text()[-400:]}"
+            finally:
+                srv.stop()
+            out.append(f"-np {np} --prefill-chunk {chunk}{' (GGUF)' if model == args.gguf else ''}: {len(reqs)} "
+                       f"requests x 2 rounds, {hits:.0f} prompt tokens from the prefix cache")
     return "; ".join(out) + "; all as one process, byte for byte"
 
 
@@ -180,9 +186,9 @@ def check_bad_ids(args, work):
     return "token id 99999: HTTP 400; the next request answered; exit 0"
 
 
-def stream(port, max_tokens):
+def stream(port, max_tokens, prompt="Once upon a time"):
     """Opens a streamed completion and reads its first event; returns the response to read on."""
-    body = {"prompt": "Once upon a time", "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
     r = urllib.request.urlopen(req, timeout=30)
@@ -191,22 +197,41 @@ def stream(port, max_tokens):
 
 
 def check_drain(args, work):
-    out = []
-    for target in ("rank 0", "mpirun"):
-        srv = Server(args, work, 2)
-        r = stream(srv.port, 400)
-        t = time.monotonic()
-        rc = srv.stop(signal.SIGTERM, pid=srv.ranks()[0] if target == "rank 0" else None)
-        secs = time.monotonic() - t
-        rest = r.read().decode()
-        assert "data: [DONE]" in rest, f"{target}: the stream in flight was cut: {rest[-300:]}"
-        log = srv.text()
-        assert "woq: terminated; stopping" in log and "error" not in log, f"{target}: {log[-500:]}"
-        # mpirun exits 1 after a SIGTERM of its own whatever its ranks do; rank 0's ends the job with 0.
-        assert target == "mpirun" or rc == 0, f"{target}: exit status {rc}: {log[-500:]}"
-        assert secs < 15, f"{target}: took {secs:.1f} s"
-        out.append(f"{target}: exit {rc} {secs:.1f} s after")
-    return "SIGTERM with a stream in flight (it ends with [DONE]) to " + ", ".join(out)
+    # Rank 0 named by its startup line; 60 streams queued behind --parallel 1, most of them still to run when
+    # it gets SIGTERM: every one must end with [DONE] (mpirun would kill the ranks 2 s after a signal of its own).
+    srv = Server(args, work, 2, extra=["--parallel", "1", "--shutdown-timeout", "60"])
+    pid = int(re.search(r"woq: rank 0 is pid (\d+)", srv.text()).group(1))
+    assert pid == srv.ranks()[0], (pid, srv.ranks())
+    ends, signalled = [], []
+
+    def one(i):
+        try:
+            r = stream(srv.port, 400, f"Story {i}: once upon a time")
+            rest = r.read().decode()
+            ends.append(("data: [DONE]" in rest, bool(signalled)))
+        except OSError as e:
+            ends.append((f"error: {e}", bool(signalled)))
+
+    with concurrent.futures.ThreadPoolExecutor(60) as pool:
+        for i in range(60):
+            pool.submit(one, i)
+        time.sleep(0.5)
+        signalled.append(time.monotonic())
+        rc = srv.stop(signal.SIGTERM, pid=pid, timeout=60)
+    secs = time.monotonic() - signalled[0]
+    log = srv.text()
+    assert len(ends) == 60 and all(done is True for done, _ in ends), f"streams cut: {[e for e in ends if e[0] is not True][:3]}"
+    assert "woq: terminated; stopping" in log and "error" not in log, log[-500:]
+    assert rc == 0, f"exit status {rc}: {log[-500:]}"
+    after = sum(1 for _, late in ends if late)
+    # mpirun's own SIGTERM: forwarded, then the ranks are killed; the job ends in seconds either way.
+    srv2 = Server(args, work, 2)
+    t = time.monotonic()
+    rc2 = srv2.stop(signal.SIGTERM)
+    secs2 = time.monotonic() - t
+    assert secs2 < 15, f"mpirun: took {secs2:.1f} s"
+    return (f"SIGTERM to rank 0 (pid from its startup line): all 60 queued streams ended with [DONE] ({after} of "
+            f"them after the signal), exit {rc} {secs:.1f} s after; SIGTERM to mpirun: exit {rc2} {secs2:.1f} s after")
 
 
 def check_killed(args, work):
@@ -241,13 +266,42 @@ def check_killed(args, work):
     return "SIGKILL while 3 clients stream, " + ", ".join(out)
 
 
+def check_stuck(args, work):
+    # Rank 1 stopped (SIGSTOP: a rank that no longer answers) mid-stream, then SIGTERM to rank 0: the drain cannot
+    # finish, so the job ends 10 s after --shutdown-timeout with rank 0's error, rather than hang.
+    srv = Server(args, work, 2, extra=["--parallel", "4", "--shutdown-timeout", "1"])
+    pids = srv.ranks()
+    os.kill(pids[1], signal.SIGSTOP)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(lambda: stream(srv.port, 400).read())
+        time.sleep(0.5)
+        t = time.monotonic()
+        try:
+            rc = srv.stop(signal.SIGTERM, pid=pids[0], timeout=40)
+        finally:
+            try:
+                os.kill(pids[1], signal.SIGKILL)
+            except OSError:
+                pass
+        secs = time.monotonic() - t
+        try:
+            pending.result(timeout=10)
+        except Exception:
+            pass  # cut: its rank ended
+    log = srv.text()
+    assert rc != 0 and "did not finish 11 s after the stop" in log, f"exit {rc}: {log[-500:]}"
+    assert secs < 25, f"took {secs:.1f} s"
+    return f"rank 1 SIGSTOPped, SIGTERM to rank 0: exit {rc} {secs:.1f} s after, with rank 0's error"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--woq", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--gguf", required=True, help="a llama.cpp K-quant file (tests/data/gguf_kquant/tiny-Q3_K_M.gguf)")
     ap.add_argument("--mpirun", default="mpirun")
     run_checks(ap.parse_args(), (("equal", check_equal), ("bad ids", check_bad_ids), ("drain", check_drain),
-                                 ("killed", check_killed)))
+                                 ("killed", check_killed), ("stuck", check_stuck)))
 
 
 if __name__ == "__main__":
