@@ -72,7 +72,6 @@ struct Engine::Slot {
 
 Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, Metrics& metrics, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), metrics_(metrics), options_(options) {
-  model_.set_batch_invariant(true);  // a request's tokens must not depend on its neighbours or prompt chunks
   if (options_.parallel < 1) fail("--parallel must be >= 1, got {}", options_.parallel);
   if (options_.max_queued < 0) fail("--max-queue must be >= 0, got {}", options_.max_queued);
   if (options_.prompt_logit_floats < 1) fail("prompt_logit_floats must be >= 1, got {}", options_.prompt_logit_floats);

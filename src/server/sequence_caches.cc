@@ -51,6 +51,9 @@ SequenceCaches::SequenceCaches(LlamaModel& model, std::int64_t cache_bytes, Rank
       pipeline_(pipeline != nullptr && pipeline->size() > 1 ? pipeline : nullptr),
       prefix_(cache_bytes, model_page_bytes(model.config())) {
   if (pipeline_ != nullptr && !pipeline_->leader()) fail("SequenceCaches: only rank 0 leads a pipeline");
+  // A sequence's tokens must not depend on its neighbours or prompt chunks, on any stage: with ggml numerics a
+  // lone row would otherwise take llama.cpp's one-token order.
+  model_.set_batch_invariant(true);
   if (pipeline_ != nullptr) tell({Op::kOpen, 0, cache_bytes, 0, 0, {}, {}});
 }
 
@@ -151,7 +154,6 @@ void SequenceCaches::forward_batch(std::span<const std::int32_t> tokens, std::sp
 void SequenceCaches::follow(LlamaModel& model, Ranks& ranks) {
   Message m = Message::receive(ranks);
   if (m.op != Op::kOpen) fail("pipeline: rank {} expected rank 0 to open its caches first", ranks.rank());
-  model.set_batch_invariant(true);  // as the engine sets rank 0's: ggml numerics take one order in any batch
   SequenceCaches caches(model, m.a);
   std::vector<float> logits;
   for (;;) {

@@ -28,8 +28,8 @@ namespace woq::server {
 /// Engine thread only.
 class SequenceCaches {
  public:
-  /// cache_bytes: the prefix cache's bound (PrefixCache's max_bytes; 0: off). Leader of a pipeline: tells
-  /// the followers to begin.
+  /// cache_bytes: the prefix cache's bound (PrefixCache's max_bytes; 0: off). Makes `model`'s passes
+  /// batch-invariant (LlamaModel::set_batch_invariant). Leader of a pipeline: tells the followers to begin.
   SequenceCaches(LlamaModel& model, std::int64_t cache_bytes, Ranks* pipeline = nullptr);
   /// Leader of a pipeline: tells the followers to stop (follow() returns).
   ~SequenceCaches();
