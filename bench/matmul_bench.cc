@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -83,15 +84,20 @@ void run_matmul(benchmark::State& state, Isa isa, LowBit type, std::int64_t grou
 
 // Quantizing an N(0, 0.02) [N, K] matrix to `type` (group `group`) on one thread: weights per second
 // (items_per_second), the rate of in-memory --low-bit conversion, GGUF export and plan measurement's candidates.
-void run_quantize(benchmark::State& state, LowBit type, std::int64_t group) {
+// With `isa`, quantize_for_kernels instead (int16 activations, one thread): the rows fitted and rounded in
+// that ISA's vectors and written straight into the interleaved layout, as AWQ's scale search quantizes each
+// candidate (compare quantize/<format> then the interleave: quantize_matrix and prepare_for_kernels).
+void run_quantize(benchmark::State& state, LowBit type, std::int64_t group, std::optional<Isa> isa = std::nullopt) {
   const std::int64_t n = state.range(0), k = state.range(1);
   std::vector<float> w(static_cast<std::size_t>(n * k));
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   for (auto& v : w) v = normal(rng);
   const RowReader read = [&](std::int64_t r, float* out) { std::memcpy(out, w.data() + r * k, 4 * k); };
+  ThreadPool one(1);
   for (auto _ : state) {
-    QuantMatrix q = quantize_matrix(read, n, k, {type, group, Int4Range::kFull});
+    QuantMatrix q = isa ? quantize_for_kernels(read, n, k, {type, group, Int4Range::kFull}, Activations::kInt16, one, *isa)
+                        : quantize_matrix(read, n, k, {type, group, Int4Range::kFull});
     benchmark::DoNotOptimize(q.data.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * n * k);
@@ -127,6 +133,16 @@ void register_all() {
         ->Args({1024, 4096})
         ->ArgNames({"N", "K"})
         ->Unit(benchmark::kMillisecond);
+  for (const Isa isa : available_isas())
+    for (const auto& [type, group] : {std::pair{LowBit::kAsymInt4, std::int64_t{128}}, {LowBit::kSymInt4, 32},
+                                      {LowBit::kSymInt8, 32}})
+      benchmark::RegisterBenchmark(fmt::format("quantize_for_kernels/{}/{}_g{}", isa_name(isa), low_bit_name(type), group).c_str(),
+                                   [isa, type = type, group = group](benchmark::State& st) {
+                                     run_quantize(st, type, group, isa);
+                                   })
+          ->Args({1024, 4096})
+          ->ArgNames({"N", "K"})
+          ->Unit(benchmark::kMillisecond);
   for (const Isa isa : all_isas())
     if (!cpu_supports(isa)) fmt::print(stderr, "not measured here: {} (needs {})\n", isa_name(isa), isa_requirements(isa));
   for (const Isa isa : available_isas()) {

@@ -231,6 +231,60 @@ TEST(Interleave, RoundTripsAndEveryReaderSeesTheSameMatrix) {
   EXPECT_THROW(interleave_rows(g16), Error);
 }
 
+// quantize_for_kernels writes the interleaved blocks in one pass, each row fitted and rounded by the ISA's
+// vectors: the bytes of quantize_matrix then prepare_for_kernels on every ISA, for every integer format and
+// range, group sizes that interleave and ones that do not (those stay row-major), row counts off the groups
+// of 8, K off the vectors' lanes; rows that test the rules' edges: an all-zero row (scale 0), sym_int4's
+// first of two equal magnitudes (-a before +a: the scale's sign), an outlier. A NaN is refused by row and
+// column as quantize_matrix refuses it.
+TEST(Interleave, QuantizeForKernelsEqualsQuantizeThenPrepareOnEveryIsa) {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 32}, {7, 33}, {9, 64}, {17, 256}, {8, 4096 + 17}};
+  ThreadPool pool(2);
+  for (const LowBit type : {LowBit::kSymInt4, LowBit::kAsymInt4, LowBit::kSymInt8})
+    for (const Int4Range range : {Int4Range::kFull, Int4Range::kClip})
+      for (const std::int64_t group : {32, 64, 128, 16, -1})
+        for (const auto& [n, k] : shapes) {
+          auto wf = random_vector(n * k, static_cast<std::uint32_t>(n * 5 + k), 0.05f);
+          if (n > 3) {
+            wf[static_cast<std::size_t>(3 * k)] = 1.5f;
+            std::fill_n(wf.begin() + k, k, 0.0f);
+            for (std::int64_t j = 0; j + 20 < k; j += 32) {  // -0.2 then +0.2 in every group of row 2
+              wf[static_cast<std::size_t>(2 * k + j + 3)] = -0.2f;
+              wf[static_cast<std::size_t>(2 * k + j + 20)] = 0.2f;
+            }
+          }
+          const QuantSpec spec{type, group, range};
+          const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
+          for (const Activations act : {Activations::kInt8, Activations::kInt16, Activations::kF32}) {
+            QuantMatrix want = quantize_matrix(read, n, k, spec, &pool);
+            want.activations = act;
+            prepare_for_kernels(want, &pool);
+            for (const Isa isa : available_isas()) {
+              SCOPED_TRACE(::testing::Message() << low_bit_name(type) << " g" << group << " " << n << "x" << k << " "
+                                                << isa_name(isa));
+              const QuantMatrix got = quantize_for_kernels(read, n, k, spec, act, pool, isa);
+              EXPECT_EQ(got.interleave, want.interleave);
+              EXPECT_EQ(got.activations, act);
+              EXPECT_EQ(got.data, want.data);
+              EXPECT_EQ(got.scales, want.scales);
+              EXPECT_EQ(got.zeros, want.zeros);
+            }
+          }
+        }
+  const std::int64_t n = 11, k = 96;
+  auto wf = random_vector(n * k, 9, 0.05f);
+  wf[static_cast<std::size_t>(9 * k + 70)] = std::numeric_limits<float>::quiet_NaN();
+  const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
+  for (const Isa isa : available_isas()) {
+    try {
+      quantize_for_kernels(read, n, k, {LowBit::kAsymInt4, 32}, Activations::kInt16, pool, isa);
+      ADD_FAILURE() << "no error on " << isa_name(isa);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("at row 9, column 70"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Interleave, IntegerPathRefusesAMatrixNotPrepared) {
   const auto wf = random_vector(8 * 64, 3, 0.05f);
   const QuantMatrix w = quantize_matrix(wf.data(), 8, 64, {LowBit::kSymInt4, 32, Int4Range::kFull});

@@ -27,6 +27,10 @@ GroupRule fit_group(const float* x, std::int64_t n) {
     lo = std::min(lo, lo_lane[l]);
     hi = std::max(hi, hi_lane[l]);
   }
+  return rule(lo, hi);
+}
+
+GroupRule rule(float lo, float hi) {
   GroupRule r;
   r.scale = codec::encode_scale((hi - lo) / 15.0f);
   r.zero = codec::round_div(-lo, r.step(), 0, 15);

@@ -22,6 +22,9 @@ namespace woq::asym_int4 {
 /// The rule above fitted to one group x[0, n) (stored range [0, 15]).
 /// Throws woq::Error when s overflows fp16.
 GroupRule fit_group(const float* x, std::int64_t n);
+/// The rule fit_group fits to a group whose min(0, x) is lo and max(0, x) is
+/// hi (for the kernels that find them in vectors). Throws as fit_group does.
+GroupRule rule(float lo, float hi);
 
 /// Quantizes x[0, k) with groups of `group` into packed nibbles q[0, ceil(k/2)),
 /// fp16 scales and zero points [0, ceil(k/group)). Throws woq::Error if a

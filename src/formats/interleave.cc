@@ -97,6 +97,38 @@ void interleave_rows(QuantMatrix& w, ThreadPool* pool) {
   w.interleave = kInterleaveRows;
 }
 
+QuantMatrix allocate_interleaved(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
+  QuantMatrix w = matrix_layout(rows, cols, spec);
+  if (!can_interleave(w))
+    fail("{} with group_size {} cannot be interleaved (needs an integer format with groups of whole 32-blocks)",
+         low_bit_name(w.type), w.group_size);
+  w.data.assign(static_cast<std::size_t>(row_groups(w) * blocks_of(w) * interleaved_block_bytes(w.type)), 0);
+  w.scales.assign(static_cast<std::size_t>(row_groups(w) * w.groups_per_row * kInterleaveRows), 0);
+  if (w.type == LowBit::kAsymInt4) w.zeros.assign(w.scales.size(), 0);
+  w.interleave = kInterleaveRows;
+  return w;
+}
+
+void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const std::uint16_t* scales,
+                         const std::uint8_t* zeros) {
+  const std::int64_t nb = blocks_of(w), bb = interleaved_block_bytes(w.type);
+  // Block b, chunk c, this row's 4 bytes at 4 (row % 8) of the chunk (interleave.h).
+  std::uint8_t* dst = w.data.data() + (row / kInterleaveRows) * nb * bb + 4 * (row % kInterleaveRows);
+  for (std::int64_t b = 0; b < nb; ++b, dst += bb) {
+    const std::int32_t* v = q + b * kInterleaveBlock;
+    if (is_int4(w.type)) {
+      for (std::int64_t i = 0; i < 16; ++i) dst[(i / 4) * 32 + i % 4] = static_cast<std::uint8_t>(v[i] | v[16 + i] << 4);
+    } else {
+      for (std::int64_t i = 0; i < kInterleaveBlock; ++i)
+        dst[(i / 4) * 32 + i % 4] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v[i]));
+    }
+  }
+  for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
+    w.scales[group_slot(w, row, g)] = scales[g];
+    if (!w.zeros.empty()) w.zeros[group_slot(w, row, g)] = zeros[g];
+  }
+}
+
 void gather_row(const QuantMatrix& w, std::int64_t row, std::uint8_t* data, std::uint16_t* scales,
                 std::uint8_t* zeros) {
   copy_row_values<false>(w, row, data, w.data.data());

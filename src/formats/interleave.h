@@ -37,6 +37,18 @@ std::int64_t interleaved_block_bytes(LowBit type);
 /// woq::Error unless can_interleave(w).
 void interleave_rows(QuantMatrix& w, ThreadPool* pool = nullptr);
 
+/// An all-zero interleaved [rows, cols] matrix in `spec`'s format, every
+/// buffer sized (padding rows of scale 0 included), for put_interleaved_row to
+/// fill. Throws woq::Error unless the layout can be interleaved.
+QuantMatrix allocate_interleaved(std::int64_t rows, std::int64_t cols, const QuantSpec& spec);
+
+/// Stores row `row` of an interleaved matrix from its stored integers
+/// q[0, 32 · ceil(cols / 32)) (nibbles 0..15 for the 4-bit formats, -127..127
+/// for sym_int8; zero past cols), its scales[0, groups_per_row) and, for
+/// asym_int4, zeros[0, groups_per_row): the bytes interleave_rows gives.
+void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const std::uint16_t* scales,
+                         const std::uint8_t* zeros);
+
 /// Rewrites an interleaved matrix back into the row-major layout (no-op when
 /// it is already row-major): the exact inverse of interleave_rows.
 void deinterleave_rows(QuantMatrix& w);

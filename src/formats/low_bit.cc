@@ -170,6 +170,14 @@ QuantMatrix allocate_matrix(std::int64_t rows, std::int64_t cols, const QuantSpe
   return w;
 }
 
+void require_finite_row(const float* x, std::int64_t cols, std::int64_t row) {
+  bool finite = true;  // |x| <= max is false for NaN and ±inf: one pass the compiler vectorizes
+  for (std::int64_t j = 0; j < cols; ++j) finite &= std::fabs(x[j]) <= std::numeric_limits<float>::max();
+  if (!finite)
+    for (std::int64_t j = 0; j < cols; ++j)
+      if (!std::isfinite(x[j])) fail("non-finite weight {} at row {}, column {}", x[j], row, j);
+}
+
 QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool) {
   QuantMatrix w = allocate_matrix(rows, cols, spec);
@@ -183,11 +191,7 @@ QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::i
     const float* x = row.data();
     for (std::int64_t r = r0; r < r1; ++r) {
       read_row(r, row.data());
-      bool finite = true;  // |x| <= max is false for NaN and ±inf: one pass the compiler vectorizes
-      for (std::int64_t j = 0; j < cols; ++j) finite &= std::fabs(x[j]) <= std::numeric_limits<float>::max();
-      if (!finite)
-        for (std::int64_t j = 0; j < cols; ++j)
-          if (!std::isfinite(x[j])) fail("non-finite weight {} at row {}, column {}", x[j], r, j);
+      require_finite_row(x, cols, r);
       try {
         if (ggml_rounding) {
           encode_row_ggml(w, r, x, blocks);

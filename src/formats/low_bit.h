@@ -179,6 +179,10 @@ using RowReader = std::function<void(std::int64_t row, float* out)>;
 QuantMatrix quantize_matrix(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool = nullptr);
 
+/// Throws woq::Error naming `row` and the column of the first NaN or ±inf in
+/// x[0, cols): what quantize_matrix refuses.
+void require_finite_row(const float* x, std::int64_t cols, std::int64_t row);
+
 /// quantize_matrix of the row-major fp32 matrix `src`.
 QuantMatrix quantize_matrix(const float* src, std::int64_t rows, std::int64_t cols,
                             const QuantSpec& spec, ThreadPool* pool = nullptr);

@@ -14,6 +14,10 @@ GroupRule fit_group(Int4Range range, const float* x, std::int64_t n) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
+  return rule(range, amax, max);
+}
+
+GroupRule rule(Int4Range range, float amax, float max) {
   const bool full = range == Int4Range::kFull;
   GroupRule r;
   r.scale = codec::encode_scale(full ? max / -8.0f : amax / 7.0f);

@@ -26,6 +26,9 @@ namespace woq::sym_int4 {
 /// The rule above fitted to one group x[0, n): zero 8, stored range [0, 15]
 /// (full) or [1, 15] (clip). Throws woq::Error when d overflows fp16.
 GroupRule fit_group(Int4Range range, const float* x, std::int64_t n);
+/// The rule fit_group fits to a group whose largest |x| is amax, first met
+/// as the value max (0 when amax is). Throws as fit_group does.
+GroupRule rule(Int4Range range, float amax, float max);
 
 /// Quantizes x[0, k) with groups of `group` into packed nibbles q[0, ceil(k/2))
 /// and fp16 scales[0, ceil(k/group)). Throws woq::Error if a scale overflows fp16.

@@ -11,6 +11,10 @@ namespace woq::sym_int8 {
 GroupRule fit_group(const float* x, std::int64_t n) {
   float amax = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return rule(amax);
+}
+
+GroupRule rule(float amax) {
   GroupRule r;
   r.scale = codec::encode_scale(amax / 127.0f);
   r.lo = -127;

@@ -19,6 +19,9 @@ namespace woq::sym_int8 {
 /// The rule above fitted to one group x[0, n) (zero 0, stored range
 /// [-127, 127]). Throws woq::Error when d overflows fp16.
 GroupRule fit_group(const float* x, std::int64_t n);
+/// The rule fit_group fits to a group whose largest |x| is amax. Throws as
+/// fit_group does.
+GroupRule rule(float amax);
 
 /// Quantizes x[0, k) with groups of `group` into q[0, k) and fp16
 /// scales[0, ceil(k/group)). Throws woq::Error if a scale overflows fp16.

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "formats/format_traits.h"
+#include "formats/group_rule.h"
 #include "formats/interleave.h"
 #include "formats/kquant.h"
 #include "formats/scale.h"
@@ -136,6 +137,18 @@ void quantize_q8_scalar(const float* x, Q8Activations& out) {
 }
 
 }  // namespace
+
+bool quantize_groups_scalar(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                            std::int32_t* q, GroupRule* rules) {
+  for (std::int64_t j = 0; j < cols; ++j)
+    if (!std::isfinite(x[j])) return false;
+  for (std::int64_t g = 0, c0 = 0; c0 < cols; ++g, c0 += group) {
+    const std::int64_t len = std::min(group, cols - c0);
+    rules[g] = fit_group(type, range, x + c0, len);
+    rules[g].quantize(x + c0, len, q + c0);
+  }
+  return true;
+}
 
 const RowKernels& scalar_kernels() {
   static const RowKernels k{dot_row_scalar, dot_rows_by_row<dot_row_scalar>, dot_f32_scalar, axpy_scalar,
@@ -375,6 +388,58 @@ bool uses_bf16_path(const QuantMatrix& w) { return path_of(w) == Path::kBf16; }
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool) {
   if (path_of(w) != Path::kFloat && path_of(w) != Path::kKQuant && path_of(w) != Path::kQ8_1Blocks)
     interleave_rows(w, pool);
+}
+
+bool has_group_rule(const QuantSpec& spec) {
+  return format_traits(spec.type).fit_group != nullptr && spec.rounding != Rounding::kGgml;
+}
+
+bool quantize_row_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                         std::int32_t* q, GroupRule* rules, Isa isa) {
+  return detail::kernels(isa).quantize_groups(type, range, x, cols, group, q, rules);
+}
+
+QuantMatrix quantize_for_kernels(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
+                                 const QuantSpec& spec, Activations activations, ThreadPool& pool, Isa isa) {
+  QuantMatrix w = matrix_layout(rows, cols, spec);
+  w.activations = activations;
+  const Path path = path_of(w);
+  if (path == Path::kFloat || path == Path::kKQuant || path == Path::kQ8_1Blocks || !has_group_rule(spec)) {
+    w = quantize_matrix(read_row, rows, cols, spec, &pool);
+    w.activations = activations;
+    prepare_for_kernels(w, &pool);
+    return w;
+  }
+  w = allocate_interleaved(rows, cols, spec);
+  w.activations = activations;
+  pool.parallel_for(
+      (rows + kInterleaveRows - 1) / kInterleaveRows,
+      [&](std::int64_t g0, std::int64_t g1) {
+        std::vector<float> row(static_cast<std::size_t>(cols));
+        std::vector<std::int32_t> q(static_cast<std::size_t>((cols + kInterleaveBlock - 1) / kInterleaveBlock *
+                                                             kInterleaveBlock));  // zero past cols
+        std::vector<GroupRule> rules(static_cast<std::size_t>(w.groups_per_row));
+        std::vector<std::uint16_t> scales(rules.size());
+        std::vector<std::uint8_t> zeros(rules.size());
+        for (std::int64_t r = g0 * kInterleaveRows; r < std::min(rows, g1 * kInterleaveRows); ++r) {
+          read_row(r, row.data());
+          bool finite = false;
+          try {
+            finite = quantize_row_groups(w.type, w.int4_range, row.data(), cols, w.group_size, q.data(), rules.data(),
+                                         isa);
+          } catch (const Error& e) {
+            fail("row {}: {}", r, e.what());
+          }
+          if (!finite) require_finite_row(row.data(), cols, r);
+          for (std::size_t g = 0; g < rules.size(); ++g) {
+            scales[g] = rules[g].scale;
+            zeros[g] = static_cast<std::uint8_t>(rules[g].zero);
+          }
+          put_interleaved_row(w, r, q.data(), scales.data(), zeros.data());
+        }
+      },
+      2);
+  return w;
 }
 
 void matmul(const QuantMatrix& w, const float* x, std::int64_t m, float* y, ThreadPool& pool, Workspace& ws,

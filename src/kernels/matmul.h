@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/cpu.h"
+#include "formats/group_rule.h"
 #include "formats/low_bit.h"
 #include "kernels/bf16_activations.h"
 #include "kernels/q8_activations.h"
@@ -94,6 +95,28 @@ bool uses_bf16_path(const QuantMatrix& w);
 /// and after setting w.activations.
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool = nullptr);
 
+/// quantize_matrix(read_row, rows, cols, spec, &pool) with w.activations =
+/// `activations`, then prepare_for_kernels: the same bytes, written straight
+/// into the interleaved layout where the kernels read one
+/// (put_interleaved_row: no row-major copy), rows fitted and rounded by
+/// `isa`'s vector code (the same bits on every ISA). Throws
+/// woq::Error as quantize_matrix does.
+/// True when `spec` rounds by a group rule (sym_int4, asym_int4, sym_int8 with woq's rounding):
+/// what quantize_row_groups takes.
+bool has_group_rule(const QuantSpec& spec);
+
+/// One row x[0, cols) fitted and quantized by the group rule of `type` (sym_int4, asym_int4 or sym_int8:
+/// fit_group then GroupRule::quantize, formats/group_rule.h) in groups of `group`, in `isa`'s vectors with
+/// the same bits on every ISA: q[0, cols) the stored integers, rules[g] each group's rule (its
+/// value(q) is the dequantized weight). Returns false, with nothing defined stored, when x holds a NaN or
+/// ±inf. Throws woq::Error as fit_group does (a scale that overflows fp16).
+bool quantize_row_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                         std::int32_t* q, GroupRule* rules, Isa isa = active_isa());
+
+QuantMatrix quantize_for_kernels(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
+                                 const QuantSpec& spec, Activations activations, ThreadPool& pool,
+                                 Isa isa = active_isa());
+
 namespace detail {
 
 /// Rows one dot_rows call covers at most.
@@ -105,6 +128,13 @@ void dot_rows_by_row(const QuantMatrix& w, std::int64_t r0, std::int64_t rows, c
                      float* scratch) {
   for (std::int64_t i = 0; i < rows; ++i) out[i] = DotRow(w, r0 + i, x, scratch);
 }
+
+/// quantize_row_groups of one ISA (see there).
+using QuantizeGroups = bool (*)(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                                std::int32_t* q, GroupRule* rules);
+/// QuantizeGroups by fit_group and GroupRule::quantize themselves.
+bool quantize_groups_scalar(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                            std::int32_t* q, GroupRule* rules);
 
 /// One ISA's kernels. Internal to the kernels library.
 struct RowKernels {
@@ -146,6 +176,8 @@ struct RowKernels {
   /// dot_f32's order. Null: dot_f32 pair by pair (the scalar table).
   void (*dot_f32_tile)(const float* w, std::int64_t ldw, std::int64_t rows, const float* x, std::int64_t m,
                        std::int64_t k, float* y, std::int64_t ldy) = nullptr;
+  /// The group rule's quantization of one row (quantize_for_kernels): the same bits on every ISA.
+  QuantizeGroups quantize_groups = quantize_groups_scalar;
 };
 
 /// The kernels of `isa` (one table row per ISA; each ISA's in its own file:

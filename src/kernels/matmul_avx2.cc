@@ -2,13 +2,19 @@
 // -mavx2 -mfma -mf16c; it is only called after active_isa() found them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
+#include <limits>
 #include <cmath>
 #include <cstring>
 
 #include "core/half.h"
+#include "formats/asym_int4.h"
 #include "formats/format_traits.h"
 #include "formats/interleave.h"
+#include "formats/sym_int4.h"
+#include "formats/sym_int8.h"
 #include "formats/scale.h"
 #include "kernels/dot_tile.h"
 #include "kernels/matmul.h"
@@ -547,6 +553,59 @@ void widen_row(const QuantMatrix& w, std::int64_t row, float* out) {
   kFloatPath[static_cast<std::size_t>(w.type)].widen_row(w, row, out);
 }
 
+// group_quantize_x86.h's vectors: 8 lanes, tails by vmaskmov.
+struct GroupVec {
+  static constexpr std::int64_t kLanes = 8;
+  using F = __m256;
+  static __m256i mask(std::int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<std::int64_t>(left, 8))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static F load(const float* p, std::int64_t left) {
+    return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask(left));
+  }
+  static F zero() { return _mm256_setzero_ps(); }
+  static F set(float f) { return _mm256_set1_ps(f); }
+  static F abs(F v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+  static bool all_finite(F v) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(abs(v), set(std::numeric_limits<float>::max()), _CMP_LE_OQ)) == 0xFF;
+  }
+  static F min(F v, F m) { return _mm256_min_ps(v, m); }
+  static F max(F v, F m) { return _mm256_max_ps(v, m); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static float hmin(F v) {
+    __m128 s = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_min_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_min_ss(s, _mm_movehdup_ps(s)));
+  }
+  static float hmax(F v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+  }
+  static int first_abs_equal(F v, float a, std::int64_t left) {
+    const unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(abs(v), set(a), _CMP_EQ_OQ))) &
+                       ((1u << std::min<std::int64_t>(left, 8)) - 1);
+    return m == 0 ? -1 : std::countr_zero(m);
+  }
+  static F round_div(F v, F d) { return _mm256_round_ps(_mm256_div_ps(v, d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static void store(std::int32_t* q, F v, std::int64_t left) {
+    const __m256i i = _mm256_cvttps_epi32(v);
+    if (left >= 8) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), i);
+    } else {
+      _mm256_maskstore_epi32(q, mask(left), i);
+    }
+  }
+};
+
+#include "kernels/group_quantize_x86.h"
+
+bool quantize_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                     std::int32_t* q, GroupRule* rules) {
+  return quantize_groups_simd<GroupVec>(type, range, x, cols, group, q, rules);
+}
+
 }  // namespace
 
 const RowKernels& avx2_kernels() {
@@ -554,6 +613,7 @@ const RowKernels& avx2_kernels() {
     RowKernels r{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, tile_bf16, widen_row,
                  quantize_activations_avx2};
     r.dot_f32_tile = dot_f32_tile;
+    r.quantize_groups = quantize_groups;
     return r;
   }();
   return k;

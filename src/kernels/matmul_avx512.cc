@@ -18,11 +18,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <cmath>
 #include <cstring>
 
 #include "core/half.h"
+#include "formats/asym_int4.h"
 #include "formats/interleave.h"
+#include "formats/sym_int4.h"
+#include "formats/sym_int8.h"
 #include "formats/scale.h"
 #include "kernels/dot_tile.h"
 #include "kernels/matmul.h"
@@ -341,6 +346,42 @@ void dot_f32_tile(const float* w, std::int64_t ldw, std::int64_t rows, const flo
   walk_dot_tiles<DotTile>(w, ldw, rows, x, m, k, y, ldy);
 }
 
+// group_quantize_x86.h's vectors: 16 lanes, tails by mask.
+struct GroupVec {
+  static constexpr std::int64_t kLanes = 16;
+  using F = __m512;
+  static __mmask16 mask(std::int64_t left) {
+    return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+  }
+  static F load(const float* p, std::int64_t left) { return _mm512_maskz_loadu_ps(mask(left), p); }
+  static F zero() { return _mm512_setzero_ps(); }
+  static F set(float f) { return _mm512_set1_ps(f); }
+  static F abs(F v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); }
+  static bool all_finite(F v) {
+    return _mm512_cmp_ps_mask(abs(v), set(std::numeric_limits<float>::max()), _CMP_LE_OQ) == 0xFFFF;
+  }
+  static F min(F v, F m) { return _mm512_min_ps(v, m); }
+  static F max(F v, F m) { return _mm512_max_ps(v, m); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static float hmin(F v) { return _mm512_reduce_min_ps(v); }
+  static float hmax(F v) { return _mm512_reduce_max_ps(v); }
+  static int first_abs_equal(F v, float a, std::int64_t left) {
+    const unsigned m = _mm512_mask_cmp_ps_mask(mask(left), abs(v), set(a), _CMP_EQ_OQ);
+    return m == 0 ? -1 : std::countr_zero(m);
+  }
+  static F round_div(F v, F d) {
+    return _mm512_roundscale_ps(_mm512_div_ps(v, d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static void store(std::int32_t* q, F v, std::int64_t left) { _mm512_mask_storeu_epi32(q, mask(left), _mm512_cvttps_epi32(v)); }
+};
+
+#include "kernels/group_quantize_x86.h"
+
+bool quantize_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
+                     std::int32_t* q, GroupRule* rules) {
+  return quantize_groups_simd<GroupVec>(type, range, x, cols, group, q, rules);
+}
+
 }  // namespace
 
 const RowKernels& avx512_kernels() {
@@ -349,6 +390,7 @@ const RowKernels& avx512_kernels() {
     r.tile_q8 = tile_q8;
     r.dot_rows = dot_rows;
     r.dot_f32_tile = dot_f32_tile;
+    r.quantize_groups = quantize_groups;
     return r;
   }();
   return k;

@@ -76,8 +76,7 @@ class AwqLinear {
   // A quantized W, taking x / in and giving y · out.
   AwqLinear(QuantMatrix q, std::vector<float> in, std::vector<float> out, ThreadPool& pool)
       : q_(std::move(q)), in_(std::move(in)), out_(std::move(out)), n_(q_->rows), k_(q_->cols) {
-    q_->activations = format_traits(q_->type).activation_blocks == ActivationBlocks::kQ8_K ? Activations::kF32
-                                                                                          : Activations::kInt16;
+    q_->activations = activations_of(q_->type);
     prepare_for_kernels(*q_, &pool);
   }
   // Q(W·s) of fp32 W [n, k] in `spec`, taking x / s (fp32 W itself for a format that is not quantized).
@@ -88,10 +87,16 @@ class AwqLinear {
       const float* in = w.data() + r * k;
       for (std::int64_t c = 0; c < k; ++c) row[c] = in[c] * s[static_cast<std::size_t>(c)];
     };
-    return AwqLinear(quantize_matrix(scaled_row, n, k, spec, &pool), s, {}, pool);
+    return AwqLinear(quantize_for_kernels(scaled_row, n, k, spec, activations_of(spec.type), pool), s, {}, pool);
   }
 
   std::int64_t rows() const { return n_; }
+
+  // int16 activations (K-quants: f32, their integer kernels take 8-bit Q8_K activations).
+  static Activations activations_of(LowBit type) {
+    return format_traits(type).activation_blocks == ActivationBlocks::kQ8_K ? Activations::kF32
+                                                                            : Activations::kInt16;
+  }
 
   void apply(ThreadPool& pool, Workspace& ws, const float* x, std::int64_t rows, float* y) const {
     if (!q_) {
@@ -160,9 +165,12 @@ std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t 
   constexpr std::int64_t kPanel = 64;
   std::vector<float> best = amax;
   const ScopedBlasThreads one_blas_thread(1);
+  const bool by_rule = has_group_rule(spec);  // else (K-quants, ggml rounding) through quantize_matrix
   pool.parallel_for((n + kPanel - 1) / kPanel, [&](std::int64_t p0, std::int64_t p1) {
     std::vector<float> delta(static_cast<std::size_t>(kPanel * k)), scratch;
     std::vector<double> err(static_cast<std::size_t>(kPanel)), best_err(static_cast<std::size_t>(kPanel * groups));
+    std::vector<std::int32_t> ints(static_cast<std::size_t>(by_rule ? k : 0));
+    std::vector<GroupRule> rules(static_cast<std::size_t>(groups));
     for (std::int64_t p = p0; p < p1; ++p) {
       const std::int64_t r0 = p * kPanel, rows = std::min(n, r0 + kPanel) - r0;
       std::fill(best_err.begin(), best_err.end(), std::numeric_limits<double>::infinity());
@@ -175,10 +183,24 @@ std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t 
             for (std::int64_t c = 0; c < len_of(g); ++c) out[g * g_len + c] = std::clamp(in[c], -m, m);
           }
         };
-        const QuantMatrix q = quantize_matrix(clamped, rows, k, spec);
+        // delta = Q(clip(W)) − W, row by row: the group rule's integers times its step (dequantize_row's value).
+        const std::optional<QuantMatrix> q =
+            by_rule ? std::nullopt : std::optional<QuantMatrix>(quantize_matrix(clamped, rows, k, spec));
         for (std::int64_t r = 0; r < rows; ++r) {
           float* d = delta.data() + r * k;
-          dequantize_row(q, r, d);
+          if (q) {
+            dequantize_row(*q, r, d);
+          } else {
+            clamped(r, d);
+            if (!quantize_row_groups(spec.type, spec.int4_range, d, k, g_len, ints.data(), rules.data()))
+              require_finite_row(d, k, r0 + r);
+            for (std::int64_t g = 0; g < groups; ++g) {
+              const float step = rules[static_cast<std::size_t>(g)].step();
+              const int zero = rules[static_cast<std::size_t>(g)].zero;
+              for (std::int64_t c = g * g_len; c < g * g_len + len_of(g); ++c)
+                d[c] = static_cast<float>(ints[static_cast<std::size_t>(c)] - zero) * step;  // GroupRule::value
+            }
+          }
           const float* wr = w.data() + (r0 + r) * k;
           for (std::int64_t c = 0; c < k; ++c) d[c] -= wr[c];
         }
