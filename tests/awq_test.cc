@@ -4,6 +4,8 @@
 // model within the 8-bit error); the search picks the grid's least loss.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -274,6 +276,34 @@ TEST(AwqRequest, SearchTokensBeyondTheCalibrationMeanAll) {
   EXPECT_TRUE(files[0] == files[2]);
 }
 
+// A finite weight whose group scale overflows fp16 (1e30): the error names the tensor, whichever step meets it.
+TEST(AwqRequest, AWeightBeyondFp16NamesItsTensor) {
+  ThreadPool pool(2);
+  test::TempDir tmp;
+  test::copy_model(WOQ_MODEL_DIR, tmp.file("model"));
+  std::vector<test::RawTensor> tensors = test::read_safetensors(tmp.file("model/model.safetensors"));
+  bool found = false;
+  for (test::RawTensor& t : tensors)
+    if (t.name == "model.layers.1.mlp.up_proj.weight") {
+      ASSERT_EQ(t.dtype, "F32");
+      const float big = 1e30f;
+      std::memcpy(t.bytes.data() + 4 * 70, &big, 4);
+      found = true;
+    }
+  ASSERT_TRUE(found);
+  test::write_safetensors(tmp.file("model/model.safetensors"), tensors);
+  QuantizeRequest r;
+  r.input = tmp.file("model");
+  r.output = tmp.file("out");
+  r.method = "awq";
+  r.calib_file = WOQ_TEST_DATA "/tinystories_calibration.txt";
+  r.nsamples = 2;
+  r.seqlen = 32;
+  const std::string error = error_of([&] { run_quantize_request(r, pool, {}); });
+  EXPECT_NE(error.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << error;
+  EXPECT_NE(error.find("overflows fp16"), std::string::npos) << error;
+}
+
 TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   ThreadPool pool(2);
   test::TempDir tmp;
@@ -302,6 +332,12 @@ TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   r.awq_search_tokens.reset();
   r.awq_clip = false;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--no-clip applies to --method awq"), std::string::npos);
+  r.awq_clip.reset();
+  r.method = "awq";  // the method's refusal first, not that of a calibration option it brought
+  r.format = "gguf";
+  r.nsamples = 2;
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--method awq is for --format gptq or awq"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -26,6 +27,15 @@ std::vector<float> random_vector(std::int64_t n, std::uint32_t seed, float sigma
   std::vector<float> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = normal(rng);
   return v;
+}
+
+std::string test_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 struct Case {
@@ -253,6 +263,9 @@ TEST(Interleave, QuantizeForKernelsEqualsQuantizeThenPrepareOnEveryIsa) {
               wf[static_cast<std::size_t>(2 * k + j + 20)] = 0.2f;
             }
           }
+          if (n > 4)  // -0 and subnormals (their scales flush to fp16 zero or its subnormals)
+            for (std::int64_t j = 0; j < k; ++j)
+              wf[static_cast<std::size_t>(4 * k + j)] = j % 3 == 0 ? -0.0f : j % 3 == 1 ? 1e-40f : -1e-39f;
           const QuantSpec spec{type, group, range};
           const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
           for (const Activations act : {Activations::kInt8, Activations::kInt16, Activations::kF32}) {
@@ -271,16 +284,19 @@ TEST(Interleave, QuantizeForKernelsEqualsQuantizeThenPrepareOnEveryIsa) {
             }
           }
         }
+  // NaN, inf and a scale beyond fp16 (1e30): quantize_matrix's error, word for word.
   const std::int64_t n = 11, k = 96;
-  auto wf = random_vector(n * k, 9, 0.05f);
-  wf[static_cast<std::size_t>(9 * k + 70)] = std::numeric_limits<float>::quiet_NaN();
-  const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
-  for (const Isa isa : available_isas()) {
-    try {
-      quantize_for_kernels(read, n, k, {LowBit::kAsymInt4, 32}, Activations::kInt16, pool, isa);
-      ADD_FAILURE() << "no error on " << isa_name(isa);
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("at row 9, column 70"), std::string::npos) << e.what();
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 1e30f}) {
+    auto wf = random_vector(n * k, 9, 0.05f);
+    wf[static_cast<std::size_t>(9 * k + 70)] = bad;
+    const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
+    for (const LowBit type : {LowBit::kAsymInt4, LowBit::kSymInt4, LowBit::kSymInt8}) {
+      const std::string want = test_error_of([&] { quantize_matrix(read, n, k, {type, 32}, &pool); });
+      EXPECT_NE(want.find("row 9"), std::string::npos) << want;
+      for (const Isa isa : available_isas())
+        EXPECT_EQ(test_error_of([&] { quantize_for_kernels(read, n, k, {type, 32}, Activations::kInt16, pool, isa); }),
+                  want)
+            << isa_name(isa);
     }
   }
 }

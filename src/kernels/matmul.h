@@ -95,12 +95,6 @@ bool uses_bf16_path(const QuantMatrix& w);
 /// and after setting w.activations.
 void prepare_for_kernels(QuantMatrix& w, ThreadPool* pool = nullptr);
 
-/// quantize_matrix(read_row, rows, cols, spec, &pool) with w.activations =
-/// `activations`, then prepare_for_kernels: the same bytes, written straight
-/// into the interleaved layout where the kernels read one
-/// (put_interleaved_row: no row-major copy), rows fitted and rounded by
-/// `isa`'s vector code (the same bits on every ISA). Throws
-/// woq::Error as quantize_matrix does.
 /// True when `spec` rounds by a group rule (sym_int4, asym_int4, sym_int8 with woq's rounding):
 /// what quantize_row_groups takes.
 bool has_group_rule(const QuantSpec& spec);
@@ -113,6 +107,12 @@ bool has_group_rule(const QuantSpec& spec);
 bool quantize_row_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
                          std::int32_t* q, GroupRule* rules, Isa isa = active_isa());
 
+/// quantize_matrix(read_row, rows, cols, spec, &pool) with w.activations =
+/// `activations`, then prepare_for_kernels: the same bytes, written straight
+/// into the interleaved layout where the kernels read one
+/// (put_interleaved_row: no row-major copy), rows fitted and rounded by
+/// `isa`'s vector code (the same bits on every ISA). Throws
+/// woq::Error as quantize_matrix does.
 QuantMatrix quantize_for_kernels(const RowReader& read_row, std::int64_t rows, std::int64_t cols,
                                  const QuantSpec& spec, Activations activations, ThreadPool& pool,
                                  Isa isa = active_isa());

@@ -192,8 +192,13 @@ std::vector<float> awq_clip(std::vector<float>& w, std::int64_t n, std::int64_t 
             dequantize_row(*q, r, d);
           } else {
             clamped(r, d);
-            if (!quantize_row_groups(spec.type, spec.int4_range, d, k, g_len, ints.data(), rules.data()))
-              require_finite_row(d, k, r0 + r);
+            bool finite = false;
+            try {
+              finite = quantize_row_groups(spec.type, spec.int4_range, d, k, g_len, ints.data(), rules.data());
+            } catch (const Error& e) {
+              fail("row {}: {}", r0 + r, e.what());
+            }
+            if (!finite) require_finite_row(d, k, r0 + r);
             for (std::int64_t g = 0; g < groups; ++g) {
               const float step = rules[static_cast<std::size_t>(g)].step();
               const int zero = rules[static_cast<std::size_t>(g)].zero;
@@ -425,9 +430,13 @@ class AwqBlock {
     return options_.plan ? options_.plan->linear(layer_, role) : options_.spec;
   }
 
-  // Q(W·s) of linear `role`, taking x / s (W itself for a layer kept float).
+  // Q(W·s) of linear `role`, taking x / s (W itself for a layer kept float). Throws naming the tensor.
   AwqLinear candidate(LinearRole role, const std::vector<float>& s) {
-    return AwqLinear::scaled(w_[idx(role)], dims(role).first, dims(role).second, s, spec_of(role), pool_);
+    try {
+      return AwqLinear::scaled(w_[idx(role)], dims(role).first, dims(role).second, s, spec_of(role), pool_);
+    } catch (const Error& e) {
+      fail("{} times an AWQ scale candidate: {}", linear_tensor(layer_, role), e.what());
+    }
   }
 
   // The search's rows of the recorded (scaled) inputs of `role`'s group.
@@ -544,8 +553,12 @@ class AwqBlock {
     for (const LinearRole role : {LinearRole::kV, LinearRole::kO, LinearRole::kGate, LinearRole::kUp, LinearRole::kDown}) {
       const auto [n, k] = dims(role);
       if (!is_quantized(spec_of(role).type)) continue;  // kept float: nothing to clip for
-      awq_clip(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), spec_of(role),
-               options_.clip_grid, pool_);
+      try {
+        awq_clip(w_[idx(role)], n, k, sample_rows(input_of(role), k, options_.clip_tokens), spec_of(role),
+                 options_.clip_grid, pool_);
+      } catch (const Error& e) {
+        fail("{}, AWQ's clipping search: {}", linear_tensor(layer_, role), e.what());
+      }
     }
   }
 

@@ -276,6 +276,7 @@ void validate(const QuantizeRequest& request) {
     read_plan(*r.plan);  // its errors before anything runs
   }
   if (format == "gguf") {
+    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq or awq", method);
     if (r.group_size) given.push_back("--group-size");
     if (r.int4_range) given.push_back("--int4-range");
     if (r.gptq_format) given.push_back("--gptq-format");
@@ -283,7 +284,6 @@ void validate(const QuantizeRequest& request) {
     if (!given.empty())
       fail("{} does not apply to --format gguf (its types have fixed blocks: Q4_0 / Q8_0 group 32, K-quants "
            "super-blocks of 256)", given[0]);
-    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq or awq", method);
     if (r.resume) fail("--resume applies to --method gptq only; a GGUF is written by round to nearest, quick to run again");
     gguf_export_options(r);
     return;
