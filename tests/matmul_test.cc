@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "formats/int_matrix.h"
 #include "formats/interleave.h"
+#include "test_files.h"
 
 namespace woq {
 namespace {
@@ -27,15 +27,6 @@ std::vector<float> random_vector(std::int64_t n, std::uint32_t seed, float sigma
   std::vector<float> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = normal(rng);
   return v;
-}
-
-std::string test_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 struct Case {
@@ -291,10 +282,10 @@ TEST(Interleave, QuantizeForKernelsEqualsQuantizeThenPrepareOnEveryIsa) {
     wf[static_cast<std::size_t>(9 * k + 70)] = bad;
     const RowReader read = [&](std::int64_t r, float* out) { std::copy_n(wf.data() + r * k, k, out); };
     for (const LowBit type : {LowBit::kAsymInt4, LowBit::kSymInt4, LowBit::kSymInt8}) {
-      const std::string want = test_error_of([&] { quantize_matrix(read, n, k, {type, 32}, &pool); });
+      const std::string want = test::error_of([&] { quantize_matrix(read, n, k, {type, 32}, &pool); });
       EXPECT_NE(want.find("row 9"), std::string::npos) << want;
       for (const Isa isa : available_isas())
-        EXPECT_EQ(test_error_of([&] { quantize_for_kernels(read, n, k, {type, 32}, Activations::kInt16, pool, isa); }),
+        EXPECT_EQ(test::error_of([&] { quantize_for_kernels(read, n, k, {type, 32}, Activations::kInt16, pool, isa); }),
                   want)
             << isa_name(isa);
     }
