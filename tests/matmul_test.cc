@@ -275,6 +275,12 @@ TEST(Interleave, QuantizeForKernelsEqualsQuantizeThenPrepareOnEveryIsa) {
             }
           }
         }
+  const float four[4] = {1, 2, 3, 4};
+  std::int32_t q4[4];
+  GroupRule rule[4];
+  EXPECT_NE(test::error_of([&] { quantize_row_groups(LowBit::kAsymInt4, Int4Range::kFull, four, 4, 0, q4, rule); })
+                .find("group 0"),
+            std::string::npos);  // not a loop without end
   // NaN, inf and a scale beyond fp16 (1e30): quantize_matrix's error, word for word.
   const std::int64_t n = 11, k = 96;
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 1e30f}) {

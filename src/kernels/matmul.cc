@@ -396,6 +396,7 @@ bool has_group_rule(const QuantSpec& spec) {
 
 bool quantize_row_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
                          std::int32_t* q, GroupRule* rules, Isa isa) {
+  if (group < 1) fail("quantize_row_groups: group {} (give cols for one group per row)", group);
   return detail::kernels(isa).quantize_groups(type, range, x, cols, group, q, rules);
 }
 

@@ -103,7 +103,8 @@ bool has_group_rule(const QuantSpec& spec);
 /// fit_group then GroupRule::quantize, formats/group_rule.h) in groups of `group`, in `isa`'s vectors with
 /// the same bits on every ISA: q[0, cols) the stored integers, rules[g] each group's rule (its
 /// value(q) is the dequantized weight). Returns false, with nothing defined stored, when x holds a NaN or
-/// ±inf. Throws woq::Error as fit_group does (a scale that overflows fp16).
+/// ±inf. Throws woq::Error as fit_group does (a scale that overflows fp16), and for a group below 1 (one
+/// group per row is group = cols).
 bool quantize_row_groups(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
                          std::int32_t* q, GroupRule* rules, Isa isa = active_isa());
 
