@@ -109,8 +109,7 @@ QuantMatrix allocate_interleaved(std::int64_t rows, std::int64_t cols, const Qua
   return w;
 }
 
-void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const std::uint16_t* scales,
-                         const std::uint8_t* zeros) {
+void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const GroupRule* rules) {
   const std::int64_t nb = blocks_of(w), bb = interleaved_block_bytes(w.type);
   // Block b, chunk c, this row's 4 bytes at 4 (row % 8) of the chunk (interleave.h).
   std::uint8_t* dst = w.data.data() + (row / kInterleaveRows) * nb * bb + 4 * (row % kInterleaveRows);
@@ -124,8 +123,8 @@ void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q
     }
   }
   for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
-    w.scales[group_slot(w, row, g)] = scales[g];
-    if (!w.zeros.empty()) w.zeros[group_slot(w, row, g)] = zeros[g];
+    w.scales[group_slot(w, row, g)] = rules[g].scale;
+    if (!w.zeros.empty()) w.zeros[group_slot(w, row, g)] = static_cast<std::uint8_t>(rules[g].zero);
   }
 }
 

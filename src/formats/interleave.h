@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "formats/group_rule.h"
 #include "formats/low_bit.h"
 
 namespace woq {
@@ -44,10 +45,9 @@ QuantMatrix allocate_interleaved(std::int64_t rows, std::int64_t cols, const Qua
 
 /// Stores row `row` of an interleaved matrix from its stored integers
 /// q[0, 32 · ceil(cols / 32)) (nibbles 0..15 for the 4-bit formats, -127..127
-/// for sym_int8; zero past cols), its scales[0, groups_per_row) and, for
-/// asym_int4, zeros[0, groups_per_row): the bytes interleave_rows gives.
-void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const std::uint16_t* scales,
-                         const std::uint8_t* zeros);
+/// for sym_int8; zero past cols) and its groups' rules[0, groups_per_row)
+/// (their scales and, for asym_int4, zero points): the bytes interleave_rows gives.
+void put_interleaved_row(QuantMatrix& w, std::int64_t row, const std::int32_t* q, const GroupRule* rules);
 
 /// Rewrites an interleaved matrix back into the row-major layout (no-op when
 /// it is already row-major): the exact inverse of interleave_rows.

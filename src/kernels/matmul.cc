@@ -420,8 +420,6 @@ QuantMatrix quantize_for_kernels(const RowReader& read_row, std::int64_t rows, s
         std::vector<std::int32_t> q(static_cast<std::size_t>((cols + kInterleaveBlock - 1) / kInterleaveBlock *
                                                              kInterleaveBlock));  // zero past cols
         std::vector<GroupRule> rules(static_cast<std::size_t>(w.groups_per_row));
-        std::vector<std::uint16_t> scales(rules.size());
-        std::vector<std::uint8_t> zeros(rules.size());
         for (std::int64_t r = g0 * kInterleaveRows; r < std::min(rows, g1 * kInterleaveRows); ++r) {
           read_row(r, row.data());
           bool finite = false;
@@ -432,11 +430,7 @@ QuantMatrix quantize_for_kernels(const RowReader& read_row, std::int64_t rows, s
             fail("row {}: {}", r, e.what());
           }
           if (!finite) require_finite_row(row.data(), cols, r);
-          for (std::size_t g = 0; g < rules.size(); ++g) {
-            scales[g] = rules[g].scale;
-            zeros[g] = static_cast<std::uint8_t>(rules[g].zero);
-          }
-          put_interleaved_row(w, r, q.data(), scales.data(), zeros.data());
+          put_interleaved_row(w, r, q.data(), rules.data());
         }
       },
       2);
