@@ -116,6 +116,7 @@ void register_all() {
       {LowBit::kSymInt4, 32, Activations::kBf16}, {LowBit::kSymInt8, -1, Activations::kBf16},
       {LowBit::kSymInt8, 128, Activations::kBf16},
       {LowBit::kSymInt8, 32, Activations::kInt16}, {LowBit::kSymInt8, -1, Activations::kInt16},
+      {LowBit::kAsymInt4, 128, Activations::kInt16},  // AWQ's scale candidates (quantize/awq.cc)
       {LowBit::kFp32, 0, Activations::kInt8},     {LowBit::kFp16, 0, Activations::kInt8},
       {LowBit::kBf16, 0, Activations::kInt8},
       {LowBit::kSymInt4, 16, Activations::kInt8},

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -542,6 +543,69 @@ TEST(Q8Activations, EveryIsaMatchesScalarBitForBitAndRoundsToNearest) {
           const float xq = d * s.row(r)[b * kQ8Block + i];
           ASSERT_LE(std::fabs(xq - x[static_cast<std::size_t>(r * k + j)]), d * 0.5001f + 1e-30f);
         }
+    }
+  }
+}
+
+// The int16 split on every ISA is the scalar one bit for bit: every v in [-32512, 32512] (x = v with each
+// unit's amax 32512, so x / d = v: AVX2's (n · 32897) >> 23 for floor((v + 127) / 255) is exact on the whole
+// domain), ragged ends, a non-finite unit, tiny and zero units; split over a pool's threads as well.
+TEST(Q8Activations, Int16EveryIsaAndPoolMatchScalarBitForBit) {
+  report_missing_isas();
+  const auto same = [](const Q8Activations& s, const Q8Activations& v, const std::string& what) {
+    ASSERT_EQ(s.q, v.q) << what;
+    ASSERT_EQ(s.lo, v.lo) << what;
+    ASSERT_EQ(s.qsum, v.qsum) << what;
+    ASSERT_EQ(s.d.size(), v.d.size()) << what;
+    for (std::size_t i = 0; i < s.d.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(s.d[i]), std::bit_cast<std::uint32_t>(v.d[i])) << what << " d " << i;
+  };
+  std::vector<float> every;  // units of 127 values of v after one of 32512
+  for (int v = -kInt16Max; v <= kInt16Max; ++v) {
+    if (every.size() % 128 == 0) every.push_back(static_cast<float>(kInt16Max));
+    every.push_back(static_cast<float>(v));
+  }
+  const std::int64_t k_every = 128 * 64, built = static_cast<std::int64_t>(every.size());
+  every.resize((every.size() + k_every - 1) / k_every * k_every, 1.0f);
+  ThreadPool pool(2);
+  for (const Isa isa : available_isas()) {
+    {
+      const std::int64_t m = static_cast<std::int64_t>(every.size()) / k_every;
+      Q8Activations s, v, p;
+      quantize_activations_int16(every.data(), m, k_every, s, Isa::kScalar);
+      quantize_activations_int16(every.data(), m, k_every, v, isa);
+      quantize_activations_int16(every.data(), m, k_every, p, isa, &pool);
+      same(s, v, "every v " + std::string(isa_name(isa)));
+      same(s, p, "every v, pool " + std::string(isa_name(isa)));
+      int seen = 0;  // the scalar split is what the layout says
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t j = 0; j < k_every && t * k_every + j < built; ++j) {
+          const float want = every[static_cast<std::size_t>(t * k_every + j)];
+          ASSERT_EQ(static_cast<float>(s.value(t, j)), want) << t << " " << j;
+          seen += want == -kInt16Max;
+        }
+      ASSERT_GE(seen, 1);
+    }
+    for (const std::int64_t k : {1, 31, 127, 128, 129, 300, 4096 + 17}) {
+      const std::int64_t m = 37;
+      auto x = random_vector(m * k, static_cast<std::uint32_t>(k + 5), 3.0f);
+      for (std::int64_t j = 0; j < std::min<std::int64_t>(k, 128); ++j) x[static_cast<std::size_t>(k + j)] = 1e-36f;
+      for (std::int64_t j = 0; j < std::min<std::int64_t>(k, 128); ++j) x[static_cast<std::size_t>(2 * k + j)] = 0.0f;
+      x[static_cast<std::size_t>(3 * k + k / 2)] = std::numeric_limits<float>::quiet_NaN();
+      x[static_cast<std::size_t>(4 * k)] = -std::numeric_limits<float>::infinity();
+      x[static_cast<std::size_t>(5 * k + k - 1)] = -1e30f;
+      x[static_cast<std::size_t>(6 * k)] = -0.0f;
+      Q8Activations s, v, p;
+      quantize_activations_int16(x.data(), m, k, s, Isa::kScalar);
+      quantize_activations_int16(x.data(), m, k, v, isa);
+      quantize_activations_int16(x.data(), m, k, p, isa, &pool);
+      same(s, v, "k " + std::to_string(k) + " " + std::string(isa_name(isa)));
+      same(s, p, "k " + std::to_string(k) + " pool " + std::string(isa_name(isa)));
+      Q8Activations s8, p8;  // int8 activations split over the pool too
+      quantize_activations(x.data(), m, k, s8, Isa::kScalar);
+      quantize_activations(x.data(), m, k, p8, isa, &pool);
+      ASSERT_EQ(s8.q, p8.q) << k << " " << isa_name(isa);
+      ASSERT_EQ(s8.qsum, p8.qsum) << k;
     }
   }
 }

@@ -131,12 +131,17 @@ void tile_q8_scalar(const QuantMatrix& w, std::int64_t g0, std::int64_t g1, cons
   });
 }
 
-void quantize_q8_scalar(const float* x, Q8Activations& out) {
-  for (std::int64_t r = 0; r < out.m; ++r)
+void quantize_q8_scalar(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1) {
+  for (std::int64_t r = r0; r < r1; ++r)
     for (std::int64_t b = 0; b < out.blocks; ++b) quantize_block(x, r, b, out);
 }
 
 }  // namespace
+
+void quantize_int16_scalar(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1) {
+  for (std::int64_t r = r0; r < r1; ++r)
+    for (std::int64_t j0 = 0; j0 < out.k; j0 += kInt16ScaleBlocks * kQ8Block) quantize_int16_unit(x, r, j0, out);
+}
 
 bool quantize_groups_scalar(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
                             std::int32_t* q, GroupRule* rules) {
@@ -352,8 +357,8 @@ void matmul_same_path(std::span<const MatmulOutput> outs, const float* x, std::i
     case Path::kInt16: {
       Q8Activations& buffer = ws.q8;
       const bool wide = path_of(*outs[0].w) == Path::kInt16;
-      if (wide) quantize_activations_int16(x, m, k, buffer);
-      else quantize_activations(x, m, k, buffer, isa);
+      if (wide) quantize_activations_int16(x, m, k, buffer, isa, &pool);
+      else quantize_activations(x, m, k, buffer, isa, &pool);
       const std::int64_t token_bytes = (wide ? 2 : 1) * buffer.padded * kQ8Block;
       const std::int64_t chunk = tile_chunk(kern, token_bytes);
       return tiles_over(outs, buffer, m, wide ? std::max(kBf16ChunkTokens, chunk) : chunk, pool, ws, kern.tile_q8);

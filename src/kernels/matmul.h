@@ -137,6 +137,11 @@ using QuantizeGroups = bool (*)(LowBit type, Int4Range range, const float* x, st
 bool quantize_groups_scalar(LowBit type, Int4Range range, const float* x, std::int64_t cols, std::int64_t group,
                             std::int32_t* q, GroupRule* rules);
 
+/// Rows [r0, r1) of x [out.m, out.k] quantized into `out` (sized and zeroed by the caller).
+using QuantizeActivationRows = void (*)(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1);
+/// quantize_activations_int16's rows by quantize_int16_unit.
+void quantize_int16_scalar(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1);
+
 /// One ISA's kernels. Internal to the kernels library.
 struct RowKernels {
   /// Σ_k W[row, k] · x[k], equal bit for bit to dot_f32 of the row widened by
@@ -162,8 +167,8 @@ struct RowKernels {
                     std::int64_t t0, std::int64_t tokens, float* y, ScratchArena& scratch);
   /// out[k] = W[row, k] as stored (dequantize_stored_row; fp16/bf16 widened with F16C on AVX2).
   void (*widen_row)(const QuantMatrix& w, std::int64_t row, float* out);
-  /// Fills `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
-  void (*quantize_q8)(const float* x, Q8Activations& out);
+  /// Fills rows [r0, r1) of `out` (sized and zeroed, see quantize_activations) from x [out.m, out.k].
+  QuantizeActivationRows quantize_q8;
   /// One row of the bf16 path's activations (bf16_activations.h; the same bits on every ISA).
   RoundRowBf16 round_bf16 = round_row_bf16;
   /// Bytes of activations (int8 or bf16) one tile_q8 or tile_bf16 call's tokens may occupy (to stay in L2 while a thread's
@@ -179,6 +184,8 @@ struct RowKernels {
                        std::int64_t k, float* y, std::int64_t ldy) = nullptr;
   /// The group rule's quantization of one row (quantize_for_kernels): the same bits on every ISA.
   QuantizeGroups quantize_groups = quantize_groups_scalar;
+  /// quantize_q8's int16 twin (quantize_activations_int16; `out` wide): the same bits on every ISA.
+  QuantizeActivationRows quantize_int16 = quantize_int16_scalar;
 };
 
 /// The kernels of `isa` (one table row per ISA; each ISA's in its own file:

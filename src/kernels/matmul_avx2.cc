@@ -613,6 +613,7 @@ const RowKernels& avx2_kernels() {
     RowKernels r{dot_row, dot_rows_by_row<dot_row>, dot_f32, axpy, tile_q8, tile_bf16, widen_row,
                  quantize_activations_avx2};
     r.dot_f32_tile = dot_f32_tile;
+    r.quantize_int16 = quantize_activations_int16_avx2;
     r.quantize_groups = quantize_groups;
     return r;
   }();

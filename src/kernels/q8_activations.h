@@ -13,6 +13,8 @@
 
 namespace woq {
 
+class ThreadPool;
+
 /// Values per activation block.
 inline constexpr std::int64_t kQ8Block = 32;
 
@@ -65,8 +67,9 @@ inline float inv_scale(float q_max, float amax) {
 /// enough) with the kernels of `isa`; every ISA gives bit-identical results.
 /// A block whose largest magnitude is so small that 127 / amax overflows
 /// (below ~3.7e-37) quantizes to zeros: inv_scale's rule.
+/// With a pool, large batches are split by rows over its threads (the same bits: rows are independent).
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out,
-                          Isa isa = active_isa());
+                          Isa isa = active_isa(), ThreadPool* pool = nullptr);
 
 /// Quantizes x [m, k] (row-major fp32) to int16 blocks of 32 (Activations::kInt16) into
 /// `out` (wide; buffers reused when large enough): per 128 inputs (kInt16ScaleBlocks blocks)
@@ -75,15 +78,21 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Q8Acti
 /// so |hi|, |lo| <= 127 (what every ISA's int8 dot products take, AVX2's
 /// sign trick included). 128 inputs holding a NaN or an infinity get zeros and
 /// d = NaN, as a block does in quantize_activations; 128 inputs whose largest
-/// magnitude is below ~9.6e-35 (32512 / amax overflows) quantize to zeros. One (scalar) implementation for every ISA.
-void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out);
+/// magnitude is below ~9.6e-35 (32512 / amax overflows) quantize to zeros. Every ISA gives the scalar
+/// path's bits (AVX2 kernels for avx2 and up); with a pool, large batches are split by rows.
+void quantize_activations_int16(const float* x, std::int64_t m, std::int64_t k, Q8Activations& out,
+                                Isa isa = active_isa(), ThreadPool* pool = nullptr);
 
 namespace detail {
-/// AVX2 version of quantize_activations (also used by the avx512 kernels);
-/// `out` is already sized and zeroed.
-void quantize_activations_avx2(const float* x, Q8Activations& out);
+/// AVX2 versions of quantize_activations and quantize_activations_int16 for rows [r0, r1) (also used by
+/// the avx512 kernels); `out` is already sized and zeroed.
+void quantize_activations_avx2(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1);
+void quantize_activations_int16_avx2(const float* x, Q8Activations& out, std::int64_t r0, std::int64_t r1);
 /// Scalar quantization of block b of row r (also the AVX2 path's ragged tail).
 void quantize_block(const float* x, std::int64_t r, std::int64_t b, Q8Activations& out);
+/// Scalar int16 quantization of row r's scale unit from input j0 (kInt16ScaleBlocks blocks, or the
+/// row's ragged end); also the AVX2 path's non-finite units and tail.
+void quantize_int16_unit(const float* x, std::int64_t r, std::int64_t j0, Q8Activations& out);
 }  // namespace detail
 
 }  // namespace woq

@@ -370,7 +370,9 @@ class AwqBlock {
   }
 
   // Step 1: the float block on every sequence, recording the linears' inputs (by input owner: q, o, gate, down)
-  // and the outputs of o and down; the states move on to the next block's inputs.
+  // and the outputs of o and down; the states move on to the next block's inputs. When the quantized block's
+  // outputs go on instead (propagate_quantized), down runs on the search's sampled rows only (the float
+  // block's output is needed nowhere else) and the states' other rows are left wrong: run() replaces them.
   void record() {
     inputs_ = states_;
     const LlamaModel::LinearObserver observe = [this](LinearRole role, const float* in, std::int64_t rows) {
@@ -383,9 +385,38 @@ class AwqBlock {
       linears[idx(s.role)] = float_linear(s.role);
       originals[idx(s.role)] = &linears[idx(s.role)];
     }
-    const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_, &y_down_);
-    for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, observe, compute);
+    const bool every_down_row = !options_.propagate_quantized;
+    const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_, every_down_row ? &y_down_ : nullptr);
+    const auto [step, count] = search_sampling();
+    const auto [n_down, k_down] = dims(LinearRole::kDown);
+    std::int64_t row = 0;  // of all sequences, one after another
+    std::vector<float> in_rows, out_rows;
+    const LlamaModel::LinearCompute sampled_down = [&](LinearRole role, const float* in, std::int64_t rows,
+                                                       float* y) {
+      if (role != LinearRole::kDown || every_down_row) return compute(role, in, rows, y);
+      std::fill(y, y + rows * n_down, 0.0f);
+      in_rows.clear();
+      std::vector<std::int64_t> picked;  // local rows r with row + r = j · step, j < count
+      for (std::int64_t r = (step - row % step) % step; r < rows && (row + r) / step < count; r += step) {
+        picked.push_back(r);
+        in_rows.insert(in_rows.end(), in + r * k_down, in + (r + 1) * k_down);
+      }
+      row += rows;
+      if (picked.empty()) return;
+      out_rows.resize(picked.size() * static_cast<std::size_t>(n_down));
+      compute(role, in_rows.data(), static_cast<std::int64_t>(picked.size()), out_rows.data());
+      y_down_rows_.insert(y_down_rows_.end(), out_rows.begin(), out_rows.end());
+    };
+    for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, observe, sampled_down);
     sample();
+  }
+
+  // The rows the losses of o, gate/up and down take: every `step`-th of all sequences' rows, `count` of them
+  // (sample_rows' choice of AwqOptions::search_tokens rows).
+  std::pair<std::int64_t, std::int64_t> search_sampling() const {
+    const std::int64_t total = static_cast<std::int64_t>(states_.size()) * length_;
+    const std::int64_t count = options_.search_tokens <= 0 ? total : std::min(options_.search_tokens, total);
+    return {std::max<std::int64_t>(1, total / std::max<std::int64_t>(count, 1)), count};
   }
 
   // The calibration rows the scale searches measure their losses on (AwqOptions::search_tokens): whole
@@ -403,9 +434,9 @@ class AwqBlock {
       const std::int64_t k_o = dims(LinearRole::kO).second;
       x_o_search_.insert(x_o_search_.end(), attn.begin() + seq * length_ * k_o, attn.begin() + (seq + 1) * length_ * k_o);
     }
-    const std::int64_t count = std::min(budget, sequences * length_);
+    const std::int64_t count = search_sampling().second;
     y_o_rows_ = sample_rows(y_o_, hidden, count);
-    y_down_rows_ = sample_rows(y_down_, hidden, count);
+    if (!y_down_.empty()) y_down_rows_ = sample_rows(y_down_, hidden, count);  // else record() sampled them
     x_down_rows_ = sample_rows(x_[idx(LinearRole::kDown)], dims(LinearRole::kDown).second, count);
   }
 
@@ -689,7 +720,8 @@ class AwqBlock {
   std::vector<float> attn_norm_, mlp_norm_;                  ///< the RMSNorm weights, scales folded in
   std::vector<std::vector<float>> inputs_;                   ///< the block's inputs, per sequence
   std::array<std::vector<float>, kBlockLinears.size()> x_;   ///< inputs by owner (q, o, gate, down), scaled as folded
-  std::vector<float> y_o_, y_down_;                          ///< the float block's o and down outputs
+  std::vector<float> y_o_, y_down_;                          ///< the float block's o and down outputs (down: all
+                                                             ///< rows only when not propagate_quantized)
   std::vector<std::vector<float>> search_inputs_;            ///< the sequences the q/k/v search reruns
   std::vector<float> x_o_search_;                            ///< their o inputs (the float attention's outputs)
   std::vector<float> y_o_rows_, y_down_rows_;                ///< o's and down's outputs on the sampled rows
