@@ -67,7 +67,10 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[TOK];
-  __m512i unit[kWide ? TOK : 1];  // int16 activations: the scale unit's sums so far
+  // int16 activations: the scale unit's sums so far, and its Σa (the zero points' correction is taken once per
+  // unit: the unit lies in one group, so Σ (s_b − zero·Σa_b) = Σ s_b − zero·Σ Σa_b, the same integers).
+  __m512i unit[kWide ? TOK : 1];
+  std::int32_t unit_qsum[kWide ? TOK : 1] = {};
   for (int j = 0; j < TOK; ++j) acc[j] = _mm512_setzero_ps();
   for (auto& u : unit) u = _mm512_setzero_si512();
   std::int64_t group = -1;
@@ -105,21 +108,25 @@ void pair_tile(const QuantMatrix& w, std::int64_t g, std::int64_t g2, const Q8Ac
       return _mm512_add_epi32(s0v, s1v);
     };
     const bool ends = kWide && unit_ends(group_of, a, b);
+#pragma GCC unroll 16
     for (int j = 0; j < TOK; ++j) {
       const std::size_t at = static_cast<std::size_t>((t + j) * a.padded + b);
       __m512i isum = sums(a.row(t + j) + b * kQ8Block);
       if constexpr (kWide)
         isum = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(isum, 8), isum), sums(a.lo_row(t + j) + b * kQ8Block));
-      const std::int32_t qsum = a.qsum[at];
+      std::int32_t qsum = a.qsum[at];
+      if constexpr (kWide) {
+        unit[j] = _mm512_add_epi32(unit[j], isum);
+        unit_qsum[j] += qsum;
+        if (!ends) continue;
+        isum = unit[j];
+        qsum = unit_qsum[j];
+        unit[j] = _mm512_setzero_si512();
+        unit_qsum[j] = 0;
+      }
       if constexpr (T == LowBit::kSymInt4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
       if constexpr (T == LowBit::kAsymInt4) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zero, _mm512_set1_epi32(qsum)));
       if constexpr (T == LowBit::kSymInt8) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * qsum));
-      if constexpr (kWide) {
-        unit[j] = _mm512_add_epi32(unit[j], isum);
-        if (!ends) continue;
-        isum = unit[j];
-        unit[j] = _mm512_setzero_si512();
-      }
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[at])), acc[j]);
     }
   }
