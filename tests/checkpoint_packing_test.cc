@@ -107,7 +107,8 @@ TEST(GptqPacking, MatchesReferenceLayoutAndRoundTrips) {
             SCOPED_TRACE(::testing::Message() << bits << "-bit sym=" << sym << " v1=" << v1 << " desc_act=" << desc_act
                                               << " n=" << n << " k=" << k << " g=" << g);
             const IntMatrix m = random_int_matrix(bits, sym, n, k, g, desc_act, static_cast<std::uint32_t>(n + k));
-            const GptqTensors t = pack_gptq(m, v1 ? GptqZeros::kV1 : GptqZeros::kV2);
+            ThreadPool pool(3);  // octets of rows over the threads: the same words as one thread's
+            const GptqTensors t = pack_gptq(m, v1 ? GptqZeros::kV1 : GptqZeros::kV2, &pool);
             const RefGptq ref = ref_pack_gptq(m, v1);
             ASSERT_EQ(t.qweight.size(), ref.qweight.size());
             ASSERT_EQ(t.qzeros.size(), ref.qzeros.size());
@@ -221,6 +222,8 @@ TEST(IntMatrix, RoundTripsEveryQuantizedFormatExactly) {
                                QuantSpec{LowBit::kSymInt8, -1, Int4Range::kFull}}) {
     const QuantMatrix q = quantize_matrix(w.data(), 20, 172, spec);
     const IntMatrix m = to_int_matrix(q);
+    ThreadPool pool(3);
+    expect_same(to_int_matrix(q, &pool), m);
     const QuantMatrix back = from_int_matrix(m, spec.group_size, spec.type != LowBit::kAsymInt4);
     EXPECT_EQ(back.type, q.type);
     EXPECT_EQ(back.data, q.data);
@@ -332,7 +335,13 @@ TEST(AwqPacking, RoundTripsAndRefusesWhatAwqCannotHold) {
   for (const AwqVersion v : {AwqVersion::kGemm, AwqVersion::kGemv})
     for (const std::int64_t g : {32, 64, 128}) {
       const IntMatrix m = random_int_matrix(4, false, 24, 256, g, false, static_cast<std::uint32_t>(g));
-      expect_same(unpack_awq(pack_awq(m, v, g)), m);
+      const AwqTensors t = pack_awq(m, v, g);
+      expect_same(unpack_awq(t), m);
+      ThreadPool pool(2);  // octets of rows over the threads: the same words
+      const AwqTensors p = pack_awq(m, v, g, &pool);
+      EXPECT_EQ(p.qweight, t.qweight);
+      EXPECT_EQ(p.qzeros, t.qzeros);
+      EXPECT_EQ(p.scales, t.scales);
     }
   const auto error = test::error_of;
   EXPECT_NE(error([] { awq_layout(AwqVersion::kGemm, 172, 64, 32); }).find("N = 172 is not a multiple of 8"),

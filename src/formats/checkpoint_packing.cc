@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 
 #include <fmt/core.h>
 
@@ -40,9 +41,16 @@ IntMatrix empty_matrix(int bits, std::int64_t n, std::int64_t k, std::int64_t gr
   return m;
 }
 
+// fn(n0, n1) over the rows [0, n) in spans of whole octets of rows (packed words hold 8 rows' fields at most:
+// the spans write disjoint words), split over `pool` when given.
+void over_row_octets(std::int64_t n, ThreadPool* pool, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (pool == nullptr) return fn(0, n);
+  pool->parallel_for((n + 7) / 8, [&](std::int64_t o0, std::int64_t o1) { fn(o0 * 8, std::min(n, o1 * 8)); });
+}
+
 }  // namespace
 
-GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros) {
+GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros, ThreadPool* pool) {
   check_bits(m.bits);
   GptqTensors t;
   t.bits = m.bits;
@@ -54,21 +62,26 @@ GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros) {
   t.qzeros.assign(static_cast<std::size_t>(t.groups * t.qzeros_cols()), 0);
   t.scales.resize(static_cast<std::size_t>(t.groups * t.n));
   t.g_idx = m.g_idx;
-  for (std::int64_t n = 0; n < m.rows; ++n) {
-    for (std::int64_t k = 0; k < m.cols; ++k)
-      put_field(t.qweight[static_cast<std::size_t>(k / per_word * t.n + n)], m.bits, k % per_word,
-                m.q[static_cast<std::size_t>(n * m.cols + k)]);
-    for (std::int64_t g = 0; g < m.groups; ++g) {
-      const std::uint16_t zero = m.zero[static_cast<std::size_t>(n * m.groups + g)];
-      if (zeros == GptqZeros::kV1 && zero == 0)
-        fail("row {} group {} has zero point 0, which GPTQ v1 cannot store (it would be written as -1); "
-             "write the v2 format (checkpoint_format gptq_v2) instead",
-             n, g);
-      put_field(t.qzeros[static_cast<std::size_t>(g * t.qzeros_cols() + n / per_word)], m.bits, n % per_word,
-                zeros == GptqZeros::kV1 ? zero - 1u : zero);
-      t.scales[static_cast<std::size_t>(g * t.n + n)] = m.scale[static_cast<std::size_t>(n * m.groups + g)];
+  if (zeros == GptqZeros::kV1)
+    for (std::int64_t n = 0; n < m.rows; ++n)
+      for (std::int64_t g = 0; g < m.groups; ++g)
+        if (m.zero[static_cast<std::size_t>(n * m.groups + g)] == 0)
+          fail("row {} group {} has zero point 0, which GPTQ v1 cannot store (it would be written as -1); "
+               "write the v2 format (checkpoint_format gptq_v2) instead",
+               n, g);
+  over_row_octets(m.rows, pool, [&](std::int64_t n0, std::int64_t n1) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (std::int64_t k = 0; k < m.cols; ++k)
+        put_field(t.qweight[static_cast<std::size_t>(k / per_word * t.n + n)], m.bits, k % per_word,
+                  m.q[static_cast<std::size_t>(n * m.cols + k)]);
+      for (std::int64_t g = 0; g < m.groups; ++g) {
+        const std::uint16_t zero = m.zero[static_cast<std::size_t>(n * m.groups + g)];
+        put_field(t.qzeros[static_cast<std::size_t>(g * t.qzeros_cols() + n / per_word)], m.bits, n % per_word,
+                  zeros == GptqZeros::kV1 ? zero - 1u : zero);
+        t.scales[static_cast<std::size_t>(g * t.n + n)] = m.scale[static_cast<std::size_t>(n * m.groups + g)];
+      }
     }
-  }
+  });
   return t;
 }
 
@@ -236,7 +249,7 @@ struct AwqIndex {
 
 }  // namespace
 
-AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size) {
+AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size, ThreadPool* pool) {
   if (m.bits != 4) fail("AWQ stores 4-bit weights, not {}-bit", m.bits);
   AwqTensors t = awq_layout(version, m.rows, m.cols, group_size);
   if (m.groups != t.groups) fail("{} groups per row, but group_size {} gives {}", m.groups, group_size, t.groups);
@@ -245,17 +258,19 @@ AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_s
     if (!m.g_idx.empty() && m.g_idx[static_cast<std::size_t>(k)] != k / g_len)
       fail("input feature {} is in group {}: AWQ has no act order (g_idx)", k, m.g_idx[static_cast<std::size_t>(k)]);
   const AwqIndex at{t};
-  for (std::int64_t n = 0; n < m.rows; ++n) {
-    for (std::int64_t k = 0; k < m.cols; ++k) {
-      const auto [word, slot] = at.weight(n, k);
-      put_field(t.qweight[word], 4, slot, m.q[static_cast<std::size_t>(n * m.cols + k)]);
+  over_row_octets(m.rows, pool, [&](std::int64_t n0, std::int64_t n1) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (std::int64_t k = 0; k < m.cols; ++k) {
+        const auto [word, slot] = at.weight(n, k);
+        put_field(t.qweight[word], 4, slot, m.q[static_cast<std::size_t>(n * m.cols + k)]);
+      }
+      for (std::int64_t g = 0; g < t.groups; ++g) {
+        const auto [word, slot] = at.zero(n, g);
+        put_field(t.qzeros[word], 4, slot, m.zero[static_cast<std::size_t>(n * m.groups + g)]);
+        t.scales[at.scale(n, g)] = m.scale[static_cast<std::size_t>(n * m.groups + g)];
+      }
     }
-    for (std::int64_t g = 0; g < t.groups; ++g) {
-      const auto [word, slot] = at.zero(n, g);
-      put_field(t.qzeros[word], 4, slot, m.zero[static_cast<std::size_t>(n * m.groups + g)]);
-      t.scales[at.scale(n, g)] = m.scale[static_cast<std::size_t>(n * m.groups + g)];
-    }
-  }
+  });
   return t;
 }
 

@@ -56,8 +56,8 @@ struct GptqTensors {
 /// Packs `m` in GPTQ layout. Throws woq::Error (naming row and group) when
 /// v1 cannot represent a zero: a zero of 0 would be stored as -1, which
 /// readers that convert v1 to v2 by adding 0x11111111 carry into the
-/// neighbouring zero.
-GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros);
+/// neighbouring zero. Rows are packed in parallel (octets of rows) when `pool` is given.
+GptqTensors pack_gptq(const IntMatrix& m, GptqZeros zeros, ThreadPool* pool = nullptr);
 
 /// Unpacks GPTQ tensors (sizes must match bits, k, n, groups). With v1,
 /// checks the stored zeros: in a symmetric checkpoint where every stored zero
@@ -116,8 +116,8 @@ AwqTensors awq_layout(AwqVersion version, std::int64_t n, std::int64_t k, std::i
 
 /// Packs 4-bit `m` (groups contiguous: g_idx = k / group_size) in `version`'s
 /// layout. Throws woq::Error for other bits, act-order g_idx, or the shapes
-/// awq_layout refuses.
-AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size);
+/// awq_layout refuses. Rows are packed in parallel (octets of rows) when `pool` is given.
+AwqTensors pack_awq(const IntMatrix& m, AwqVersion version, std::int64_t group_size, ThreadPool* pool = nullptr);
 
 /// Unpacks AWQ tensors into 4-bit integers with their zeros (g_idx =
 /// k / group_size). Throws woq::Error on size mismatches. Rows are unpacked

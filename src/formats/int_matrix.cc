@@ -48,7 +48,7 @@ std::vector<std::int32_t> act_order(const IntMatrix& m, std::int64_t group_size)
 
 }  // namespace
 
-IntMatrix to_int_matrix(const QuantMatrix& stored) {
+IntMatrix to_int_matrix(const QuantMatrix& stored, ThreadPool* pool) {
   if (!is_quantized(stored.type)) fail("to_int_matrix: {} is not an integer format", low_bit_name(stored.type));
   QuantMatrix flat;
   if (stored.interleave != 1) {
@@ -70,17 +70,24 @@ IntMatrix to_int_matrix(const QuantMatrix& stored) {
     const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
     m.g_idx[static_cast<std::size_t>(feature)] = static_cast<std::int32_t>(k / w.group_size);
   }
-  for (std::int64_t n = 0; n < w.rows; ++n) {
-    const std::uint8_t* src = w.data.data() + n * w.row_bytes;
-    std::uint8_t* dst = m.q.data() + n * w.cols;
-    for (std::int64_t k = 0; k < w.cols; ++k) {
-      const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
-      dst[feature] = m.bits == 8 ? static_cast<std::uint8_t>(static_cast<std::int8_t>(src[k]) + 128) : nibble(src, k);
+  const auto rows = [&](std::int64_t n0, std::int64_t n1) {
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const std::uint8_t* src = w.data.data() + n * w.row_bytes;
+      std::uint8_t* dst = m.q.data() + n * w.cols;
+      for (std::int64_t k = 0; k < w.cols; ++k) {
+        const std::int64_t feature = w.input_order.empty() ? k : w.input_order[static_cast<std::size_t>(k)];
+        dst[feature] = m.bits == 8 ? static_cast<std::uint8_t>(static_cast<std::int8_t>(src[k]) + 128) : nibble(src, k);
+      }
+      for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
+        const std::size_t i = static_cast<std::size_t>(n * w.groups_per_row + g);
+        m.zero[i] = format.fixed_zero >= 0 ? static_cast<std::uint16_t>(format.fixed_zero) : w.zeros[i];
+      }
     }
-    for (std::int64_t g = 0; g < w.groups_per_row; ++g) {
-      const std::size_t i = static_cast<std::size_t>(n * w.groups_per_row + g);
-      m.zero[i] = format.fixed_zero >= 0 ? static_cast<std::uint16_t>(format.fixed_zero) : w.zeros[i];
-    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(w.rows, rows);
+  } else {
+    rows(0, w.rows);
   }
   return m;
 }

@@ -27,8 +27,8 @@ struct IntMatrix {
 /// The integers of a quantized `w`: sym_int4 as 4-bit with zero 8, asym_int4
 /// as 4-bit with its zeros, sym_int8 as 8-bit with zero 128 (q = value + 128).
 /// g_idx is k / group_size, or follows w.input_order for act-order matrices.
-/// Throws woq::Error for float formats.
-IntMatrix to_int_matrix(const QuantMatrix& w);
+/// Throws woq::Error for float formats. Rows in parallel when `pool` is given.
+IntMatrix to_int_matrix(const QuantMatrix& w, ThreadPool* pool = nullptr);
 
 /// The QuantMatrix holding `m` exactly. `group_size` is the checkpoint's
 /// (-1 = per channel); `sym` picks sym_int4/sym_int8 (every zero must then be

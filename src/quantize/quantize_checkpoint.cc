@@ -80,12 +80,12 @@ std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
 
 // The bytes of packed_specs' tensors for `q` (one vector per tensor).
 std::vector<std::vector<std::uint8_t>> packed_parts(const QuantizationConfig& module, const QuantMatrix& q,
-                                                    GptqZeros zeros) {
+                                                    GptqZeros zeros, ThreadPool& pool) {
   if (module.method == QuantizationConfig::Method::kAwq) {
-    const AwqTensors t = pack_awq(to_int_matrix(q), module.awq_version, module.group_size);
+    const AwqTensors t = pack_awq(to_int_matrix(q, &pool), module.awq_version, module.group_size, &pool);
     return {bytes_of(t.qweight), bytes_of(t.qzeros), bytes_of(t.scales)};
   }
-  const GptqTensors t = pack_gptq(to_int_matrix(q), zeros);
+  const GptqTensors t = pack_gptq(to_int_matrix(q, &pool), zeros, &pool);
   return {bytes_of(t.qweight), bytes_of(t.qzeros), bytes_of(t.scales), bytes_of(t.g_idx)};
 }
 
@@ -562,7 +562,7 @@ class BlockFiller {
     release_pages(head.bytes);
     packed_.clear();
     if (qc_.lm_head)
-      packed_.push_back(packed_parts(*qc_.for_module(std::string(kLmHeadModule)), q, options_.zeros));
+      packed_.push_back(packed_parts(*qc_.for_module(std::string(kLmHeadModule)), q, options_.zeros, pool_));
     else
       packed_.push_back({std::move(q.data)});
     report_.matrices++;
@@ -598,7 +598,7 @@ class BlockFiller {
         continue;
       }
       try {
-        packed_.push_back(packed_parts(*c, q, options_.zeros));
+        packed_.push_back(packed_parts(*c, q, options_.zeros, pool_));
       } catch (const Error& e) {
         fail("{}: {}", module, e.what());
       }
