@@ -373,6 +373,8 @@ class AwqBlock {
   // and the outputs of o and down; the states move on to the next block's inputs. When the quantized block's
   // outputs go on instead (propagate_quantized), down runs on the search's sampled rows only (the float
   // block's output is needed nowhere else) and the states' other rows are left wrong: run() replaces them.
+  // OpenBLAS may round a row of that smaller batch differently (its small-matrix path, its Haswell kernels):
+  // the down search's targets are then the whole batch's to rounding, not to the bit.
   void record() {
     inputs_ = states_;
     const LlamaModel::LinearObserver observe = [this](LinearRole role, const float* in, std::int64_t rows) {
