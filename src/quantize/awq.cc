@@ -354,10 +354,9 @@ class AwqBlock {
  private:
   std::pair<std::int64_t, std::int64_t> dims(LinearRole role) const { return block_linear_shape(c_, role); }
 
-  // A LinearCompute with `weights` (null: not needed, zeros), appending o's and down's outputs when asked.
-  LlamaModel::LinearCompute compute_with(const Weights& weights, std::vector<float>* o_out,
-                                         std::vector<float>* down_out) {
-    return [this, weights, o_out, down_out](LinearRole role, const float* in, std::int64_t rows, float* y) {
+  // A LinearCompute with `weights` (null: not needed, zeros), appending o's outputs to `o_out` when given.
+  LlamaModel::LinearCompute compute_with(const Weights& weights, std::vector<float>* o_out) {
+    return [this, weights, o_out](LinearRole role, const float* in, std::int64_t rows, float* y) {
       const std::int64_t n = dims(role).first;
       if (weights[idx(role)] == nullptr) {
         std::fill(y, y + rows * n, 0.0f);
@@ -365,7 +364,6 @@ class AwqBlock {
       }
       weights[idx(role)]->apply(pool_, ws_, in, rows, y);
       if (role == LinearRole::kO && o_out != nullptr) o_out->insert(o_out->end(), y, y + rows * n);
-      if (role == LinearRole::kDown && down_out != nullptr) down_out->insert(down_out->end(), y, y + rows * n);
     };
   }
 
@@ -387,24 +385,29 @@ class AwqBlock {
       linears[idx(s.role)] = float_linear(s.role);
       originals[idx(s.role)] = &linears[idx(s.role)];
     }
-    const bool every_down_row = !options_.propagate_quantized;
-    const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_, every_down_row ? &y_down_ : nullptr);
+    const bool every_down_row = !options_.propagate_quantized;  // the float block's outputs go on
+    const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_);
     const auto [step, count] = search_sampling();
     const auto [n_down, k_down] = dims(LinearRole::kDown);
     std::int64_t row = 0;  // of all sequences, one after another
     std::vector<float> in_rows, out_rows;
+    std::vector<std::int64_t> picked;  // the call's local rows r with row + r = j · step, j < count
     const LlamaModel::LinearCompute sampled_down = [&](LinearRole role, const float* in, std::int64_t rows,
                                                        float* y) {
-      if (role != LinearRole::kDown || every_down_row) return compute(role, in, rows, y);
-      std::fill(y, y + rows * n_down, 0.0f);
-      in_rows.clear();
-      std::vector<std::int64_t> picked;  // local rows r with row + r = j · step, j < count
-      for (std::int64_t r = (step - row % step) % step; r < rows && (row + r) / step < count; r += step) {
+      if (role != LinearRole::kDown) return compute(role, in, rows, y);
+      picked.clear();
+      for (std::int64_t r = (step - row % step) % step; r < rows && (row + r) / step < count; r += step)
         picked.push_back(r);
-        in_rows.insert(in_rows.end(), in + r * k_down, in + (r + 1) * k_down);
-      }
       row += rows;
+      if (every_down_row) {
+        compute(role, in, rows, y);
+        for (const std::int64_t r : picked) y_down_rows_.insert(y_down_rows_.end(), y + r * n_down, y + (r + 1) * n_down);
+        return;
+      }
+      std::fill(y, y + rows * n_down, 0.0f);
       if (picked.empty()) return;
+      in_rows.clear();
+      for (const std::int64_t r : picked) in_rows.insert(in_rows.end(), in + r * k_down, in + (r + 1) * k_down);
       out_rows.resize(picked.size() * static_cast<std::size_t>(n_down));
       compute(role, in_rows.data(), static_cast<std::int64_t>(picked.size()), out_rows.data());
       y_down_rows_.insert(y_down_rows_.end(), out_rows.begin(), out_rows.end());
@@ -438,7 +441,6 @@ class AwqBlock {
     }
     const std::int64_t count = search_sampling().second;
     y_o_rows_ = sample_rows(y_o_, hidden, count);
-    if (!y_down_.empty()) y_down_rows_ = sample_rows(y_down_, hidden, count);  // else record() sampled them
     x_down_rows_ = sample_rows(x_[idx(LinearRole::kDown)], dims(LinearRole::kDown).second, count);
   }
 
@@ -522,7 +524,7 @@ class AwqBlock {
       ws[idx(LinearRole::kQ)] = &q;
       ws[idx(LinearRole::kK)] = &k;
       ws[idx(LinearRole::kV)] = &v;
-      const LlamaModel::LinearCompute qkv = compute_with(ws, nullptr, nullptr);
+      const LlamaModel::LinearCompute qkv = compute_with(ws, nullptr);
       const std::int64_t k_o = dims(LinearRole::kO).second;
       std::int64_t row = 0;
       double sum = 0;
@@ -671,7 +673,7 @@ class AwqBlock {
         linears[idx(s.role)] = float_linear(s.role);
         originals[idx(s.role)] = &linears[idx(s.role)];
       }
-      const LlamaModel::LinearCompute compute = compute_with(originals, nullptr, nullptr);
+      const LlamaModel::LinearCompute compute = compute_with(originals, nullptr);
       for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, nullptr, compute);
     }
     QuantizedBlock out{std::move(block), {}};
@@ -705,7 +707,7 @@ class AwqBlock {
       }
       ptrs[idx(s.role)] = &runs[idx(s.role)];
     }
-    const LlamaModel::LinearCompute compute = compute_with(ptrs, nullptr, nullptr);
+    const LlamaModel::LinearCompute compute = compute_with(ptrs, nullptr);
     for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, nullptr, compute);
   }
 
@@ -722,11 +724,11 @@ class AwqBlock {
   std::vector<float> attn_norm_, mlp_norm_;                  ///< the RMSNorm weights, scales folded in
   std::vector<std::vector<float>> inputs_;                   ///< the block's inputs, per sequence
   std::array<std::vector<float>, kBlockLinears.size()> x_;   ///< inputs by owner (q, o, gate, down), scaled as folded
-  std::vector<float> y_o_, y_down_;                          ///< the float block's o and down outputs (down: all
-                                                             ///< rows only when not propagate_quantized)
+  std::vector<float> y_o_;                                   ///< the float block's o outputs
   std::vector<std::vector<float>> search_inputs_;            ///< the sequences the q/k/v search reruns
   std::vector<float> x_o_search_;                            ///< their o inputs (the float attention's outputs)
   std::vector<float> y_o_rows_, y_down_rows_;                ///< o's and down's outputs on the sampled rows
+                                                             ///< (down's taken by record())
   std::vector<float> x_down_rows_;                           ///< down's inputs on the sampled rows
   Workspace ws_;                                             ///< the kernels' buffers
   /// What each linear's columns were multiplied by / rows divided by (empty: nothing).
