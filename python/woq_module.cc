@@ -531,7 +531,8 @@ PYBIND11_MODULE(_woq, mod) {
       .def_readwrite("seed", &QuantizeRequest::seed)
       .def_readwrite("awq_grid", &QuantizeRequest::awq_grid)
       .def_readwrite("awq_clip", &QuantizeRequest::awq_clip)
-      .def_readwrite("awq_search_tokens", &QuantizeRequest::awq_search_tokens);
+      .def_readwrite("awq_search_tokens", &QuantizeRequest::awq_search_tokens)
+      .def_readwrite("awq_propagate", &QuantizeRequest::awq_propagate);
 
   bind_plan_requests(mod);
 

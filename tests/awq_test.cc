@@ -200,15 +200,16 @@ TEST(AwqClip, TakesTheThresholdOfLeastOutputErrorAsADirectFloat64Search) {
 
 // A run stopped after two blocks and continued with --resume writes the files of a run that was not stopped
 // (the resumed blocks' folded norms and scales are read back, and the states move on through them as they did);
-// another AWQ option is another run.
-class AwqResume : public ::testing::TestWithParam<const char*> {};
+// another AWQ option is another run. Each method, and awq with --awq-propagate float (resumed blocks rerun in float).
+class AwqResume : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
   ThreadPool pool(2);
   test::TempDir tmp;
   QuantizeRequest r;
   r.input = WOQ_MODEL_DIR;
-  r.method = GetParam();
+  r.method = GetParam().first;
+  r.awq_propagate = GetParam().second;
   r.low_bit = "asym_int4";
   r.group_size = 32;
   r.calib_file = WOQ_TEST_DATA "/tinystories_calibration.txt";
@@ -231,11 +232,15 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("belongs to a different run (awq_grid differs)"),
             std::string::npos);
   r.awq_grid.reset();
+  QuantizeRequest flipped = r;
+  flipped.awq_propagate = *r.awq_propagate == "float" ? "quantized" : "float";
+  EXPECT_NE(error_of([&] { run_quantize_request(flipped, pool, {}); }).find("belongs to a different run (awq_propagate differs)"),
+            std::string::npos);
   for (const char* other : {"awq", "awq+gptq", "gptq"}) {
     if (r.method == other) continue;
     QuantizeRequest o = r;
     o.method = other;
-    if (o.method == "gptq") o.awq_search_tokens.reset();
+    if (o.method == "gptq") o.awq_search_tokens.reset(), o.awq_propagate.reset();
     EXPECT_NE(error_of([&] { run_quantize_request(o, pool, {}); }).find("belongs to a different run (method differs)"),
               std::string::npos) << other;
   }
@@ -251,8 +256,13 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
   EXPECT_FALSE(std::filesystem::exists(tmp.file(".cut.partial")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, AwqResume, ::testing::Values("awq", "awq+gptq"),
-                         [](const auto& p) { return std::string(p.param == std::string("awq") ? "Awq" : "AwqGptq"); });
+INSTANTIATE_TEST_SUITE_P(Methods, AwqResume,
+                         ::testing::Values(std::pair("awq", "quantized"), std::pair("awq+gptq", "quantized"),
+                                           std::pair("awq", "float")),
+                         [](const auto& p) {
+                           return std::string(p.param.first == std::string("awq") ? "Awq" : "AwqGptq") +
+                                  (p.param.second == std::string("float") ? "FloatInputs" : "");
+                         });
 
 // More search tokens than the calibration holds (up to INT64_MAX, what CLI11 makes of a larger number) means all.
 TEST(AwqRequest, SearchTokensBeyondTheCalibrationMeanAll) {
@@ -333,6 +343,14 @@ TEST(AwqRequest, OptionsThatDoNotApplyAreRefused) {
   r.awq_clip = false;
   EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--no-clip applies to --method awq"), std::string::npos);
   r.awq_clip.reset();
+  r.awq_propagate = "float";
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--awq-propagate applies to --method awq"),
+            std::string::npos);
+  r.method = "awq";
+  r.awq_propagate = "fp32";
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("--awq-propagate must be quantized or float, got 'fp32'"),
+            std::string::npos);
+  r.awq_propagate.reset();
   r.method = "awq";  // the method's refusal first, not that of a calibration option it brought
   r.format = "gguf";
   r.nsamples = 2;

@@ -31,6 +31,7 @@ struct QuantizeArgs {
   int threads = 0;
   int awq_grid = 20;
   std::int64_t awq_search_tokens = 512;
+  std::string awq_propagate = "quantized";
   bool no_clip = false;
   // Plan search (--measure / --target-kl / --target-bpw).
   bool measure = false;
@@ -64,7 +65,7 @@ int run_plan_search(const QuantizeArgs& a) {
   for (const char* flag : {"--low-bit", "--group-size", "--method", "--recipe", "--format", "--int4-range", "--rounding",
                            "--calib", "--gptq-format", "--max-shard-size", "--damp-percent", "--desc-act",
                            "--static-groups", "--true-sequential", "--block-size", "--seed", "--resume", "--plan",
-                           "--awq-grid", "--no-clip", "--awq-search-tokens"})
+                           "--awq-grid", "--no-clip", "--awq-search-tokens", "--awq-propagate"})
     if (c->count(flag) > 0) fail("{} does not apply to a plan search (--measure / --target-kl / --target-bpw)", flag);
   PlanRequest p;
   p.input = a.request.input;
@@ -114,6 +115,7 @@ int run_quantize(QuantizeArgs& a) {
   r.seed = given(c, "--seed", a.seed);
   r.awq_grid = given(c, "--awq-grid", a.awq_grid);
   r.awq_search_tokens = given(c, "--awq-search-tokens", a.awq_search_tokens);
+  r.awq_propagate = given(c, "--awq-propagate", a.awq_propagate);
   if (a.no_clip) r.awq_clip = false;
   ThreadPool pool(a.threads);
   std::signal(SIGINT, on_sigint);
@@ -160,6 +162,10 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--awq-search-tokens", args->awq_search_tokens,
                   "AWQ: calibration tokens each scale search measures its loss on, evenly spaced (q/k/v: whole "
                   "sequences); 0: all")
+      ->capture_default_str();
+  cmd->add_option("--awq-propagate", args->awq_propagate,
+                  "AWQ: the next decoder block's calibration inputs: this block's outputs as quantized (as GPTQ) or "
+                  "float (AutoAWQ's order; no quantized forward)")
       ->capture_default_str();
   cmd->add_flag("--no-clip", args->no_clip, "AWQ: skip the weight-clipping search");
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ, awq+gptq: dampening, as a fraction of mean(diag H)")

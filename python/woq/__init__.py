@@ -441,7 +441,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
              true_sequential=None, block_size=None, calib=None, calib_file=None, nsamples=None, seqlen=None, seed=None,
              force=False, resume=False, threads=0, progress=True, target_kl=None, target_bpw=None, measure=False,
              measurement=None, verify_file=None, refine=None, candidates=None, plan=None, estimate=False, awq_grid=None,
-             no_clip=False, awq_search_tokens=None, estimate_rows=None):
+             no_clip=False, awq_search_tokens=None, estimate_rows=None, awq_propagate=None):
     """Quantizes the checkpoint `input` into `output`, as `woq quantize -m INPUT -o OUTPUT` does with the same options.
 
     input: a float Hugging Face directory or .gguf file (for a .gguf output also a GPTQ checkpoint).
@@ -457,7 +457,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens), "awq" (activation-aware
         scales searched over awq_grid exponents (20), each loss on awq_search_tokens calibration tokens (512;
         0: all), folded into the norms, weight clipping unless no_clip=True, then round to nearest; calibrated as
-        GPTQ) or "awq+gptq" (AWQ's scales and clipping, then
+        GPTQ; awq_propagate: the next block's inputs, "quantized" (default) or "float" (AutoAWQ's order)) or "awq+gptq" (AWQ's scales and clipping, then
         GPTQ with its options).
     low_bit: sym_int4 (default; asym_int4 for format="awq"), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
@@ -545,6 +545,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
     r.seed = _int(seed, "seed", (_INT64[0], _UINT64[1]), optional=True)
     r.awq_grid = _int(awq_grid, "awq_grid", _INT32, optional=True)
     r.awq_search_tokens = _int(awq_search_tokens, "awq_search_tokens", optional=True)
+    r.awq_propagate = _str(awq_propagate, "awq_propagate", optional=True)
     if _bool(no_clip, "no_clip"):
         r.awq_clip = False
     if seed is not None and seed < 0:

@@ -21,7 +21,7 @@
 //  4. The scaled, clipped weights are quantized by round to nearest in the
 //     requested format, or by GPTQ (awq+gptq) with Hessians of the scaled inputs.
 // The next block sees this block's outputs as quantized (as woq's GPTQ does;
-// AutoAWQ propagates the float outputs: AwqOptions::propagate_quantized).
+// AutoAWQ propagates the float outputs: AwqOptions::propagate_quantized false, --awq-propagate float).
 #pragma once
 
 #include <cstdint>

@@ -199,6 +199,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   a.grid = r.awq_grid.value_or(20);
   a.clip = r.awq_clip.value_or(true);
   a.search_tokens = r.awq_search_tokens.value_or(a.search_tokens);
+  a.propagate_quantized = r.awq_propagate.value_or("quantized") == "quantized";
   a.plan = options.plan;  // --format awq: the layers AWQ cannot pack stay float
   if (r.method == "awq+gptq") {
     a.gptq = gptq_options_of(r, options);
@@ -212,6 +213,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   fingerprint["awq_grid"] = a.grid;
   fingerprint["awq_clip"] = a.clip;
   fingerprint["awq_search_tokens"] = a.search_tokens;
+  fingerprint["awq_propagate"] = a.propagate_quantized ? "quantized" : "float";
   if (!a.gptq) {
     for (const char* key : {"damp_percent", "desc_act", "static_groups", "true_sequential", "block_size"})
       fingerprint.erase(key);
@@ -324,9 +326,12 @@ void validate(const QuantizeRequest& request) {
   if (method.starts_with("awq") && r.true_sequential)
     fail("--true-sequential does not apply to --method {}: AWQ quantizes a block's linears from the inputs it recorded "
          "in float", method);
-  if ((r.awq_grid || r.awq_clip || r.awq_search_tokens) && method != "awq" && method != "awq+gptq")
+  if ((r.awq_grid || r.awq_clip || r.awq_search_tokens || r.awq_propagate) && method != "awq" && method != "awq+gptq")
     fail("{} applies to --method awq or awq+gptq only",
-         r.awq_grid ? "--awq-grid" : r.awq_clip ? "--no-clip" : "--awq-search-tokens");
+         r.awq_grid ? "--awq-grid" : r.awq_clip ? "--no-clip" : r.awq_search_tokens ? "--awq-search-tokens"
+                                                                                    : "--awq-propagate");
+  if (r.awq_propagate && *r.awq_propagate != "quantized" && *r.awq_propagate != "float")
+    fail("--awq-propagate must be quantized or float, got '{}'", *r.awq_propagate);
   if (r.awq_search_tokens && *r.awq_search_tokens < 0)
     fail("--awq-search-tokens must be 0 (all) or positive, got {}", *r.awq_search_tokens);
   if (r.awq_grid && (*r.awq_grid < 1 || *r.awq_grid > 1000)) fail("--awq-grid must be in [1, 1000], got {}", *r.awq_grid);

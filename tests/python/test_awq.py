@@ -180,10 +180,11 @@ def test_method_awq_writes_what_the_cli_writes(tmp_path):
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     py, cli = str(tmp_path / "py"), str(tmp_path / "cli")
     woq.quantize(MODEL, py, method="awq", low_bit="asym_int4", group_size=32, calib_file=calib, nsamples=4, seqlen=64,
-                 awq_grid=10, awq_search_tokens=128, progress=False)
+                 awq_grid=10, awq_search_tokens=128, awq_propagate="float", progress=False)
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", cli, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64",
-                        "--awq-grid", "10", "--awq-search-tokens", "128"], capture_output=True, text=True, timeout=300)
+                        "--awq-grid", "10", "--awq-search-tokens", "128", "--awq-propagate", "float"],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "layer 5/5 AWQ:" in r.stderr and "q/k/v a=" in r.stderr
     for f in ("model.safetensors", "config.json"):
@@ -192,18 +193,21 @@ def test_method_awq_writes_what_the_cli_writes(tmp_path):
         woq.quantize(MODEL, str(tmp_path / "x"), awq_grid=10, progress=False)
     with pytest.raises(ValueError, match="awq_search_tokens applies to method awq"):
         woq.quantize(MODEL, str(tmp_path / "x"), awq_search_tokens=64, progress=False)
+    with pytest.raises(ValueError, match="awq_propagate must be quantized or float"):
+        woq.quantize(MODEL, str(tmp_path / "x"), method="awq", awq_propagate="fp32", progress=False)
 
 
-def reference_awq_layer0(calib_ids, grid, qkv_seqs=None, row_step=1):
-    """AWQ's scale search for layer 0's q/k/v and gate/up groups of stories260K in float64 NumPy, from the
-    independent reference model (tests/reference/llama_reference.py) and the asym_int4 g32 rule of
-    src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]. The q/k/v loss is taken on the
-    sequences qkv_seqs (None: all), the gate/up loss on every row_step-th row of all sequences' rows."""
+def reference_awq_layer(calib_ids, grid, qkv_seqs=None, row_step=1, layer=0):
+    """AWQ's scale search for the q/k/v and gate/up groups of stories260K's block `layer` in float64 NumPy, from
+    the independent reference model (tests/reference/llama_reference.py) and the asym_int4 g32 rule of
+    src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]. The block's inputs are the float
+    model's (the blocks before it unquantized: AutoAWQ's order, --awq-propagate float). The q/k/v loss is taken on
+    the sequences qkv_seqs (None: all), the gate/up loss on every row_step-th row of all sequences' rows."""
     from llama_reference import Model
     m = Model(MODEL, set())
-    p = "model.layers.0."
-    w = {r: m.w[p + r + ".weight"] for r in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                              "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    linears = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+               "mlp.up_proj", "mlp.down_proj")
+    w = {}
 
     def fake_quant(x):  # asym_int4 g32: lo/hi include 0, fp16 scale, round half to even
         g = x.reshape(x.shape[0], -1, 32)
@@ -234,10 +238,15 @@ def reference_awq_layer0(calib_ids, grid, qkv_seqs=None, row_step=1):
     hs, o_out, h2s, mlp_out = [], [], [], []
     for seq in calib_ids:
         x = m.embed[np.array(seq)]
-        h = m.rms(x, m.w[p + "input_layernorm.weight"])
-        o = attention_out(h, w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"])
-        h2 = m.rms(x + o, m.w[p + "post_attention_layernorm.weight"])
-        hs.append(h), o_out.append(o), h2s.append(h2), mlp_out.append(mlp(h2, w["mlp.gate_proj"], w["mlp.up_proj"]))
+        for lay in range(layer + 1):
+            p = f"model.layers.{lay}."
+            w.update({r: m.w[p + r + ".weight"] for r in linears})
+            h = m.rms(x, m.w[p + "input_layernorm.weight"])
+            o = attention_out(h, w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"])
+            h2 = m.rms(x + o, m.w[p + "post_attention_layernorm.weight"])
+            y = mlp(h2, w["mlp.gate_proj"], w["mlp.up_proj"])
+            x = x + o + y
+        hs.append(h), o_out.append(o), h2s.append(h2), mlp_out.append(y)
 
     def search(x, weights, loss):
         x_mean = np.abs(np.concatenate(x)).mean(0)
@@ -264,25 +273,28 @@ def reference_awq_layer0(calib_ids, grid, qkv_seqs=None, row_step=1):
     return {"q/k/v": qkv, "gate/up": gate_up}
 
 
-@pytest.mark.parametrize("search_tokens,qkv_seqs,row_step", [(None, None, 1), ("128", [0, 2], 2)])
-def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, qkv_seqs, row_step):
-    """Layer 0's q/k/v and gate/up scales: the exponent woq chose (its log; "none": s = 1 beat the grid) is the
+@pytest.mark.parametrize("search_tokens,qkv_seqs,row_step,layer", [(None, None, 1, 0), ("128", [0, 2], 2, 0),
+                                                                   (None, None, 1, 1)])
+def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, qkv_seqs, row_step, layer):
+    """A block's q/k/v and gate/up scales: the exponent woq chose (its log; "none": s = 1 beat the grid) is the
     float64 reference's (or ties with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm
     weights (original / folded) are the reference's for that exponent. 4 x 64 calibration tokens, all of them in
     the losses (the default --awq-search-tokens 512), or 128 of them: sequences 0 and 2 for q/k/v, every second
-    row for gate/up."""
+    row for gate/up. Layer 0, and layer 1 with --awq-propagate float (its inputs the float model's, as the
+    reference's; with the default, the quantized layer 0's outputs, its choices differ)."""
     import re
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     out = str(tmp_path / "awq")
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", out, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"]
-                       + (["--awq-search-tokens", search_tokens] if search_tokens else []),
+                       + (["--awq-search-tokens", search_tokens] if search_tokens else [])
+                       + (["--awq-propagate", "float"] if layer > 0 else []),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    layer0 = [line for line in r.stderr.splitlines() if "layer 1/5 AWQ:" in line][0]
-    chosen = {g: None if a == "none" else float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+|none)", layer0)}
+    line = [t for t in r.stderr.splitlines() if f"layer {layer + 1}/5 AWQ:" in t][0]
+    chosen = {g: None if a == "none" else float(a) for g, a in re.findall(r"(q/k/v|gate/up) a=([0-9.]+|none)", line)}
     ids = woq.optimize_model(MODEL, progress=False).tokenizer.encode(open(calib).read())
-    ref = reference_awq_layer0([ids[i * 64:(i + 1) * 64] for i in range(4)], 20, qkv_seqs, row_step)
+    ref = reference_awq_layer([ids[i * 64:(i + 1) * 64] for i in range(4)], 20, qkv_seqs, row_step, layer)
     original = read_safetensors(os.path.join(MODEL, "model.safetensors"))
     folded = read_safetensors(os.path.join(out, "model.safetensors"))
     for group, norm in (("q/k/v", "input_layernorm"), ("gate/up", "post_attention_layernorm")):
@@ -290,5 +302,5 @@ def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, q
         at_woq = losses[-1] if chosen[group] is None else losses[int(round(chosen[group] * 20))]
         assert chosen[group] == ratio or at_woq <= min(losses) * (1 + 1e-3), (group, chosen[group], ratio, losses)
         if chosen[group] == ratio:  # the folded scales are the reference's for that exponent
-            name = f"model.layers.0.{norm}.weight"
+            name = f"model.layers.{layer}.{norm}.weight"
             np.testing.assert_allclose(original[name].astype(np.float64) / folded[name], scales, rtol=1e-5)
