@@ -284,7 +284,10 @@ void LlamaModel::block(std::int64_t l, float* x, std::span<const Segment> segmen
   if (c.numerics == Numerics::kGgml) {
     ggml_silu_mul(s.gate.data(), s.up.data(), u_count, c.intermediate_size);
   } else {
-    swiglu(s.gate.data(), s.up.data(), u_count * c.intermediate_size);
+    const std::int64_t ff = c.intermediate_size;  // rows over the pool: elementwise, the same bits at any split
+    pool_->parallel_for(u_count, [&](std::int64_t r0, std::int64_t r1) {
+      swiglu(s.gate.data() + r0 * ff, s.up.data() + r0 * ff, (r1 - r0) * ff);
+    });
   }
   linears({{LinearRole::kDown, s.proj.data()}}, s.gate.data(), u_count);
   add_to_kept();

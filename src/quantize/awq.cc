@@ -24,30 +24,37 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 std::size_t idx(LinearRole role) { return static_cast<std::size_t>(role); }
 
-// Mean |x| per channel of rows [R, k] (AutoAWQ's x_mean), summed in f64.
-std::vector<double> channel_abs_mean(const std::vector<float>& x, std::int64_t k) {
+// Mean |x| per channel of rows [R, k] (AutoAWQ's x_mean), summed in f64 row after row; the channels split over
+// the pool (each channel's sum in the same order at any split).
+std::vector<double> channel_abs_mean(const std::vector<float>& x, std::int64_t k, ThreadPool& pool) {
   std::vector<double> mean(static_cast<std::size_t>(k), 0.0);
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / k;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < k; ++c) mean[static_cast<std::size_t>(c)] += std::abs(x[static_cast<std::size_t>(r * k + c)]);
-  for (double& m : mean) m /= static_cast<double>(std::max<std::int64_t>(rows, 1));
+  pool.parallel_for(k, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = c0; c < c1; ++c)
+        mean[static_cast<std::size_t>(c)] += std::abs(x[static_cast<std::size_t>(r * k + c)]);
+    for (std::int64_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] /= static_cast<double>(std::max<std::int64_t>(rows, 1));
+  }, 16);
   return mean;
 }
 
-// Columns of [rows, k] row-major `m` multiplied (divide = false) or divided by s.
-void scale_columns(float* m, std::int64_t rows, std::int64_t k, const std::vector<float>& s, bool divide) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = m + r * k;
-    if (divide) {
-      for (std::int64_t c = 0; c < k; ++c) row[c] /= s[static_cast<std::size_t>(c)];
-    } else {
-      for (std::int64_t c = 0; c < k; ++c) row[c] *= s[static_cast<std::size_t>(c)];
+// Columns of [rows, k] row-major `m` multiplied (divide = false) or divided by s; the rows split over the pool.
+void scale_columns(float* m, std::int64_t rows, std::int64_t k, const std::vector<float>& s, bool divide,
+                   ThreadPool& pool) {
+  pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* row = m + r * k;
+      if (divide) {
+        for (std::int64_t c = 0; c < k; ++c) row[c] /= s[static_cast<std::size_t>(c)];
+      } else {
+        for (std::int64_t c = 0; c < k; ++c) row[c] *= s[static_cast<std::size_t>(c)];
+      }
     }
-  }
+  });
 }
 
-void scale_columns(std::vector<float>& m, std::int64_t k, const std::vector<float>& s, bool divide) {
-  scale_columns(m.data(), static_cast<std::int64_t>(m.size()) / k, k, s, divide);
+void scale_columns(std::vector<float>& m, std::int64_t k, const std::vector<float>& s, bool divide, ThreadPool& pool) {
+  scale_columns(m.data(), static_cast<std::int64_t>(m.size()) / k, k, s, divide, pool);
 }
 
 double sum_of_squares(const float* a, std::int64_t n) {
@@ -107,10 +114,10 @@ class AwqLinear {
       matmul(*q_, x, rows, y, pool, ws);
     } else {
       std::vector<float> xs(x, x + rows * k_);
-      scale_columns(xs, k_, in_, true);
+      scale_columns(xs, k_, in_, true, pool);
       matmul(*q_, xs.data(), rows, y, pool, ws);
     }
-    if (!out_.empty()) scale_columns(y, rows, n_, out_, false);
+    if (!out_.empty()) scale_columns(y, rows, n_, out_, false, pool);
   }
 
   std::vector<float> apply(ThreadPool& pool, Workspace& ws, const std::vector<float>& x) const {
@@ -257,23 +264,32 @@ std::vector<float> read_vector(const TensorStore& store, const std::string& name
 }  // namespace
 
 std::vector<double> awq_weight_mean(const std::vector<std::pair<const float*, std::int64_t>>& w, std::int64_t k,
-                                    std::int64_t group_size) {
+                                    std::int64_t group_size, ThreadPool* pool) {
   const std::int64_t g_len = group_size <= 0 ? k : std::min(group_size, k);
+  const std::int64_t groups = (k + g_len - 1) / g_len;
   std::vector<double> mean(static_cast<std::size_t>(k), 0.0);
   std::int64_t total = 0;
-  for (const auto& [data, rows] : w) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = data + r * k;
-      for (std::int64_t c0 = 0; c0 < k; c0 += g_len) {
-        const std::int64_t c1 = std::min(k, c0 + g_len);
-        double amax = 0;
-        for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, static_cast<double>(std::abs(row[c])));
-        for (std::int64_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] += std::abs(row[c]) / (amax + 1e-6);
+  for (const auto& [data, rows] : w) total += rows;
+  // Groups g0..g1 of every row in turn: each column's sum in row order, whatever the split.
+  const auto over = [&](std::int64_t g0, std::int64_t g1) {
+    for (const auto& [data, rows] : w)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* row = data + r * k;
+        for (std::int64_t c0 = g0 * g_len; c0 < std::min(k, g1 * g_len); c0 += g_len) {
+          const std::int64_t c1 = std::min(k, c0 + g_len);
+          double amax = 0;
+          for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, static_cast<double>(std::abs(row[c])));
+          for (std::int64_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] += std::abs(row[c]) / (amax + 1e-6);
+        }
       }
-    }
-    total += rows;
+    for (std::int64_t c = g0 * g_len; c < std::min(k, g1 * g_len); ++c)
+      mean[static_cast<std::size_t>(c)] /= static_cast<double>(std::max<std::int64_t>(total, 1));
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(groups, over);
+  } else {
+    over(0, groups);
   }
-  for (double& m : mean) m /= static_cast<double>(std::max<std::int64_t>(total, 1));
   return mean;
 }
 
@@ -486,8 +502,8 @@ class AwqBlock {
     const std::int64_t k = dims(roles.front()).second;
     std::vector<std::pair<const float*, std::int64_t>> ws;
     for (const LinearRole r : roles) ws.emplace_back(w_[idx(r)].data(), dims(r).first);
-    AwqScale chosen = awq_search_scale(channel_abs_mean(x_[idx(roles.front())], k),
-                                       awq_weight_mean(ws, k, options_.spec.group_size), options_.grid, loss);
+    AwqScale chosen = awq_search_scale(channel_abs_mean(x_[idx(roles.front())], k, pool_),
+                                       awq_weight_mean(ws, k, options_.spec.group_size, &pool_), options_.grid, loss);
     chosen.group = group;
     chosen.loss_unscaled = loss(std::vector<float>(static_cast<std::size_t>(k), 1.0f));
     if (chosen.loss_unscaled <= chosen.loss) {  // no grid point beats leaving the group unscaled
@@ -496,10 +512,10 @@ class AwqBlock {
       chosen.scales.assign(static_cast<std::size_t>(k), 1.0f);
     }
     for (const LinearRole r : roles) {
-      scale_columns(w_[idx(r)], k, chosen.scales, false);
+      scale_columns(w_[idx(r)], k, chosen.scales, false, pool_);
       in_scale_[idx(r)] = chosen.scales;
     }
-    scale_columns(x_[idx(roles.front())], k, chosen.scales, true);
+    scale_columns(x_[idx(roles.front())], k, chosen.scales, true, pool_);
     chosen.seconds = seconds_since(t0);
     report_.scales.push_back(chosen);
     return report_.scales.back().scales;
@@ -561,7 +577,9 @@ class AwqBlock {
                                             [&](const std::vector<float>& s) {
       std::vector<float> g = candidate(LinearRole::kGate, s).apply(pool_, ws_, x_mlp);
       const std::vector<float> u = candidate(LinearRole::kUp, s).apply(pool_, ws_, x_mlp);
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i] - x_down_rows_[i];
+      pool_.parallel_for(static_cast<std::int64_t>(g.size()), [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i] - x_down_rows_[i];
+      }, 64);
       const std::vector<float> y = down_check.apply(pool_, ws_, g);
       return sum_of_squares(y.data(), static_cast<std::int64_t>(y.size())) /
              static_cast<double>(std::max<std::size_t>(y.size(), 1));
@@ -700,7 +718,7 @@ class AwqBlock {
         pool_.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
           for (std::int64_t r = r0; r < r1; ++r) dequantize_row(q, r, e.data() + r * k);
         });
-        if (!in_scale_[idx(s.role)].empty()) scale_columns(e, k, in_scale_[idx(s.role)], true);
+        if (!in_scale_[idx(s.role)].empty()) scale_columns(e, k, in_scale_[idx(s.role)], true, pool_);
         if (!out_scale_[idx(s.role)].empty())
           for (std::size_t i = 0; i < e.size(); ++i) e[i] *= out_scale_[idx(s.role)][i / static_cast<std::size_t>(k)];
         runs[idx(s.role)] = AwqLinear(e, n, k);

@@ -83,9 +83,9 @@ AwqScale awq_search_scale(const std::vector<double>& x_mean, const std::vector<d
 
 /// AutoAWQ's w_mean of the concatenated weights `w` (each row-major [rows_i, k]):
 /// per input channel, the mean over all rows of |W| / (max |W| of its group + 1e-6),
-/// groups of `group_size` along K (-1: K).
+/// groups of `group_size` along K (-1: K). The groups split over `pool` when given (the same bits).
 std::vector<double> awq_weight_mean(const std::vector<std::pair<const float*, std::int64_t>>& w, std::int64_t k,
-                                    std::int64_t group_size);
+                                    std::int64_t group_size, ThreadPool* pool = nullptr);
 
 /// AWQ's clipping search (step 3; AutoAWQ's _compute_best_clip) of W [n, k]
 /// row-major on inputs x [T, k]: per output row and group of spec.group_size
