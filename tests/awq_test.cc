@@ -200,7 +200,8 @@ TEST(AwqClip, TakesTheThresholdOfLeastOutputErrorAsADirectFloat64Search) {
 
 // A run stopped after two blocks and continued with --resume writes the files of a run that was not stopped
 // (the resumed blocks' folded norms and scales are read back, and the states move on through them as they did);
-// another AWQ option is another run. Each method, and awq with --awq-propagate float (resumed blocks rerun in float).
+// another AWQ option is another run. Each method with float inputs (the default: the resumed blocks rerun in
+// float), and awq with --awq-propagate quantized (through the resumed blocks as quantized).
 class AwqResume : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
@@ -257,11 +258,11 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, AwqResume,
-                         ::testing::Values(std::pair("awq", "quantized"), std::pair("awq+gptq", "quantized"),
-                                           std::pair("awq", "float")),
+                         ::testing::Values(std::pair("awq", "float"), std::pair("awq+gptq", "float"),
+                                           std::pair("awq", "quantized")),
                          [](const auto& p) {
                            return std::string(p.param.first == std::string("awq") ? "Awq" : "AwqGptq") +
-                                  (p.param.second == std::string("float") ? "FloatInputs" : "");
+                                  (p.param.second == std::string("quantized") ? "QuantizedInputs" : "");
                          });
 
 // More search tokens than the calibration holds (up to INT64_MAX, what CLI11 makes of a larger number) means all.

@@ -32,7 +32,7 @@ struct QuantizeArgs {
   int threads = 0;
   int awq_grid = 20;
   std::int64_t awq_search_tokens = 512;
-  std::string awq_propagate = "quantized";
+  std::string awq_propagate = "float";
   bool no_clip = false;
   // Plan search (--measure / --target-kl / --target-bpw).
   bool measure = false;
@@ -170,8 +170,8 @@ Run add_quantize(CLI::App& app) {
                   "sequences); 0: all")
       ->capture_default_str();
   cmd->add_option("--awq-propagate", args->awq_propagate,
-                  "AWQ: the next decoder block's calibration inputs: this block's outputs as quantized (as GPTQ) or "
-                  "float (AutoAWQ's order; no quantized forward)")
+                  "AWQ: the next decoder block's calibration inputs: this block's float outputs (AutoAWQ's order) "
+                  "or its outputs as quantized (as GPTQ's; one more forward per block)")
       ->capture_default_str();
   cmd->add_flag("--no-clip", args->no_clip, "AWQ: skip the weight-clipping search");
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ, awq+gptq: dampening, as a fraction of mean(diag H)")

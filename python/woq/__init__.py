@@ -457,8 +457,8 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
         "random:NxL", or calib_file: a text cut into nsamples windows of seqlen tokens), "awq" (activation-aware
         scales searched over awq_grid exponents (20), each loss on awq_search_tokens calibration tokens (512;
         0: all), folded into the norms, weight clipping unless no_clip=True, then round to nearest; calibrated as
-        GPTQ; awq_propagate: the next block's inputs, "quantized" (default) or "float" (AutoAWQ's order)) or "awq+gptq" (AWQ's scales and clipping, then
-        GPTQ with its options).
+        GPTQ; awq_propagate: the next block's inputs, "float" (default, AutoAWQ's order) or "quantized") or
+        "awq+gptq" (AWQ's scales and clipping, then GPTQ with its options).
     low_bit: sym_int4 (default; asym_int4 for format="awq"), asym_int4 or sym_int8 (GGUF: also fp16, bf16, fp32). group_size: None = 128 (32 for a
         GGUF input of ggml blocks), -1 = per output channel. Options left None take the CLI's defaults, and giving
         one that does not apply (a GPTQ option with method="rtn") raises ValueError, as the CLI refuses the flag.

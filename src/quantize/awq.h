@@ -20,8 +20,9 @@
 //     group output on sampled inputs is closest to the float one.
 //  4. The scaled, clipped weights are quantized by round to nearest in the
 //     requested format, or by GPTQ (awq+gptq) with Hessians of the scaled inputs.
-// The next block sees this block's outputs as quantized (as woq's GPTQ does;
-// AutoAWQ propagates the float outputs: AwqOptions::propagate_quantized false, --awq-propagate float).
+// The next block sees this block's float outputs, as AutoAWQ's (or, with
+// AwqOptions::propagate_quantized, --awq-propagate quantized, its outputs as
+// quantized, as woq's GPTQ does).
 #pragma once
 
 #include <cstdint>
@@ -51,9 +52,9 @@ struct AwqOptions {
   std::optional<GptqOptions> gptq;
   /// Per-linear formats (awq_plan's for --format awq: the layers AWQ cannot pack stay float); unset: `spec`.
   std::shared_ptr<const QuantPlan> plan = nullptr;
-  /// The next block sees this block's outputs as quantized (as woq's GPTQ does); false: its float outputs
-  /// (AutoAWQ's order).
-  bool propagate_quantized = true;
+  /// The next block sees this block's outputs as quantized (as woq's GPTQ does); false (the default): its
+  /// float outputs (AutoAWQ's order).
+  bool propagate_quantized = false;
 };
 
 /// One scaled group of one block: what the search chose.

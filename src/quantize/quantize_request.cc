@@ -199,7 +199,7 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   a.grid = r.awq_grid.value_or(20);
   a.clip = r.awq_clip.value_or(true);
   a.search_tokens = r.awq_search_tokens.value_or(a.search_tokens);
-  a.propagate_quantized = r.awq_propagate.value_or("quantized") == "quantized";
+  a.propagate_quantized = r.awq_propagate.value_or("float") == "quantized";
   a.plan = options.plan;  // --format awq: the layers AWQ cannot pack stay float
   if (r.method == "awq+gptq") {
     a.gptq = gptq_options_of(r, options);

@@ -57,8 +57,8 @@ struct QuantizeRequest {
   std::optional<int> awq_grid;             ///< scale exponents searched; default 20
   std::optional<bool> awq_clip;            ///< the clipping search; default true
   std::optional<std::int64_t> awq_search_tokens;  ///< rows each scale search's loss takes; default 512, 0: all
-  /// What the next block's calibration inputs are: "quantized" (default: this block's outputs as quantized) or
-  /// "float" (its float outputs, AutoAWQ's order).
+  /// What the next block's calibration inputs are: "float" (default: this block's float outputs, AutoAWQ's
+  /// order) or "quantized" (its outputs as quantized, as GPTQ's).
   std::optional<std::string> awq_propagate;
 };
 

@@ -180,10 +180,10 @@ def test_method_awq_writes_what_the_cli_writes(tmp_path):
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     py, cli = str(tmp_path / "py"), str(tmp_path / "cli")
     woq.quantize(MODEL, py, method="awq", low_bit="asym_int4", group_size=32, calib_file=calib, nsamples=4, seqlen=64,
-                 awq_grid=10, awq_search_tokens=128, awq_propagate="float", progress=False)
+                 awq_grid=10, awq_search_tokens=128, awq_propagate="quantized", progress=False)
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", cli, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64",
-                        "--awq-grid", "10", "--awq-search-tokens", "128", "--awq-propagate", "float"],
+                        "--awq-grid", "10", "--awq-search-tokens", "128", "--awq-propagate", "quantized"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "layer 5/5 AWQ:" in r.stderr and "q/k/v a=" in r.stderr
@@ -201,8 +201,9 @@ def reference_awq_layer(calib_ids, grid, qkv_seqs=None, row_step=1, layer=0):
     """AWQ's scale search for the q/k/v and gate/up groups of stories260K's block `layer` in float64 NumPy, from
     the independent reference model (tests/reference/llama_reference.py) and the asym_int4 g32 rule of
     src/formats/asym_int4.h: per group [best ratio, scales, loss per ratio]. The block's inputs are the float
-    model's (the blocks before it unquantized: AutoAWQ's order, --awq-propagate float). The q/k/v loss is taken on
-    the sequences qkv_seqs (None: all), the gate/up loss on every row_step-th row of all sequences' rows."""
+    model's (the blocks before it unquantized: AutoAWQ's order, woq's default --awq-propagate float). The q/k/v
+    loss is taken on the sequences qkv_seqs (None: all), the gate/up loss on every row_step-th row of all
+    sequences' rows."""
     from llama_reference import Model
     m = Model(MODEL, set())
     linears = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -280,15 +281,14 @@ def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, q
     float64 reference's (or ties with it within 1e-3 of the least loss), and the scales it folded into the RMSNorm
     weights (original / folded) are the reference's for that exponent. 4 x 64 calibration tokens, all of them in
     the losses (the default --awq-search-tokens 512), or 128 of them: sequences 0 and 2 for q/k/v, every second
-    row for gate/up. Layer 0, and layer 1 with --awq-propagate float (its inputs the float model's, as the
-    reference's; with the default, the quantized layer 0's outputs, its choices differ)."""
+    row for gate/up. Layer 0, and layer 1 (its inputs the float model's, as the reference's; with
+    --awq-propagate quantized, the quantized layer 0's outputs, its choices differ)."""
     import re
     calib = os.path.join(SOURCE, "tests", "data", "tinystories_calibration.txt")
     out = str(tmp_path / "awq")
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", out, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"]
                        + (["--awq-search-tokens", search_tokens] if search_tokens else [])
-                       + (["--awq-propagate", "float"] if layer > 0 else []),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     line = [t for t in r.stderr.splitlines() if f"layer {layer + 1}/5 AWQ:" in t][0]
