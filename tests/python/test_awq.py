@@ -288,7 +288,7 @@ def test_awq_scale_search_matches_a_float64_reference(tmp_path, search_tokens, q
     out = str(tmp_path / "awq")
     r = subprocess.run([BIN, "quantize", "-m", MODEL, "-o", out, "--method", "awq", "--low-bit", "asym_int4",
                         "--group-size", "32", "--calib-file", calib, "--nsamples", "4", "--seqlen", "64", "--no-clip"]
-                       + (["--awq-search-tokens", search_tokens] if search_tokens else [])
+                       + (["--awq-search-tokens", search_tokens] if search_tokens else []),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     line = [t for t in r.stderr.splitlines() if f"layer {layer + 1}/5 AWQ:" in t][0]
