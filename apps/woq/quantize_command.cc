@@ -177,10 +177,10 @@ Run add_quantize(CLI::App& app) {
   cmd->add_option("--damp-percent", args->damp_percent, "GPTQ, awq+gptq: dampening, as a fraction of mean(diag H)")
       ->capture_default_str();
   cmd->add_flag("--desc-act", args->desc_act, "GPTQ, awq+gptq: quantize columns by decreasing activation size (act order)");
-  cmd->add_flag("--static-groups", args->static_groups, "GPTQ: fit all group scales on the original weights first");
+  cmd->add_flag("--static-groups", args->static_groups, "GPTQ, awq+gptq: fit all group scales on the original weights first");
   cmd->add_flag("--true-sequential", args->true_sequential,
                 "GPTQ: quantize q/k/v, o, gate/up, down in turn, each on inputs through the quantized ones");
-  cmd->add_option("--block-size", args->block_size, "GPTQ: columns per lazy batch update")
+  cmd->add_option("--block-size", args->block_size, "GPTQ, awq+gptq: columns per lazy batch update")
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--calib", args->calib, "GPTQ / AWQ calibration: random (--nsamples x --seqlen) or random:NxL")

@@ -495,11 +495,16 @@ class AwqBlock {
     return sample_rows(x_[idx(role)], dims(role).second, static_cast<std::int64_t>(y_o_rows_.size()) / c_.hidden_size);
   }
 
-  // Searches one group's scales and multiplies its columns by them; returns them.
+  // Searches one group's scales and multiplies its columns by them; returns them (s = 1, said as skipped, when
+  // none of the group's linears is quantized: the layers --format awq keeps float).
   std::vector<float> search(const char* group, const std::vector<LinearRole>& roles,
                             const std::function<double(const std::vector<float>&)>& loss) {
     const auto t0 = Clock::now();
     const std::int64_t k = dims(roles.front()).second;
+    if (std::none_of(roles.begin(), roles.end(), [&](LinearRole r) { return is_quantized(spec_of(r).type); })) {
+      report_.skipped.push_back(fmt::format("{}: kept float (nothing to scale for)", group));
+      return std::vector<float>(static_cast<std::size_t>(k), 1.0f);
+    }
     std::vector<std::pair<const float*, std::int64_t>> ws;
     for (const LinearRole r : roles) ws.emplace_back(w_[idx(r)].data(), dims(r).first);
     AwqScale chosen = awq_search_scale(channel_abs_mean(x_[idx(roles.front())], k, pool_),

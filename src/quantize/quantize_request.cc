@@ -223,7 +223,8 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
   const std::int64_t layers = model.config().num_hidden_layers;
   resume.emplace(std::filesystem::absolute(r.output).lexically_normal(), fingerprint, layers, r.resume, r.force, cb.log,
                  kAwqResumeMatrices);
-  say(cb, fmt::format("AWQ: scale grid {}, clipping {}, then {}", a.grid, a.clip ? "on" : "off",
+  say(cb, fmt::format("AWQ: scale grid {}, clipping {}, {} inputs for the next block, then {}", a.grid,
+                      a.clip ? "on" : "off", a.propagate_quantized ? "quantized" : "float",
                       a.gptq ? fmt::format("GPTQ (damp_percent {}, desc_act {})", a.gptq->damp_percent, a.gptq->desc_act)
                              : std::string("round to nearest")));
   return awq_block_quantizer(model, store, std::move(calibration), a, pool, [&cb, layers](const AwqLayerReport& t) {
