@@ -2,6 +2,7 @@
 // measured on held-out stories against fp32: it beats round to nearest, and
 // AWQ + GPTQ beats GPTQ; its folding is exact (an 8-bit AWQ model is the float
 // model within the 8-bit error); the search picks the grid's least loss.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -147,6 +148,24 @@ TEST(AwqSearch, PicksTheLeastLossAndNormalisesTheScales) {
   EXPECT_NEAR(m[3], (0.0 + 1.0) / 2, 1e-5);
 }
 
+// w_mean over a pool (groups split between threads) is the serial one bit for bit: two matrices, a ragged last
+// group, per-channel (-1) groups, more threads than groups.
+TEST(AwqSearch, WeightMeanOnAPoolIsTheSerialOne) {
+  std::mt19937 rng(5);
+  std::student_t_distribution<float> heavy(2.0f);
+  std::vector<float> a(37 * 100), b(11 * 100);
+  for (float& v : a) v = heavy(rng);
+  for (float& v : b) v = heavy(rng);
+  for (const int threads : {2, 3, 8})
+    for (const std::int64_t g : {std::int64_t{32}, std::int64_t{7}, std::int64_t{-1}, std::int64_t{100}}) {
+      ThreadPool pool(threads);
+      const std::vector<double> serial = awq_weight_mean({{a.data(), 37}, {b.data(), 11}}, 100, g);
+      const std::vector<double> split = awq_weight_mean({{a.data(), 37}, {b.data(), 11}}, 100, g, &pool);
+      ASSERT_EQ(serial.size(), split.size());
+      EXPECT_EQ(std::memcmp(serial.data(), split.data(), serial.size() * sizeof(double)), 0) << threads << " " << g;
+    }
+}
+
 // The clipping search against a direct float64 one written from AutoAWQ's _compute_best_clip: per row and group,
 // each candidate's Σ_t (x_tg · (Q(clip(w)) − w)_g)² summed over the T products, the least one taken. Heavy-tailed
 // weights and inputs with loud channels, so that clipping chooses differently per group; a ragged last group.
@@ -230,19 +249,21 @@ TEST_P(AwqResume, AStoppedRunContinuesToTheUninterruptedFiles) {
   EXPECT_FALSE(std::filesystem::exists(r.output));
   r.resume = true;
   r.awq_grid = 10;
-  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("belongs to a different run (awq_grid differs)"),
+  EXPECT_NE(error_of([&] { run_quantize_request(r, pool, {}); }).find("belongs to a different run (awq_grid differs: 10 here, 20 in the stopped run)"),
             std::string::npos);
   r.awq_grid.reset();
   QuantizeRequest flipped = r;
   flipped.awq_propagate = *r.awq_propagate == "float" ? "quantized" : "float";
-  EXPECT_NE(error_of([&] { run_quantize_request(flipped, pool, {}); }).find("belongs to a different run (awq_propagate differs)"),
+  EXPECT_NE(error_of([&] { run_quantize_request(flipped, pool, {}); })
+                .find(fmt::format("belongs to a different run (awq_propagate differs: \"{}\" here, \"{}\" in the stopped run)",
+                                  *flipped.awq_propagate, *r.awq_propagate)),
             std::string::npos);
   for (const char* other : {"awq", "awq+gptq", "gptq"}) {
     if (r.method == other) continue;
     QuantizeRequest o = r;
     o.method = other;
     if (o.method == "gptq") o.awq_search_tokens.reset(), o.awq_propagate.reset();
-    EXPECT_NE(error_of([&] { run_quantize_request(o, pool, {}); }).find("belongs to a different run (method differs)"),
+    EXPECT_NE(error_of([&] { run_quantize_request(o, pool, {}); }).find("belongs to a different run (method differs: \"" + std::string(other) + "\" here"),
               std::string::npos) << other;
   }
   std::string said;
@@ -264,6 +285,32 @@ INSTANTIATE_TEST_SUITE_P(Methods, AwqResume,
                            return std::string(p.param.first == std::string("awq") ? "Awq" : "AwqGptq") +
                                   (p.param.second == std::string("quantized") ? "QuantizedInputs" : "");
                          });
+
+// The files are the same whatever the pool's size (the parallel steps split rows, channels or panels, never a sum):
+// awq with its float inputs, awq+gptq with quantized ones.
+TEST(AwqRequest, TheSameFilesAtAnyPoolSize) {
+  test::TempDir tmp;
+  for (const char* method : {"awq", "awq+gptq"}) {
+    std::vector<std::string> files;
+    for (const int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      QuantizeRequest r;
+      r.input = WOQ_MODEL_DIR;
+      r.method = method;
+      r.awq_propagate = std::string(method) == "awq" ? "float" : "quantized";
+      r.low_bit = "asym_int4";
+      r.group_size = 32;
+      r.calib_file = WOQ_TEST_DATA "/tinystories_calibration.txt";
+      r.nsamples = 4;
+      r.seqlen = 64;
+      r.output = tmp.file(fmt::format("{}-{}", method, threads));
+      run_quantize_request(r, pool, {});
+      files.push_back(test::read_file(r.output + "/model.safetensors"));
+    }
+    EXPECT_TRUE(files[0] == files[1]) << method;
+    EXPECT_TRUE(files[0] == files[2]) << method;
+  }
+}
 
 // More search tokens than the calibration holds (up to INT64_MAX, what CLI11 makes of a larger number) means all.
 TEST(AwqRequest, SearchTokensBeyondTheCalibrationMeanAll) {

@@ -485,6 +485,7 @@ def quantize(input, output, method=None, low_bit=None, group_size=None, int4_ran
                                         max_shard_gb=max_shard_gb, damp_percent=damp_percent, desc_act=desc_act,
                                         static_groups=static_groups, true_sequential=true_sequential,
                                         block_size=block_size, calib=calib, seed=seed, plan=plan, awq_grid=awq_grid,
+                                        awq_search_tokens=awq_search_tokens, awq_propagate=awq_propagate,
                                         no_clip=no_clip or None).items()
                  if v is not None}
         if given or resume:

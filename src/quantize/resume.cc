@@ -250,22 +250,31 @@ void ResumeDir::continue_run(const fs::path& manifest) {
          "fingerprints the input by ctime and inode); its blocks cannot be checked: start over with --force instead of --resume",
          manifest.string(), m.version, kManifestVersion);
   if (m.layers != layers_ || nlohmann::json::parse(fingerprint_.dump()) != m.fingerprint) {
-    std::string what = m.layers != layers_ ? "the layer count" : "the run";
+    std::string what = m.layers != layers_ ? "the layer count" : "the run", detail;
     // The method first: another method's run lacks this one's options (a GPTQ fingerprint names no method).
     const auto method_of = [](const nlohmann::json& fp) {
       return fp.is_object() && fp.contains("method") ? fp["method"] : nlohmann::json("gptq");
     };
     const nlohmann::json ours = nlohmann::json::parse(fingerprint_.dump());
+    // A setting's two values, when they are short to say (not the input's or the calibration's fingerprints).
+    const auto values = [](const nlohmann::json& here, const nlohmann::json& there) {
+      if (!here.is_primitive() || !(there.is_primitive() || there.is_null())) return std::string();
+      return fmt::format(": {} here, {} in the stopped run", here.dump(), there.is_null() ? "unset" : there.dump());
+    };
     if (m.layers == layers_ && method_of(ours) != method_of(m.fingerprint)) {
       what = "method";
+      detail = values(method_of(ours), method_of(m.fingerprint));
     } else {
       for (const auto& [key, value] : fingerprint_.items())
         if (m.layers == layers_ && (!m.fingerprint.contains(key) || nlohmann::json::parse(value.dump()) != m.fingerprint[key])) {
+          const nlohmann::json here = nlohmann::json::parse(value.dump());
           what = key;
+          detail = values(here, m.fingerprint.contains(key) ? m.fingerprint[key] : nlohmann::json());
           break;
         }
     }
-    fail("--resume: {} belongs to a different run ({} differs); start over with --force instead of --resume", dir_.string(), what);
+    fail("--resume: {} belongs to a different run ({} differs{}); start over with --force instead of --resume",
+         dir_.string(), what, detail);
   }
   hashes_ = std::move(m.hashes);
   if (completed() > layers_) fail("--resume: {}'s manifest lists more blocks than the model has", dir_.string());

@@ -195,6 +195,10 @@ def test_method_awq_writes_what_the_cli_writes(tmp_path):
         woq.quantize(MODEL, str(tmp_path / "x"), awq_search_tokens=64, progress=False)
     with pytest.raises(ValueError, match="awq_propagate must be quantized or float"):
         woq.quantize(MODEL, str(tmp_path / "x"), method="awq", awq_propagate="fp32", progress=False)
+    for keyword in ("awq_propagate", "awq_search_tokens"):  # the CLI refuses them in a plan search too
+        with pytest.raises(ValueError, match=f"{keyword} does not apply to a plan search"):
+            woq.quantize(MODEL, str(tmp_path / "m.json"), measure=True, calib_file=calib, progress=False,
+                         **{keyword: "float" if keyword == "awq_propagate" else 64})
 
 
 def reference_awq_layer(calib_ids, grid, qkv_seqs=None, row_step=1, layer=0):
