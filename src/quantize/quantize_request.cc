@@ -279,7 +279,9 @@ void validate(const QuantizeRequest& request) {
     read_plan(*r.plan);  // its errors before anything runs
   }
   if (format == "gguf") {
-    if (method != "rtn") fail("--format gguf writes round-to-nearest blocks; --method {} is for --format gptq or awq", method);
+    if (method != "rtn")
+      fail("--format gguf{} writes round-to-nearest blocks; --method {} is for --format gptq or awq",
+           r.format.empty() ? " (the output's .gguf name)" : "", method);
     if (r.group_size) given.push_back("--group-size");
     if (r.int4_range) given.push_back("--int4-range");
     if (r.gptq_format) given.push_back("--gptq-format");
