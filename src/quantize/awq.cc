@@ -391,6 +391,10 @@ class AwqBlock {
   // the down search's targets are then the whole batch's to rounding, not to the bit.
   void record() {
     inputs_ = states_;
+    const std::size_t all_rows = states_.size() * static_cast<std::size_t>(length_);  // filled once, not regrown
+    for (const LinearRole r : {LinearRole::kQ, LinearRole::kO, LinearRole::kGate, LinearRole::kDown})
+      x_[idx(r)].reserve(all_rows * static_cast<std::size_t>(dims(r).second));
+    y_o_.reserve(all_rows * static_cast<std::size_t>(dims(LinearRole::kO).first));
     const LlamaModel::LinearObserver observe = [this](LinearRole role, const float* in, std::int64_t rows) {
       if (role == LinearRole::kQ || role == LinearRole::kO || role == LinearRole::kGate || role == LinearRole::kDown)
         x_[idx(role)].insert(x_[idx(role)].end(), in, in + rows * dims(role).second);
