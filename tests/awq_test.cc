@@ -4,6 +4,7 @@
 // model within the 8-bit error); the search picks the grid's least loss.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 
@@ -306,6 +307,13 @@ TEST(AwqRequest, TheSameFilesAtAnyPoolSize) {
       r.output = tmp.file(fmt::format("{}-{}", method, threads));
       run_quantize_request(r, pool, {});
       files.push_back(test::read_file(r.output + "/model.safetensors"));
+      // The settings quantization_config has no field for are recorded in its meta.
+      const auto settings = nlohmann::json::parse(test::read_file(r.output + "/config.json"))
+                                .at("quantization_config").at("meta").at("woq_settings");
+      EXPECT_EQ(settings, nlohmann::json::parse(fmt::format(
+                              R"({{"awq_grid": 20, "awq_clip": true, "awq_search_tokens": 512, "awq_propagate": "{}"}})",
+                              *r.awq_propagate)))
+          << method;
     }
     EXPECT_TRUE(files[0] == files[1]) << method;
     EXPECT_TRUE(files[0] == files[2]) << method;

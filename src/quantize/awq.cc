@@ -80,10 +80,11 @@ class AwqLinear {
   AwqLinear() = default;
   // fp32 W [n, k] (borrowed).
   AwqLinear(const std::vector<float>& w, std::int64_t n, std::int64_t k) : w_(&w), n_(n), k_(k) {}
-  // A quantized W, taking x / in and giving y · out.
-  AwqLinear(QuantMatrix q, std::vector<float> in, std::vector<float> out, ThreadPool& pool)
+  // A quantized W, taking x / in and giving y · out, on `activations` (unset: activations_of its type).
+  AwqLinear(QuantMatrix q, std::vector<float> in, std::vector<float> out, ThreadPool& pool,
+            std::optional<Activations> activations = std::nullopt)
       : q_(std::move(q)), in_(std::move(in)), out_(std::move(out)), n_(q_->rows), k_(q_->cols) {
-    q_->activations = activations_of(q_->type);
+    q_->activations = activations.value_or(activations_of(q_->type));
     prepare_for_kernels(*q_, &pool);
   }
   // Q(W·s) of fp32 W [n, k] in `spec`, taking x / s (fp32 W itself for a format that is not quantized).
@@ -399,12 +400,7 @@ class AwqBlock {
       if (role == LinearRole::kQ || role == LinearRole::kO || role == LinearRole::kGate || role == LinearRole::kDown)
         x_[idx(role)].insert(x_[idx(role)].end(), in, in + rows * dims(role).second);
     };
-    std::array<AwqLinear, kBlockLinears.size()> linears;
-    Weights originals{};
-    for (const LinearSpec& s : kBlockLinears) {
-      linears[idx(s.role)] = float_linear(s.role);
-      originals[idx(s.role)] = &linears[idx(s.role)];
-    }
+    const Weights originals = float_block();
     const bool every_down_row = !options_.propagate_quantized;  // the float block's outputs go on
     const LlamaModel::LinearCompute compute = compute_with(originals, &y_o_);
     const auto [step, count] = search_sampling();
@@ -466,18 +462,24 @@ class AwqBlock {
 
   // The float linear `role` a group's loss passes through (o after the attention, down after the MLP), for
   // the loss ||(x_c − x)·Wᵀ||² / (rows · n): the mean squared error of W's outputs on the candidate's inputs x_c
-  // against the float block's x, with W as sym_int8 (group 32) on the int16 kernels. Taking the difference
-  // first keeps the error of that product to W's rounding of the difference (about 1e-5 of the loss), at the
-  // integer kernels' speed rather than sgemm's.
+  // against the float block's x, with W as sym_int8 (group 32) on the int8 kernels (the difference's blocks of
+  // 32 rounded to 8 bits). Taking the difference first keeps the error of that product to the roundings of W
+  // and of the difference, each zero-mean and independent of the product: together about 3e-5 of the loss
+  // (E||(d + e)·Wᵀ||² = ||d·Wᵀ||² + ||e·Wᵀ||²), at the integer kernels' speed rather than sgemm's.
   AwqLinear pass_through(LinearRole role) {
     const auto [n, k] = dims(role);
     return AwqLinear(quantize_matrix(w_[idx(role)].data(), n, k, QuantSpec{LowBit::kSymInt8, 32}, &pool_), {}, {},
-                     pool_);
+                     pool_, Activations::kInt8);
   }
 
-  // fp32 W of linear `role`, as it is now.
-  AwqLinear float_linear(LinearRole role) const {
-    return AwqLinear(w_[idx(role)], dims(role).first, dims(role).second);
+  // The block's seven linears as fp32 W, as they are now (held in float_linears_).
+  Weights float_block() {
+    Weights out{};
+    for (const LinearSpec& s : kBlockLinears) {
+      float_linears_[idx(s.role)] = AwqLinear(w_[idx(s.role)], dims(s.role).first, dims(s.role).second);
+      out[idx(s.role)] = &float_linears_[idx(s.role)];
+    }
+    return out;
   }
 
   // The format linear `role` is written in.
@@ -694,13 +696,7 @@ class AwqBlock {
       advance(block);
     } else {  // the float block, as record() runs it
       for (const LinearSpec& s : kBlockLinears) read_float_linear(store_, c_, layer_, s.role, w_[idx(s.role)]);
-      std::array<AwqLinear, kBlockLinears.size()> linears;
-      Weights originals{};
-      for (const LinearSpec& s : kBlockLinears) {
-        linears[idx(s.role)] = float_linear(s.role);
-        originals[idx(s.role)] = &linears[idx(s.role)];
-      }
-      const LlamaModel::LinearCompute compute = compute_with(originals, nullptr);
+      const LlamaModel::LinearCompute compute = compute_with(float_block(), nullptr);
       for (auto& state : states_) model_.forward_block(layer_, state.data(), length_, nullptr, compute);
     }
     QuantizedBlock out{std::move(block), {}};
@@ -758,6 +754,7 @@ class AwqBlock {
                                                              ///< (down's taken by record())
   std::vector<float> x_down_rows_;                           ///< down's inputs on the sampled rows
   Workspace ws_;                                             ///< the kernels' buffers
+  std::array<AwqLinear, kBlockLinears.size()> float_linears_;  ///< float_block()'s
   /// What each linear's columns were multiplied by / rows divided by (empty: nothing).
   std::array<std::vector<float>, kBlockLinears.size()> in_scale_, out_scale_;
 };

@@ -645,6 +645,7 @@ nlohmann::ordered_json output_quantization_json(const QuantizationConfig& qc, co
                {"woq_method", options.method},
                {"woq_low_bit", low_bit_name(options.spec.type)},
                {"woq_notes", report.notes}};
+  if (!options.method_settings.empty()) q["meta"]["woq_settings"] = options.method_settings;
   if (options.plan && qc.method == QuantizationConfig::Method::kGptq)
     q["meta"]["woq_plan"] = options.plan->source.empty() ? std::string("(in memory)")
                                                           : fs::path(options.plan->source).filename().string();

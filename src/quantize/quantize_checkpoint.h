@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "formats/checkpoint_packing.h"
@@ -49,6 +51,9 @@ struct QuantizeOptions {
   std::uint64_t max_shard_bytes = 5'000'000'000;  ///< safetensors shard limit (bytes)
   bool force = false;                  ///< replace an existing output directory
   std::string method = "rtn";          ///< recorded in quantization_config.meta
+  /// The method's settings that quantization_config has no field for (AWQ's grid, clipping, search tokens,
+  /// propagation), recorded as quantization_config.meta.woq_settings when not empty.
+  nlohmann::ordered_json method_settings = nlohmann::ordered_json::object();
   double damp_percent = 0.01;          ///< recorded in quantization_config (GPTQ)
   bool desc_act = false;               ///< recorded in quantization_config (GPTQ)
   bool static_groups = false;          ///< recorded in quantization_config (GPTQ)

@@ -209,11 +209,13 @@ BlockQuantizer awq_quantizer_of(const QuantizeRequest& r, QuantizeOptions& optio
     options.static_groups = a.gptq->static_groups;
   }
   // What makes another run: AWQ's options with the GPTQ run's fingerprint (input, format, calibration, plan).
+  // AWQ's settings, also recorded in the output's quantization_config.meta.woq_settings.
+  options.method_settings = {{"awq_grid", a.grid},
+                             {"awq_clip", a.clip},
+                             {"awq_search_tokens", a.search_tokens},
+                             {"awq_propagate", a.propagate_quantized ? "quantized" : "float"}};
   fingerprint["method"] = a.gptq ? "awq+gptq" : "awq";
-  fingerprint["awq_grid"] = a.grid;
-  fingerprint["awq_clip"] = a.clip;
-  fingerprint["awq_search_tokens"] = a.search_tokens;
-  fingerprint["awq_propagate"] = a.propagate_quantized ? "quantized" : "float";
+  for (const auto& [key, value] : options.method_settings.items()) fingerprint[key] = value;
   if (!a.gptq) {
     for (const char* key : {"damp_percent", "desc_act", "static_groups", "true_sequential", "block_size"})
       fingerprint.erase(key);
