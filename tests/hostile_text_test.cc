@@ -119,9 +119,12 @@ std::vector<std::string> bundled_tokenizers() {
 
 TEST(HostileText, TokenizingTimeGrowsLinearly) {
   // 25, 50, 100 and 200 KB of each pathological text with each tokenizer. Linear time gives a ratio of
-  // 8 from 25 to 200 KB, quadratic 64; the bound leaves room for n log n and a loaded machine. Below
+  // 8 from 25 to 200 KB, n^1.5 23, quadratic 64; the bound of 20 leaves room for n log n and caches (the
+  // sentencepiece library's BPE on Llama 2's "one letter" and "punctuation" took 12.4-15.1 on a 2-vCPU Zen 3
+  // with the machine otherwise idle, 2026-12-08: 128 ms for 200 KB) and for a loaded machine. Below
   // 5 ms the 25 KB time is taken as 5 ms (timer, allocator and scheduling noise). CTest runs this test
   // alone (RUN_SERIAL).
+  constexpr double kBound = 20.0;
   for (const std::string& dir : bundled_tokenizers()) {
     const Tokenizer tok = Tokenizer::load(dir);
     for (const Pathology& p : pathologies()) {
@@ -134,7 +137,7 @@ TEST(HostileText, TokenizingTimeGrowsLinearly) {
       // time, a spell of load from another process (a compiler beside the tests) does not last.
       std::vector<double> ms(std::size(sizes), 1e300);
       double ratio = 1e300;
-      for (int attempt = 0; attempt < 3 && ratio > 16.0; ++attempt) {
+      for (int attempt = 0; attempt < 3 && ratio > kBound; ++attempt) {
         std::fill(ms.begin(), ms.end(), 1e300);
         for (int round = 0; round < 3; ++round)
           for (std::size_t i = 0; i < texts.size(); ++i)
@@ -143,7 +146,7 @@ TEST(HostileText, TokenizingTimeGrowsLinearly) {
       }
       std::printf("%-28s %-26s 25 KB %8.1f ms  50 KB %8.1f ms  100 KB %8.1f ms  200 KB %8.1f ms  ratio %.1f\n",
                   fs::path(dir).filename().c_str(), p.name, ms[0], ms[1], ms[2], ms[3], ratio);
-      EXPECT_LE(ratio, 16.0) << dir << ", " << p.name << ": 25 KB in " << ms[0] << " ms, 200 KB in " << ms[3] << " ms";
+      EXPECT_LE(ratio, kBound) << dir << ", " << p.name << ": 25 KB in " << ms[0] << " ms, 200 KB in " << ms[3] << " ms";
     }
   }
 }
