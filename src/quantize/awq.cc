@@ -74,7 +74,8 @@ double mean_squared_error(const std::vector<float>& a, const std::vector<float>&
 
 // A linear as AWQ runs it: y [rows, n] = (x / in) · Wᵀ for x [rows, k], each output times `out` (in, out empty:
 // 1); W in fp32 (sgemm) or quantized, on woq's kernels with int16 activations (each input rounded to about
-// amax/65024 of its block: the product is the exact one's to about 1e-5, at prefill's speed).
+// amax/65024 of its block: the product is the exact one's to about 1e-5, at prefill's speed) or the
+// activations given (the pass-throughs' int8).
 class AwqLinear {
  public:
   AwqLinear() = default;
